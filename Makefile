@@ -1,0 +1,46 @@
+# specfleet: every install step the tests need lives here (CI runs a clean clone).
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: setup test lint typecheck unit e2e crd golden helm-bin bench clean
+.DEFAULT_GOAL := test
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q -U pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed ## create .venv with specfleet and its dev tools
+
+helm-bin: ## build helm from the Go module proxy (cached under ~/.cache/specfleet)
+	@hack/tools.sh helm >/dev/null
+
+lint: setup
+	$(VENV)/bin/ruff check operator tests e2e bench
+	$(VENV)/bin/ruff format --check operator tests e2e bench
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+unit: setup helm-bin
+	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m pytest -q tests
+
+e2e: setup helm-bin
+	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m pytest -q e2e
+
+test: lint typecheck unit e2e ## the test command (.ci/run calls it)
+
+crd: setup ## regenerate the CRD and the chart's copy from the models
+	$(VENV)/bin/specfleet crd > crds/specmodel.yaml
+	cp crds/specmodel.yaml charts/specfleet/crds/specmodel.yaml
+
+golden: setup ## rewrite golden files after a reviewed renderer change
+	SPECFLEET_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/test_render_golden.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+-include e2e/cluster/cluster.mk
