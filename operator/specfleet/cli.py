@@ -2,15 +2,53 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import NoReturn
+
 import click
 
+from specfleet.api import InvalidSpecModel, parse_specmodel
+from specfleet.api.crd import crd_yaml
+from specfleet.render import ServingPlan, render
 from specfleet.sim.cli import sim
+from specfleet.yamlio import YamlError, dump_all, load_documents
+
+EXIT_INVALID = 2
 
 
 @click.group()
 @click.version_option(package_name="specfleet")
 def main() -> None:
     """specfleet: guard speculative decoding and quantization in LLM inference fleets."""
+
+
+@main.command()
+def crd() -> None:
+    """Print the SpecModel CRD generated from the API models."""
+    click.echo(crd_yaml(), nl=False)
+
+
+@main.command("render")
+@click.option("-f", "--filename", type=click.Path(path_type=Path), required=True)
+@click.option("--plan", "plan_file", type=click.Path(path_type=Path), default=None)
+def render_command(filename: Path, plan_file: Path | None) -> None:
+    """Print the manifests the operator would apply for a SpecModel (and a serving plan)."""
+    try:
+        plan = ServingPlan.model_validate(load_documents(plan_file)[0]) if plan_file else None
+        specmodels = [parse_specmodel(doc) for doc in load_documents(filename)]
+    except InvalidSpecModel as exc:
+        _invalid(filename, [str(error) for error in exc.errors])
+    except (YamlError, ValueError) as exc:
+        _invalid(plan_file or filename, [str(exc)])
+    click.echo(dump_all(m for sm in specmodels for m in render(sm, plan)), nl=False)
+
+
+def _invalid(path: Path, problems: list[str]) -> NoReturn:
+    click.echo(f"error: {path} is not a valid SpecModel:", err=True)
+    for problem in problems:
+        click.echo(f"  {problem}", err=True)
+    sys.exit(EXIT_INVALID)
 
 
 main.add_command(sim)

@@ -1,0 +1,36 @@
+"""The gateway sidecar's configuration: the slice of the spec it needs to classify requests.
+
+The renderer writes it into the `<name>-gateway` ConfigMap; the gateway reloads it when the
+file changes, so editing classes never restarts GPU pods.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from specfleet.api.base import ApiModel
+from specfleet.api.model import SpecModel
+from specfleet.api.spec import Engine, PromptClass
+
+CLASS_HEADER = "x-specfleet-class"
+
+
+class GatewayConfig(ApiModel):
+    specmodel: str = Field(description="SpecModel name, for logs.")
+    engine: Engine = Field(description="Which engine's response format to read.")
+    served_name: str = Field(description="The model name clients use.")
+    classes: list[PromptClass] = Field(min_length=1, description="Prompt classes, in order.")
+    default_class: str = Field(description="Class of requests no rule matches.")
+    class_header: str = Field(default=CLASS_HEADER, description="Header naming a class.")
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, description="Larger bodies get 413.")
+
+    @classmethod
+    def from_specmodel(cls, specmodel: SpecModel) -> GatewayConfig:
+        spec = specmodel.spec
+        return cls(
+            specmodel=specmodel.metadata.name,
+            engine=spec.engine.name,
+            served_name=specmodel.served_name(),
+            classes=spec.classes,
+            default_class=spec.default_class,
+        )

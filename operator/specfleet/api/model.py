@@ -1,0 +1,66 @@
+"""The `SpecModel` object and the slice of its spec that makes a revision."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specfleet.api.base import API_VERSION, KIND, ApiModel
+from specfleet.api.spec import (
+    EngineSpec,
+    ModelSpec,
+    QuantizationSpec,
+    SpecModelSpec,
+    SpeculativeSpec,
+)
+from specfleet.api.status import SpecModelStatus
+
+KILL_SWITCH_ANNOTATION = "specfleet.dev/kill-switch"
+RETRY_ANNOTATION = "specfleet.dev/retry"
+
+
+class ObjectMeta(BaseModel):
+    """The metadata fields specfleet reads; everything else is kept as it is."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    name: str = Field(min_length=1, max_length=52)
+    namespace: str = "default"
+    uid: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class SpecModel(ApiModel):
+    api_version: str = Field(default=API_VERSION, pattern=f"^{API_VERSION}$")
+    kind: str = Field(default=KIND, pattern=f"^{KIND}$")
+    metadata: ObjectMeta
+    spec: SpecModelSpec
+    status: SpecModelStatus | None = None
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(
+            engine=self.spec.engine,
+            model=self.spec.model,
+            quantization=self.spec.quantization,
+            speculative=self.spec.speculative,
+        )
+
+    def served_name(self) -> str:
+        return self.spec.model.served_name or self.metadata.name
+
+
+class EngineConfig(ApiModel):
+    """Everything that decides how the engine runs. A distinct EngineConfig is a revision; a
+    rollback serves an older one while the rest of the spec (classes, guard, pods) stays."""
+
+    engine: EngineSpec
+    model: ModelSpec
+    quantization: QuantizationSpec
+    speculative: SpeculativeSpec | None = None
+
+    def canonical(self) -> dict[str, Any]:
+        """Wire form with defaults filled in, so omitted and explicit defaults compare equal."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -1,0 +1,576 @@
+"""`SpecModel.spec`: what Git declares. The CRD schema and `kubectl explain` text come from here."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from specfleet.api.base import ApiModel, cel
+
+VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
+TRTLLM_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"
+
+FreeForm = dict[str, Any]
+"""A Kubernetes object we pass through as it is (tolerations, affinity, env entries)."""
+
+
+class Engine(StrEnum):
+    VLLM = "vllm"
+    TENSORRT_LLM = "tensorrt-llm"
+
+
+class SpeculativeMethod(StrEnum):
+    """Engine-neutral names; the renderer maps them to each engine's own vocabulary."""
+
+    EAGLE3 = "eagle3"
+    EAGLE = "eagle"
+    DRAFT_MODEL = "draft_model"
+    NGRAM = "ngram"
+    MTP = "mtp"
+    SUFFIX = "suffix"
+
+
+DRAFT_MODEL_METHODS = ("eagle3", "eagle", "draft_model")
+TRTLLM_METHODS = ("eagle3", "mtp", "ngram", "draft_model")
+
+DEFAULT_DRAFT_COST: dict[str, float] = {
+    "eagle3": 0.05,
+    "eagle": 0.05,
+    "draft_model": 0.15,
+    "ngram": 0.01,
+    "mtp": 0.05,
+    "suffix": 0.01,
+}
+"""c: one draft forward's cost relative to one target forward, when the spec does not say."""
+
+
+class WeightsFormat(StrEnum):
+    NONE = "none"
+    FP8 = "fp8"
+    AWQ = "awq"
+    GPTQ = "gptq"
+    NVFP4 = "nvfp4"
+    MXFP4 = "mxfp4"
+    INT8 = "int8"
+
+
+class KvCacheDtype(StrEnum):
+    AUTO = "auto"
+    FP8 = "fp8"
+    FP8_E4M3 = "fp8_e4m3"
+    FP8_E5M2 = "fp8_e5m2"
+
+
+class GuardMode(StrEnum):
+    AUTO = "auto"
+    OFF = "off"
+    ON = "on"
+
+
+class EngineSpec(ApiModel):
+    """Which inference engine serves the model."""
+
+    name: Engine = Field(description="The engine: `vllm` or `tensorrt-llm`.")
+    image: str | None = Field(
+        default=None,
+        description=(
+            f"Engine container image. Defaults to the pinned image of the engine "
+            f"(`{VLLM_IMAGE}` or `{TRTLLM_IMAGE}`)."
+        ),
+    )
+    version: str | None = Field(
+        default=None,
+        description="Engine version the image runs, for display and flag checks. "
+        "Defaults to the pinned version (0.33.0 for vllm, 1.2.1 for tensorrt-llm).",
+    )
+    max_batch_size: int = Field(
+        default=256,
+        ge=1,
+        description="Most sequences batched at once (vllm `--max-num-seqs`, tensorrt-llm "
+        "`--max_batch_size`).",
+    )
+    max_num_batched_tokens: int = Field(
+        default=8192,
+        ge=1,
+        description="Most tokens per engine step (vllm `--max-num-batched-tokens`, tensorrt-llm "
+        "`--max_num_tokens`).",
+    )
+    gpu_memory_fraction: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="vllm: share of GPU memory the engine may use (`--gpu-memory-utilization`); "
+        "tensorrt-llm: share of free memory after weights for the KV cache.",
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="Escape hatch: arguments appended to the engine command line as they are.",
+    )
+    extra_env: list[FreeForm] = Field(
+        default_factory=list,
+        description="Escape hatch: environment entries (Kubernetes EnvVar) added to the engine.",
+        json_schema_extra={
+            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        },
+    )
+
+
+class SecretKeyRef(ApiModel):
+    name: str = Field(description="Secret name, in the SpecModel's namespace.", min_length=1)
+    key: str = Field(description="Key within the Secret.", min_length=1)
+
+
+class ModelCache(ApiModel):
+    """Where downloaded weights and compile caches live. Exactly one of the two."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.persistentVolumeClaim) != has(self.emptyDirSizeLimit)",
+                    "model.cache: set exactly one of persistentVolumeClaim or emptyDirSizeLimit",
+                )
+            ]
+        }
+    )
+
+    persistent_volume_claim: str | None = Field(
+        default=None, description="Name of an existing PVC to mount as the model cache."
+    )
+    empty_dir_size_limit: str | None = Field(
+        default=None,
+        description="Use a node-local emptyDir of this size (e.g. `200Gi`) as the model cache.",
+    )
+
+
+class ModelSpec(ApiModel):
+    """The model to serve."""
+
+    source: str = Field(
+        min_length=1,
+        description="Hugging Face model id (`meta-llama/Llama-3.1-8B-Instruct`) or a path "
+        "inside the container.",
+    )
+    revision: str | None = Field(
+        default=None, description="Model revision (branch, tag or commit) to download."
+    )
+    served_name: str | None = Field(
+        default=None,
+        description="Name clients use in the `model` field. Defaults to the SpecModel's name.",
+    )
+    tensor_parallel_size: int = Field(
+        default=1, ge=1, le=64, description="GPUs the model is sharded over (tensor parallelism)."
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="Maximum context length (prompt + output) in tokens."
+    )
+    trust_remote_code: bool = Field(
+        default=False, description="Allow the model repository's own Python code to run."
+    )
+    tool_call_parser: str | None = Field(
+        default=None,
+        description="vLLM tool-call parser (e.g. `llama3_json`, `hermes`); enables automatic "
+        "tool choice so tool-call validity can be measured.",
+    )
+    hf_token_secret: SecretKeyRef | None = Field(
+        default=None, description="Secret holding a Hugging Face token, passed as HF_TOKEN."
+    )
+    cache: ModelCache | None = Field(
+        default=None, description="Model cache volume. Without it, weights download per pod."
+    )
+
+
+class QuantizationSpec(ApiModel):
+    """How the weights and the KV cache are stored."""
+
+    weights: WeightsFormat = Field(
+        default=WeightsFormat.NONE,
+        description="Format of the served weights: `none` (the checkpoint's own BF16/FP16), "
+        "`fp8`, `awq`, `gptq`, `nvfp4`, `mxfp4` or `int8`. A pre-quantized checkpoint carries "
+        "its format and is detected by the engine; this field declares it.",
+    )
+    online: bool = Field(
+        default=False,
+        description="Quantize a BF16 checkpoint to FP8 at load time (vLLM only, weights: fp8).",
+    )
+    kv_cache_dtype: KvCacheDtype = Field(
+        default=KvCacheDtype.AUTO,
+        description="KV-cache data type: `auto` (the model's dtype) or an FP8 variant.",
+    )
+
+
+class NgramSpec(ApiModel):
+    """Prompt-lookup (n-gram) drafting."""
+
+    min_match: int = Field(default=1, ge=1, le=16, description="Shortest n-gram to look up.")
+    max_match: int = Field(default=4, ge=1, le=16, description="Longest n-gram to look up.")
+
+
+class DepthStep(ApiModel):
+    """Speculation depth for one range of batch sizes (inclusive)."""
+
+    min_batch_size: int = Field(ge=1, description="First batch size of the range.")
+    max_batch_size: int = Field(ge=1, description="Last batch size of the range.")
+    num_speculative_tokens: int = Field(
+        ge=0, le=16, description="Draft tokens per step in this range; 0 turns speculation off."
+    )
+
+
+class SpeculativeSpec(ApiModel):
+    """Speculative decoding. Omit the whole block to serve without speculation."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!(self.method in ['eagle3', 'eagle', 'draft_model']) || has(self.draftModel)",
+                    "speculative.draftModel is required for methods eagle3, eagle and draft_model",
+                    ".draftModel",
+                ),
+                cel(
+                    "self.method in ['eagle3', 'eagle', 'draft_model'] || !has(self.draftModel)",
+                    "speculative.draftModel must be empty for methods ngram, mtp and suffix: "
+                    "they draft without a separate model",
+                    ".draftModel",
+                ),
+                cel(
+                    "self.method == 'ngram' || !has(self.ngram)",
+                    "speculative.ngram applies only to method ngram",
+                    ".ngram",
+                ),
+                cel(
+                    "!has(self.ngram) || self.ngram.minMatch <= self.ngram.maxMatch",
+                    "speculative.ngram.minMatch must not exceed maxMatch",
+                    ".ngram.minMatch",
+                ),
+                cel(
+                    "!has(self.depthSchedule) || self.depthSchedule.all(s, "
+                    "s.minBatchSize <= s.maxBatchSize)",
+                    "speculative.depthSchedule: each step needs minBatchSize <= maxBatchSize",
+                    ".depthSchedule",
+                ),
+            ]
+        }
+    )
+
+    method: SpeculativeMethod = Field(
+        description="Drafting method: `eagle3`, `eagle`, `draft_model`, `ngram`, `mtp` or "
+        "`suffix`. On tensorrt-llm: eagle3 (Eagle3), mtp (MTP), ngram (NGram), draft_model "
+        "(DraftTarget)."
+    )
+    draft_model: str | None = Field(
+        default=None,
+        description="Draft model (HF id or path): the EAGLE head or the small draft model.",
+    )
+    num_speculative_tokens: int = Field(
+        default=4, ge=1, le=16, description="k: draft tokens proposed per verify step."
+    )
+    draft_tensor_parallel_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="vLLM: tensor parallelism of the draft model, 1 or the target's.",
+    )
+    ngram: NgramSpec | None = Field(default=None, description="N-gram lookup settings.")
+    depth_schedule: list[DepthStep] | None = Field(
+        default=None,
+        max_length=16,
+        description="vLLM: load-dependent depth, k per batch-size range "
+        "(`num_speculative_tokens_per_batch_size`).",
+    )
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="tensorrt-llm: no speculation above this batch size (`max_concurrency`).",
+    )
+    draft_cost: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="c: one draft forward's cost over one target forward, used by the guard's "
+        "speedup model. Defaults by method (eagle3 0.05, draft_model 0.15, ngram 0.01).",
+    )
+    engine_options: FreeForm | None = Field(
+        default=None,
+        description="Escape hatch: keys merged as they are into the engine's speculative config.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+    def effective_draft_cost(self) -> float:
+        return self.draft_cost if self.draft_cost is not None else DEFAULT_DRAFT_COST[self.method]
+
+
+class ClassMatch(ApiModel):
+    """Conditions a request must all meet to fall into a class. A request whose
+    `x-specfleet-class` header names a class is always in that class."""
+
+    headers: dict[str, str] | None = Field(
+        default=None, description="Request headers and the exact values they must have."
+    )
+    path_prefixes: list[str] | None = Field(
+        default=None, description="The request path must start with one of these."
+    )
+    models: list[str] | None = Field(
+        default=None, description="The request's `model` must be one of these."
+    )
+    has_tools: bool | None = Field(
+        default=None, description="true: the request offers tools; false: it offers none."
+    )
+    json_response: bool | None = Field(
+        default=None,
+        description="true: the request asks for JSON output (`response_format` json_object or "
+        "json_schema); false: it does not.",
+    )
+
+
+class ClassSlo(ApiModel):
+    """Per-class service level objectives the guard enforces."""
+
+    min_acceptance_rate: float | None = Field(
+        default=None, ge=0, le=1, description="Lowest acceptable draft acceptance rate."
+    )
+    max_p95_ttft_seconds: float | None = Field(
+        default=None, gt=0, description="Highest acceptable p95 time to first token, seconds."
+    )
+    max_p95_tpot_seconds: float | None = Field(
+        default=None, gt=0, description="Highest acceptable p95 time per output token, seconds."
+    )
+    min_tool_call_validity: float | None = Field(
+        default=None, ge=0, le=1, description="Lowest acceptable share of valid tool calls."
+    )
+    min_structured_output_validity: float | None = Field(
+        default=None, ge=0, le=1, description="Lowest acceptable share of valid JSON outputs."
+    )
+
+
+class PromptClass(ApiModel):
+    """A kind of traffic judged on its own: acceptance, latency and quality per class."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=40,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Class name (lowercase, digits, dashes); the `class` metric label.",
+    )
+    match: ClassMatch | None = Field(
+        default=None, description="Which requests belong here, beyond the class header."
+    )
+    slo: ClassSlo | None = Field(default=None, description="This class's SLOs.")
+    critical: bool = Field(
+        default=False,
+        description="A critical class breaching its SLO is enough for the guard to act.",
+    )
+
+
+class AlertmanagerReceiver(ApiModel):
+    url: str | None = Field(
+        default=None, description="Alertmanager base URL, e.g. `http://alertmanager:9093`."
+    )
+    url_secret: SecretKeyRef | None = Field(
+        default=None, description="Secret key holding the Alertmanager URL (wins over url)."
+    )
+
+
+class AlertReceivers(ApiModel):
+    """Where the guard sends alerts, besides Kubernetes Events (always)."""
+
+    alertmanager: AlertmanagerReceiver | None = Field(
+        default=None, description="Alertmanager v2 API."
+    )
+    webhook_secret: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret key holding a webhook URL that receives Slack-compatible JSON.",
+    )
+
+
+class GuardSpec(ApiModel):
+    """How the guard judges speculation and new revisions."""
+
+    mode: GuardMode = Field(
+        default=GuardMode.AUTO,
+        description="`auto`: the guard switches speculation; `off`: speculation off; `on`: "
+        "speculation on, the guard only alerts.",
+    )
+    dry_run: bool = Field(default=False, description="Decide, record and alert, but never act.")
+    interval_seconds: int = Field(default=15, ge=5, le=3600, description="Evaluation interval.")
+    window_seconds: int = Field(
+        default=60, ge=10, le=86400, description="Lookback window of each evaluation."
+    )
+    min_draft_tokens: int = Field(
+        default=500, ge=1, description="Fewer drafted tokens in a window is inconclusive."
+    )
+    min_requests: int = Field(
+        default=20, ge=1, description="Fewer requests in a window is inconclusive."
+    )
+    consecutive_breaches: int = Field(
+        default=3, ge=1, le=100, description="Bad evaluations in a row before acting."
+    )
+    min_speedup: float = Field(
+        default=1.0,
+        ge=0.5,
+        le=10,
+        description="Speculation must beat plain decoding by this factor (traffic-weighted).",
+    )
+    release_margin: float = Field(
+        default=0.1,
+        ge=0,
+        le=5,
+        description="Hysteresis: a trial re-enable must reach minSpeedup + releaseMargin.",
+    )
+    cooldown_seconds: int = Field(
+        default=300, ge=0, description="Wait before a trial re-enable after the kill switch."
+    )
+    max_cooldown_seconds: int = Field(
+        default=3600, ge=0, description="Cap of the cooldown as it doubles on failed trials."
+    )
+    probation_seconds: int = Field(
+        default=600, ge=0, description="How long a new revision is judged against the last good."
+    )
+    max_actions_per_hour: int = Field(
+        default=6, ge=1, description="More actions latch speculation off (`Flapping`)."
+    )
+    blind_after_seconds: int = Field(
+        default=120, ge=0, description="No data for this long raises `MetricsBlind`."
+    )
+    alerts: AlertReceivers | None = Field(default=None, description="Alert receivers.")
+
+
+class GpuSpec(ApiModel):
+    count: int | None = Field(
+        default=None, ge=1, description="GPUs per pod. Defaults to model.tensorParallelSize."
+    )
+    resource_name: str = Field(
+        default="nvidia.com/gpu", description="Extended resource name of the GPU."
+    )
+    product: str | None = Field(
+        default=None,
+        description="GPU product to schedule on (node label `nvidia.com/gpu.product`, e.g. "
+        "`NVIDIA-H100-80GB-HBM3`). Checked against the weights format (NVFP4 needs Blackwell).",
+    )
+
+
+class PodSpec(ApiModel):
+    """How engine pods are scheduled and shaped."""
+
+    replicas: int = Field(default=1, ge=0, le=1000, description="Engine pods.")
+    gpu: GpuSpec = Field(default_factory=GpuSpec, description="GPUs per pod.")
+    node_selector: dict[str, str] | None = Field(default=None, description="Node selector.")
+    tolerations: list[FreeForm] | None = Field(
+        default=None,
+        description="Tolerations (Kubernetes Toleration objects).",
+        json_schema_extra={
+            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        },
+    )
+    affinity: FreeForm | None = Field(
+        default=None,
+        description="Affinity (Kubernetes Affinity object).",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    priority_class_name: str | None = Field(default=None, description="Priority class.")
+    resources: FreeForm | None = Field(
+        default=None,
+        description="Extra engine container resources (cpu, memory); GPUs come from `gpu`.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    annotations: dict[str, str] | None = Field(default=None, description="Pod annotations.")
+    shm_size_limit: str = Field(
+        default="16Gi", description="Size limit of the memory-backed /dev/shm."
+    )
+    termination_grace_period_seconds: int = Field(
+        default=120, ge=0, description="Time in-flight requests get to finish on shutdown."
+    )
+
+
+class MonitoringSpec(ApiModel):
+    service_monitor: bool = Field(
+        default=False, description="Render a ServiceMonitor (needs the Prometheus Operator)."
+    )
+
+
+class SpecModelSpec(ApiModel):
+    """A model served by vLLM or TensorRT-LLM, its speculation, its prompt classes and SLOs."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.engine.name != 'tensorrt-llm' || !has(self.speculative) || "
+                    "self.speculative.method in ['eagle3', 'mtp', 'ngram', 'draft_model']",
+                    "speculative.method is not available on tensorrt-llm: use eagle3 (Eagle3), "
+                    "mtp (MTP), ngram (NGram) or draft_model (DraftTarget)",
+                    ".speculative.method",
+                ),
+                cel(
+                    "!has(self.speculative) || !has(self.speculative.draftTensorParallelSize) || "
+                    "(self.engine.name == 'vllm' && "
+                    "(self.speculative.draftTensorParallelSize == 1 || "
+                    "self.speculative.draftTensorParallelSize == self.model.tensorParallelSize))",
+                    "speculative.draftTensorParallelSize must be 1 or model.tensorParallelSize, "
+                    "and is a vllm setting",
+                    ".speculative.draftTensorParallelSize",
+                ),
+                cel(
+                    "self.engine.name == 'vllm' || !has(self.speculative) || "
+                    "!has(self.speculative.depthSchedule)",
+                    "speculative.depthSchedule is a vllm setting; on tensorrt-llm use "
+                    "speculative.maxConcurrency",
+                    ".speculative.depthSchedule",
+                ),
+                cel(
+                    "self.engine.name == 'tensorrt-llm' || !has(self.speculative) || "
+                    "!has(self.speculative.maxConcurrency)",
+                    "speculative.maxConcurrency is a tensorrt-llm setting; on vllm use "
+                    "speculative.depthSchedule",
+                    ".speculative.maxConcurrency",
+                ),
+                cel(
+                    "!self.quantization.online || "
+                    "(self.engine.name == 'vllm' && self.quantization.weights == 'fp8')",
+                    "quantization.online works only on vllm with weights fp8; tensorrt-llm "
+                    "serves pre-quantized checkpoints",
+                    ".quantization.online",
+                ),
+                cel(
+                    "self.engine.name == 'vllm' || "
+                    "self.quantization.kvCacheDtype in ['auto', 'fp8']",
+                    "quantization.kvCacheDtype on tensorrt-llm must be auto or fp8",
+                    ".quantization.kvCacheDtype",
+                ),
+                cel(
+                    "!has(self.pod.gpu.count) || "
+                    "self.pod.gpu.count >= self.model.tensorParallelSize",
+                    "pod.gpu.count must be at least model.tensorParallelSize",
+                    ".pod.gpu.count",
+                ),
+                cel(
+                    "self.classes.exists(c, c.name == self.defaultClass)",
+                    "defaultClass must name one of classes",
+                    ".defaultClass",
+                ),
+            ]
+        }
+    )
+
+    engine: EngineSpec = Field(description="The inference engine.")
+    model: ModelSpec = Field(description="The model to serve.")
+    quantization: QuantizationSpec = Field(
+        default_factory=QuantizationSpec, description="Weights and KV-cache formats."
+    )
+    speculative: SpeculativeSpec | None = Field(
+        default=None, description="Speculative decoding; omit to serve without it."
+    )
+    classes: list[PromptClass] = Field(
+        default_factory=lambda: [PromptClass(name="default")],
+        min_length=1,
+        max_length=16,
+        description="Prompt classes, matched in order; acceptance and SLOs are per class.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    default_class: str = Field(default="default", description="Class of requests no rule matches.")
+    guard: GuardSpec = Field(default_factory=GuardSpec, description="The guard's settings.")
+    pod: PodSpec = Field(default_factory=PodSpec, description="Engine pods.")
+    monitoring: MonitoringSpec = Field(
+        default_factory=MonitoringSpec, description="Monitoring objects to render."
+    )

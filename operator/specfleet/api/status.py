@@ -1,0 +1,176 @@
+"""`SpecModel.status`: what the operator observed and decided. The operator owns it, not Git."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field
+
+from specfleet.api.base import ApiModel
+
+MAX_DECISIONS = 20
+MAX_REVISION_HISTORY = 10
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    SPECULATION_ACTIVE = "SpeculationActive"
+    ROLLED_BACK = "RolledBack"
+    METRICS_BLIND = "MetricsBlind"
+    FLAPPING = "Flapping"
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    PROGRESSING = "Progressing"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    INVALID = "Invalid"
+
+
+class KillSwitchState(StrEnum):
+    RELEASED = "released"
+    ENGAGED = "engaged"
+    TRIAL = "trial"
+
+
+class Condition(ApiModel):
+    """A standard Kubernetes condition (metav1.Condition)."""
+
+    type: str = Field(description="Condition type, e.g. Ready or SpeculationActive.")
+    status: str = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason, stable for tooling.")
+    message: str = Field(default="", description="Human-readable detail.")
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation the condition was computed from."
+    )
+    last_transition_time: str | None = Field(
+        default=None, description="When status last changed (RFC 3339)."
+    )
+
+
+class ServingPlanStatus(ApiModel):
+    """What runs: the active revision and whether speculation is on. Guard and kill switch act
+    only through this; the rendered Deployment follows from spec + plan."""
+
+    revision: int = Field(description="Active revision number.")
+    speculation: bool = Field(description="Whether the engine runs with its speculative config.")
+    reason: str = Field(default="", description="Why the plan is what it is.")
+
+
+class RevisionRecord(ApiModel):
+    """One distinct engine config. Its full config lives in a ControllerRevision."""
+
+    number: int = Field(description="Revision number, increasing.")
+    hash: str = Field(description="Hash of the engine config.")
+    generation: int | None = Field(
+        default=None, description="SpecModel generation that introduced it."
+    )
+    verdict: str = Field(
+        default="probation", description="`probation`, `good` or `bad` (rolled back)."
+    )
+    created: str | None = Field(default=None, description="When it was first seen.")
+
+
+class KillSwitchStatus(ApiModel):
+    state: KillSwitchState = Field(
+        default=KillSwitchState.RELEASED,
+        description="`released` (speculation as spec says), `engaged` (speculation off) or "
+        "`trial` (speculation re-enabled on probation).",
+    )
+    source: str = Field(default="", description="Who set it: `guard`, `annotation` or `spec`.")
+    since: str | None = Field(default=None, description="When the state was entered.")
+    reason: str = Field(default="", description="Why.")
+    failed_trials: int = Field(default=0, description="Trials that failed in a row (backoff).")
+    next_trial_after: str | None = Field(
+        default=None, description="Earliest time of the next trial re-enable."
+    )
+
+
+class ClassObservation(ApiModel):
+    """The latest window's numbers for one prompt class."""
+
+    name: str = Field(description="Class name.")
+    requests: float | None = Field(default=None, description="Requests in the window.")
+    draft_tokens: float | None = Field(default=None, description="Drafted tokens in the window.")
+    accepted_tokens: float | None = Field(default=None, description="Accepted draft tokens.")
+    acceptance_rate: float | None = Field(default=None, description="Accepted / drafted tokens.")
+    mean_acceptance_length: float | None = Field(
+        default=None, description="1 + accepted / verify steps."
+    )
+    p95_ttft_seconds: float | None = Field(default=None, description="p95 time to first token.")
+    p95_tpot_seconds: float | None = Field(default=None, description="p95 time per output token.")
+    tool_call_validity: float | None = Field(default=None, description="Valid tool-call share.")
+    expected_speedup: float | None = Field(
+        default=None, description="Modelled speedup of speculation for this class."
+    )
+    verdict: str = Field(default="inconclusive", description="good, bad or inconclusive.")
+
+
+class Decision(ApiModel):
+    """One guard or operator action, with the evidence that caused it."""
+
+    time: str = Field(description="When (RFC 3339).")
+    action: str = Field(description="e.g. kill_switch_engaged, rolled_back, alert.")
+    reason: str = Field(description="Stable CamelCase reason (also the Event reason).")
+    message: str = Field(default="", description="What happened, in words.")
+    evidence: dict[str, Any] | None = Field(
+        default=None,
+        description="The numbers behind the decision: values, thresholds, samples, window.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
+class ReplicaStatus(ApiModel):
+    desired: int = Field(default=0, description="Replicas the Deployment wants.")
+    updated: int = Field(default=0, description="Replicas on the current pod template.")
+    ready: int = Field(default=0, description="Ready replicas.")
+    available: int = Field(default=0, description="Available replicas.")
+
+
+class SpecModelStatus(ApiModel):
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation this status describes."
+    )
+    phase: Phase | None = Field(default=None, description="Summary state.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Progressing, Degraded, SpeculationActive, RolledBack, MetricsBlind.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    speculation: str | None = Field(
+        default=None, description="Declared speculation as `method/k`, or `none`."
+    )
+    speculation_active: bool | None = Field(
+        default=None, description="Whether pods run with speculation now."
+    )
+    acceptance: str | None = Field(
+        default=None, description="Traffic-weighted acceptance rate of the last window."
+    )
+    serving_plan: ServingPlanStatus | None = Field(default=None, description="What runs.")
+    desired_revision: int | None = Field(default=None, description="Revision spec asks for.")
+    active_revision: int | None = Field(default=None, description="Revision being served.")
+    last_good_revision: int | None = Field(
+        default=None, description="Newest revision that passed probation."
+    )
+    revisions: list[RevisionRecord] = Field(
+        default_factory=list,
+        max_length=MAX_REVISION_HISTORY,
+        description="Recent revisions, newest last.",
+    )
+    kill_switch: KillSwitchStatus | None = Field(default=None, description="Kill switch.")
+    retry_token: str | None = Field(
+        default=None, description="Last `specfleet.dev/retry` value acted on."
+    )
+    replicas: ReplicaStatus | None = Field(default=None, description="Rollout progress.")
+    classes: list[ClassObservation] = Field(
+        default_factory=list, description="Per-class observations of the last window."
+    )
+    decisions: list[Decision] = Field(
+        default_factory=list,
+        max_length=MAX_DECISIONS,
+        description="Recent decisions, newest last.",
+    )

@@ -1,0 +1,108 @@
+"""Parses and validates a SpecModel the way the API server will, plus the rules CEL cannot say.
+
+The CEL rules live once, in the models (and so in the CRD); here the same rules run with
+cel-python over the CRD schema, so `specfleet render` and the operator reject exactly what
+admission would, with the same messages, naming the field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import celpy
+from celpy.adapter import json_to_cel
+from pydantic import ValidationError
+
+from specfleet.api.crd import Schema, spec_schema
+from specfleet.api.model import SpecModel
+
+FP4_FORMATS = ("nvfp4", "mxfp4")
+BLACKWELL = re.compile(r"(^|[^A-Z0-9])G?B[123]\d\d|BLACKWELL|RTX-?50\d\d", re.IGNORECASE)
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+@dataclass(frozen=True)
+class FieldError:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class InvalidSpecModel(ValueError):
+    """The SpecModel cannot be served; every error names its field."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(str(e) for e in errors))
+
+
+def parse_specmodel(document: dict[str, Any]) -> SpecModel:
+    """A validated SpecModel, or InvalidSpecModel listing every problem."""
+    try:
+        specmodel = SpecModel.model_validate(document)
+    except ValidationError as exc:
+        raise InvalidSpecModel([_pydantic_error(e) for e in exc.errors()]) from None
+    errors = list(cel_errors(spec_schema(), specmodel.spec.to_wire(), "spec"))
+    errors += gpu_errors(specmodel)
+    if errors:
+        raise InvalidSpecModel(errors)
+    return specmodel
+
+
+def _pydantic_error(error: Any) -> FieldError:
+    path = ""
+    for part in error["loc"]:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        message = "unknown field; remove it or check its spelling (fields are camelCase)"
+    return FieldError(path or "(root)", message)
+
+
+def cel_errors(schema: Schema, value: Any, path: str) -> Iterator[FieldError]:
+    """Evaluates every x-kubernetes-validations rule in `schema` against `value`."""
+    for rule in schema.get("x-kubernetes-validations", []):
+        if not _holds(rule["rule"], value):
+            yield FieldError(path + rule.get("fieldPath", ""), rule["message"])
+    if isinstance(value, dict):
+        for name, sub in schema.get("properties", {}).items():
+            if name in value:
+                yield from cel_errors(sub, value[name], f"{path}.{name}")
+    elif isinstance(value, list) and "items" in schema:
+        for index, item in enumerate(value):
+            yield from cel_errors(schema["items"], item, f"{path}[{index}]")
+
+
+def _holds(rule: str, value: Any) -> bool:
+    result = _program(rule).evaluate({"self": json_to_cel(value)})
+    return result is True or (isinstance(result, celpy.celtypes.BoolType) and bool(result))
+
+
+@cache
+def _program(rule: str) -> Any:
+    environment = celpy.Environment()
+    return environment.program(environment.compile(rule))
+
+
+def gpu_errors(specmodel: SpecModel) -> list[FieldError]:
+    """FP4 weights need Blackwell; a product label the user gave that is not Blackwell fails."""
+    spec = specmodel.spec
+    if spec.quantization.weights not in FP4_FORMATS:
+        return []
+    selector = spec.pod.node_selector or {}
+    product = spec.pod.gpu.product or selector.get(GPU_PRODUCT_LABEL)
+    if product is None or BLACKWELL.search(product):
+        return []
+    return [
+        FieldError(
+            "spec.quantization.weights",
+            f"{spec.quantization.weights} weights need a Blackwell GPU (B200, GB200, ...) but "
+            f"the pods are placed on {product}; use fp8 or awq weights, or Blackwell nodes",
+        )
+    ]

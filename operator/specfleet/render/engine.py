@@ -1,0 +1,21 @@
+"""What an engine module hands the workload renderer: how to launch and probe the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ENGINE_PORT = 8000
+MODEL_CACHE_PATH = "/models-cache"
+ENGINE_CONFIG_PATH = "/etc/specfleet/engine"
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    image: str
+    command: list[str] | None
+    args: list[str]
+    env: list[dict[str, object]]
+    config_files: dict[str, str] = field(default_factory=dict)
+    """Files for the `<name>-engine` ConfigMap, mounted at ENGINE_CONFIG_PATH."""
+    readiness_path: str = "/health"
+    metrics_path: str = "/metrics"

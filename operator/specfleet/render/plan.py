@@ -1,0 +1,40 @@
+"""The serving plan: what runs. It comes from status (the guard and the kill switch write it),
+never from spec, so the operator changes what runs without touching what Git declares."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from pydantic import Field
+
+from specfleet.api.base import ApiModel
+from specfleet.api.model import EngineConfig
+
+DEFAULT_GATEWAY_IMAGE = "ghcr.io/specfleet/specfleet:0.1.0"
+
+
+class ServingPlan(ApiModel):
+    """Which revision is active and whether speculation is on."""
+
+    revision: int = Field(default=1, ge=1, description="Active revision number.")
+    speculation: bool = Field(default=True, description="Run the speculative config, if any.")
+    engine_config: EngineConfig | None = Field(
+        default=None,
+        description="The active revision's engine config; omitted means the spec's own.",
+    )
+
+
+@dataclass(frozen=True)
+class RenderSettings:
+    """Operator-wide settings that shape every SpecModel's children."""
+
+    gateway_image: str = DEFAULT_GATEWAY_IMAGE
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+def revision_hash(config: EngineConfig) -> str:
+    """Stable across runs and dict orderings: sorted keys, defaults filled in."""
+    canonical = json.dumps(config.canonical(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:10]

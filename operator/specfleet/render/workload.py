@@ -1,0 +1,360 @@
+"""The Kubernetes objects of one SpecModel: Deployment (engine + gateway sidecar), Service,
+ConfigMaps, PodDisruptionBudget and an optional ServiceMonitor. Pure: data in, data out."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from specfleet.api.gateway import GatewayConfig
+from specfleet.api.model import EngineConfig, SpecModel
+from specfleet.api.spec import PodSpec
+from specfleet.render.engine import ENGINE_CONFIG_PATH, ENGINE_PORT, MODEL_CACHE_PATH, EngineLaunch
+from specfleet.render.plan import RenderSettings, ServingPlan
+
+Manifest = dict[str, Any]
+
+GATEWAY_PORT = 8080
+GATEWAY_METRICS_PORT = 9090
+GATEWAY_CONFIG_PATH = "/etc/specfleet/gateway"
+STARTUP_BUDGET_SECONDS = 1800
+REVISION_LABEL = "specfleet.dev/revision"
+SPECULATION_LABEL = "specfleet.dev/speculation"
+ENGINE_METRICS_PATH_ANNOTATION = "specfleet.dev/engine-metrics-path"
+ENGINE_CONFIG_HASH_ANNOTATION = "specfleet.dev/engine-config-hash"
+REVISION_HASH_ANNOTATION = "specfleet.dev/revision-hash"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Everything the workload renderer needs, resolved."""
+
+    specmodel: SpecModel
+    plan: ServingPlan
+    config: EngineConfig
+    """The active revision's engine config."""
+    revision_hash: str
+    launch: EngineLaunch
+    settings: RenderSettings
+
+    @property
+    def name(self) -> str:
+        return self.specmodel.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.specmodel.metadata.namespace
+
+    def selector(self) -> dict[str, str]:
+        return {
+            "app.kubernetes.io/name": "specfleet-engine",
+            "app.kubernetes.io/instance": self.name,
+        }
+
+    def labels(self) -> dict[str, str]:
+        return {
+            **self.settings.extra_labels,
+            **self.selector(),
+            "app.kubernetes.io/managed-by": "specfleet",
+        }
+
+    def pod_labels(self) -> dict[str, str]:
+        speculation = self.plan.speculation and self.config.speculative is not None
+        return {
+            **self.labels(),
+            REVISION_LABEL: str(self.plan.revision),
+            SPECULATION_LABEL: "on" if speculation else "off",
+        }
+
+    def metadata(self, name: str) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "namespace": self.namespace, "labels": self.labels()}
+        uid = self.specmodel.metadata.uid
+        if uid:
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": self.specmodel.api_version,
+                    "kind": self.specmodel.kind,
+                    "name": self.name,
+                    "uid": uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ]
+        return meta
+
+
+def manifests(workload: Workload) -> list[Manifest]:
+    objects = [gateway_configmap(workload)]
+    if workload.launch.config_files:
+        objects.append(engine_configmap(workload))
+    objects += [deployment(workload), service(workload)]
+    if workload.specmodel.spec.pod.replicas >= 2:
+        objects.append(pod_disruption_budget(workload))
+    if workload.specmodel.spec.monitoring.service_monitor:
+        objects.append(service_monitor(workload))
+    return objects
+
+
+def gateway_configmap(workload: Workload) -> Manifest:
+    config = GatewayConfig.from_specmodel(workload.specmodel).to_wire()
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": workload.metadata(f"{workload.name}-gateway"),
+        "data": {"gateway.yaml": yaml.safe_dump(config, sort_keys=True)},
+    }
+
+
+def engine_configmap(workload: Workload) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": workload.metadata(f"{workload.name}-engine"),
+        "data": dict(workload.launch.config_files),
+    }
+
+
+def deployment(workload: Workload) -> Manifest:
+    pod = workload.specmodel.spec.pod
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": workload.metadata(workload.name),
+        "spec": {
+            "replicas": pod.replicas,
+            "revisionHistoryLimit": 3,
+            "progressDeadlineSeconds": STARTUP_BUDGET_SECONDS + 600,
+            "selector": {"matchLabels": workload.selector()},
+            # maxUnavailable 0: a kill-switch flip or rollback never drops serving capacity.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+            },
+            "template": {
+                "metadata": {
+                    "labels": workload.pod_labels(),
+                    "annotations": pod_annotations(workload),
+                },
+                "spec": pod_spec(workload),
+            },
+        },
+    }
+
+
+def pod_annotations(workload: Workload) -> dict[str, str]:
+    annotations = dict(workload.specmodel.spec.pod.annotations or {})
+    annotations[REVISION_HASH_ANNOTATION] = workload.revision_hash
+    annotations[ENGINE_METRICS_PATH_ANNOTATION] = workload.launch.metrics_path
+    if workload.launch.config_files:
+        files = yaml.safe_dump(workload.launch.config_files, sort_keys=True)
+        annotations[ENGINE_CONFIG_HASH_ANNOTATION] = hashlib.sha256(files.encode()).hexdigest()[:16]
+    return annotations
+
+
+def pod_spec(workload: Workload) -> dict[str, Any]:
+    pod = workload.specmodel.spec.pod
+    spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": pod.termination_grace_period_seconds,
+        "containers": [engine_container(workload), gateway_container(workload)],
+        "volumes": volumes(workload),
+        "tolerations": [
+            {"key": pod.gpu.resource_name, "operator": "Exists", "effect": "NoSchedule"},
+            *(pod.tolerations or []),
+        ],
+    }
+    node_selector = node_selector_of(pod)
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if pod.affinity:
+        spec["affinity"] = pod.affinity
+    if pod.priority_class_name:
+        spec["priorityClassName"] = pod.priority_class_name
+    return spec
+
+
+def node_selector_of(pod: PodSpec) -> dict[str, str]:
+    selector = dict(pod.node_selector or {})
+    if pod.gpu.product:
+        selector["nvidia.com/gpu.product"] = pod.gpu.product
+    return selector
+
+
+def engine_container(workload: Workload) -> dict[str, Any]:
+    launch = workload.launch
+    container: dict[str, Any] = {"name": "engine", "image": launch.image}
+    if launch.command:
+        container["command"] = launch.command
+    container |= {
+        "args": launch.args,
+        "env": engine_env(workload),
+        "ports": [{"name": "engine", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
+        "resources": engine_resources(workload),
+        "volumeMounts": engine_mounts(workload),
+        "startupProbe": http_probe("/health", period=10, failures=STARTUP_BUDGET_SECONDS // 10),
+        "readinessProbe": http_probe(launch.readiness_path, period=5, failures=3, timeout=5),
+        "livenessProbe": http_probe("/health", period=15, failures=4, timeout=5),
+        # Give endpoints time to drop the pod before the engine stops taking requests.
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", "10"]}}},
+    }
+    return container
+
+
+def http_probe(path: str, period: int, failures: int, timeout: int = 3) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "engine"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout,
+    }
+
+
+def engine_env(workload: Workload) -> list[dict[str, Any]]:
+    model = workload.config.model
+    env: list[dict[str, Any]] = []
+    if model.cache:
+        env.append({"name": "HF_HOME", "value": f"{MODEL_CACHE_PATH}/hf"})
+    if model.hf_token_secret:
+        ref = {"name": model.hf_token_secret.name, "key": model.hf_token_secret.key}
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
+    return env + list(workload.launch.env) + list(workload.config.engine.extra_env)
+
+
+def engine_resources(workload: Workload) -> dict[str, Any]:
+    pod = workload.specmodel.spec.pod
+    gpus = str(pod.gpu.count or workload.config.model.tensor_parallel_size)
+    extra = pod.resources or {}
+    return {
+        "requests": {**extra.get("requests", {}), pod.gpu.resource_name: gpus},
+        "limits": {**extra.get("limits", {}), pod.gpu.resource_name: gpus},
+    }
+
+
+def engine_mounts(workload: Workload) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    if workload.config.model.cache:
+        mounts.append({"name": "model-cache", "mountPath": MODEL_CACHE_PATH})
+    if workload.launch.config_files:
+        mounts.append({"name": "engine-config", "mountPath": ENGINE_CONFIG_PATH, "readOnly": True})
+    return mounts
+
+
+def volumes(workload: Workload) -> list[dict[str, Any]]:
+    pod = workload.specmodel.spec.pod
+    result: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": pod.shm_size_limit}},
+        {"name": "gateway-config", "configMap": {"name": f"{workload.name}-gateway"}},
+    ]
+    cache = workload.config.model.cache
+    if cache and cache.persistent_volume_claim:
+        claim = {"claimName": cache.persistent_volume_claim}
+        result.append({"name": "model-cache", "persistentVolumeClaim": claim})
+    elif cache:
+        result.append(
+            {"name": "model-cache", "emptyDir": {"sizeLimit": cache.empty_dir_size_limit}}
+        )
+    if workload.launch.config_files:
+        engine_cm = {"name": f"{workload.name}-engine"}
+        result.append({"name": "engine-config", "configMap": engine_cm})
+    return result
+
+
+def gateway_container(workload: Workload) -> dict[str, Any]:
+    return {
+        "name": "gateway",
+        "image": workload.settings.gateway_image,
+        "args": [
+            "gateway",
+            "--upstream",
+            f"http://127.0.0.1:{ENGINE_PORT}",
+            "--listen",
+            f"0.0.0.0:{GATEWAY_PORT}",
+            "--metrics-listen",
+            f"0.0.0.0:{GATEWAY_METRICS_PORT}",
+            "--config",
+            f"{GATEWAY_CONFIG_PATH}/gateway.yaml",
+        ],
+        "ports": [
+            {"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": GATEWAY_METRICS_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": {
+            "httpGet": {"path": "/healthz", "port": "metrics"},
+            "periodSeconds": 5,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "metrics"},
+            "periodSeconds": 15,
+            "failureThreshold": 4,
+        },
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "128Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "gateway-config", "mountPath": GATEWAY_CONFIG_PATH, "readOnly": True}
+        ],
+    }
+
+
+def service(workload: Workload) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": workload.metadata(workload.name),
+        "spec": {
+            "selector": workload.selector(),
+            "ports": [
+                {"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"},
+                {"name": "metrics", "port": GATEWAY_METRICS_PORT, "targetPort": "metrics"},
+                {"name": "engine-metrics", "port": ENGINE_PORT, "targetPort": "engine"},
+            ],
+        },
+    }
+
+
+def pod_disruption_budget(workload: Workload) -> Manifest:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": workload.metadata(workload.name),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": workload.selector()}},
+    }
+
+
+def service_monitor(workload: Workload) -> Manifest:
+    relabel = [
+        {"sourceLabels": [f"__meta_kubernetes_pod_label_{label}"], "targetLabel": target}
+        for label, target in (
+            ("app_kubernetes_io_instance", "specmodel"),
+            ("specfleet_dev_revision", "revision"),
+            ("specfleet_dev_speculation", "speculation"),
+        )
+    ]
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": workload.metadata(workload.name),
+        "spec": {
+            "selector": {"matchLabels": workload.selector()},
+            "endpoints": [
+                {"port": "metrics", "interval": "15s", "relabelings": relabel},
+                {
+                    "port": "engine-metrics",
+                    "path": workload.launch.metrics_path,
+                    "interval": "15s",
+                    "relabelings": relabel,
+                },
+            ],
+        },
+    }

@@ -1,0 +1,45 @@
+"""YAML in and out, the way people read it: multi-line strings as literal blocks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump(document: Any) -> str:
+    return yaml.dump(document, Dumper=_Dumper, sort_keys=False, width=100)
+
+
+def dump_all(documents: Iterable[Any]) -> str:
+    return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False, width=100)
+
+
+class YamlError(ValueError):
+    pass
+
+
+def load_documents(path: Path) -> list[dict[str, Any]]:
+    """Every non-empty document of a YAML file; each must be a mapping."""
+    try:
+        documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    except (OSError, yaml.YAMLError) as exc:
+        raise YamlError(f"{path}: {exc}") from None
+    for index, document in enumerate(documents):
+        if not isinstance(document, dict):
+            raise YamlError(f"{path}: document {index + 1} is not a mapping")
+    return documents
