@@ -12,7 +12,9 @@ from specfleet.api.spec import TRTLLM_IMAGE, SpeculativeSpec
 from specfleet.render.engine import ENGINE_CONFIG_PATH, ENGINE_PORT, EngineLaunch
 
 OPTIONS_FILE = "llm_api.yaml"
-DECODING_TYPE = {"eagle3": "Eagle3", "mtp": "MTP", "ngram": "NGram", "draft_model": "DraftTarget"}
+# `Eagle` with `eagle3_one_model` is EAGLE-3 on the PyTorch backend in 1.1 and 1.2 alike (newer
+# builds also spell it `Eagle3`); `speculative_model_dir` is accepted by both parsers.
+DECODING_TYPE = {"eagle3": "Eagle", "mtp": "MTP", "ngram": "NGram", "draft_model": "DraftTarget"}
 
 
 def launch(config: EngineConfig, served_name: str, speculation: bool) -> EngineLaunch:
@@ -44,8 +46,8 @@ def args(config: EngineConfig) -> list[str]:
 
 
 def llm_api_options(config: EngineConfig, speculation: bool) -> dict[str, Any]:
-    """The YAML replaces, not merges, what the CLI set for the same key, so the KV-cache
-    fraction is repeated inside kv_cache_config."""
+    """Top-level YAML keys replace what the CLI set, and releases before the kv_cache_config
+    deep merge drop the CLI's KV fraction, so the fraction is repeated inside kv_cache_config."""
     kv_cache: dict[str, Any] = {"free_gpu_memory_fraction": config.engine.gpu_memory_fraction}
     if config.quantization.kv_cache_dtype != "auto":
         kv_cache["dtype"] = "fp8"
@@ -65,9 +67,14 @@ def speculative_config(spec: SpeculativeSpec) -> dict[str, Any]:
         "max_draft_len": spec.num_speculative_tokens,
     }
     if spec.draft_model:
-        out["speculative_model"] = spec.draft_model
+        out["speculative_model_dir"] = spec.draft_model
     if spec.max_concurrency:
         out["max_concurrency"] = spec.max_concurrency
+    if spec.method == "eagle3":
+        out["eagle3_one_model"] = True
+    if spec.method == "mtp":
+        # MTP's depth is its number of next-token layers; max_draft_len follows it.
+        out["num_nextn_predict_layers"] = spec.num_speculative_tokens
     if spec.method == "ngram":
         out["max_matching_ngram_size"] = spec.ngram.max_match if spec.ngram else 4
     return out | (spec.engine_options or {})

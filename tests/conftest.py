@@ -1,0 +1,40 @@
+"""Shared test helpers: examples, a valid base SpecModel, deep merge."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+INVALID_CASES = yaml.safe_load((ROOT / "tests/data/invalid_specmodels.yaml").read_text())
+
+
+def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def specmodel_doc(**spec: Any) -> dict[str, Any]:
+    """A minimal valid SpecModel document, with `spec` merged over it."""
+    base = {
+        "apiVersion": "specfleet.dev/v1alpha1",
+        "kind": "SpecModel",
+        "metadata": {"name": "m", "namespace": "ns", "uid": "uid-1", "generation": 1},
+        "spec": {"engine": {"name": "vllm"}, "model": {"source": "org/model"}},
+    }
+    return merge(base, {"spec": spec})
+
+
+@pytest.fixture
+def doc() -> dict[str, Any]:
+    return specmodel_doc()

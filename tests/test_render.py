@@ -1,0 +1,316 @@
+"""Renderer behaviour: real engine flags, speculation on/off, revisions, safe rollouts."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import EXAMPLES, ROOT, specmodel_doc
+from specfleet.api import EngineConfig, parse_specmodel
+from specfleet.render import ServingPlan, render, revision_hash
+from specfleet.render.trtllm import OPTIONS_FILE
+
+VLLM_FLAGS = {
+    line.strip()
+    for line in (ROOT / "tests/data/vllm-0.33.0-flags.txt").read_text().splitlines()
+    if line.startswith("--")
+}
+SHARED_FLAGS = ROOT.parent / "shared/reference/vllm-0.33.0-flags.txt"
+TRTLLM_KEYS = yaml.safe_load((ROOT / "tests/data/trtllm-1.2.1-llm-api-keys.yaml").read_text())
+
+
+def by_kind(manifests: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [m for m in manifests if m["kind"] == kind]
+
+
+def container(manifests: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    [deployment] = by_kind(manifests, "Deployment")
+    [found] = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    return found
+
+
+def all_specmodels() -> list[Any]:
+    return [parse_specmodel(yaml.safe_load(p.read_text())) for p in EXAMPLES]
+
+
+def test_flag_list_copy_matches_shared_reference() -> None:
+    if not SHARED_FLAGS.exists():
+        pytest.skip("../shared/reference is not beside this checkout")
+    assert SHARED_FLAGS.read_text() == (ROOT / "tests/data/vllm-0.33.0-flags.txt").read_text()
+
+
+@pytest.mark.parametrize("speculation", [True, False])
+def test_every_vllm_flag_exists_in_0_33_0(speculation: bool) -> None:
+    docs = [specmodel_doc(**spec) for spec in VLLM_VARIANTS]
+    for specmodel in [*all_specmodels(), *map(parse_specmodel, docs)]:
+        if specmodel.spec.engine.name != "vllm":
+            continue
+        args = container(render(specmodel, ServingPlan(speculation=speculation)), "engine")["args"]
+        flags = {a for a in args if a.startswith("--")}
+        assert flags <= VLLM_FLAGS, flags - VLLM_FLAGS
+        assert "--disable-log-stats" not in flags
+
+
+VLLM_VARIANTS: list[dict[str, Any]] = [
+    {
+        "model": {
+            "source": "m",
+            "revision": "v2",
+            "maxModelLen": 4096,
+            "trustRemoteCode": True,
+            "toolCallParser": "hermes",
+        },
+        "quantization": {"weights": "fp8", "online": True, "kvCacheDtype": "fp8_e5m2"},
+        "speculative": {"method": "ngram", "ngram": {"minMatch": 2, "maxMatch": 3}},
+    },
+    {
+        "speculative": {
+            "method": "draft_model",
+            "draftModel": "d",
+            "draftTensorParallelSize": 1,
+            "depthSchedule": [{"minBatchSize": 1, "maxBatchSize": 4, "numSpeculativeTokens": 3}],
+        }
+    },
+]
+
+
+def test_vllm_speculation_on_renders_config_and_per_request_metrics() -> None:
+    specmodel = parse_specmodel(
+        specmodel_doc(
+            speculative={"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": 5}
+        )
+    )
+    args = container(render(specmodel), "engine")["args"]
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert config == {"method": "eagle3", "model": "d", "num_speculative_tokens": 5}
+    assert args[args.index("--per-request-spec-decode-metrics") + 1] == "summary"
+    assert args[0] == "org/model" and "serve" not in args
+
+
+def test_vllm_speculation_off_has_no_speculative_config_at_all() -> None:
+    specmodel = parse_specmodel(specmodel_doc(speculative={"method": "eagle3", "draftModel": "d"}))
+    manifests = render(specmodel, ServingPlan(speculation=False))
+    args = container(manifests, "engine")["args"]
+    assert not any("specul" in a or "spec-decode" in a for a in args)
+    labels = by_kind(manifests, "Deployment")[0]["spec"]["template"]["metadata"]["labels"]
+    assert labels["specfleet.dev/speculation"] == "off"
+
+
+def test_vllm_depth_schedule_and_engine_options() -> None:
+    specmodel = parse_specmodel(
+        specmodel_doc(
+            speculative={
+                "method": "draft_model",
+                "draftModel": "d",
+                "depthSchedule": [
+                    {"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 4},
+                    {"minBatchSize": 9, "maxBatchSize": 64, "numSpeculativeTokens": 0},
+                ],
+                "engineOptions": {"draft_sample_method": "greedy"},
+            }
+        )
+    )
+    args = container(render(specmodel), "engine")["args"]
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 8, 4], [9, 64, 0]]
+    assert config["draft_sample_method"] == "greedy"
+
+
+def trtllm_options(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    [configmap] = [m for m in manifests if m["metadata"]["name"].endswith("-engine")]
+    options: dict[str, Any] = yaml.safe_load(configmap["data"][OPTIONS_FILE])
+    return options
+
+
+@pytest.mark.parametrize(
+    ("method", "decoding_type"),
+    [("eagle3", "Eagle"), ("mtp", "MTP"), ("ngram", "NGram"), ("draft_model", "DraftTarget")],
+)
+def test_trtllm_speculative_config_per_method(method: str, decoding_type: str) -> None:
+    speculative: dict[str, Any] = {"method": method, "numSpeculativeTokens": 3}
+    if method in ("eagle3", "draft_model"):
+        speculative["draftModel"] = "d"
+    specmodel = parse_specmodel(
+        specmodel_doc(engine={"name": "tensorrt-llm"}, speculative=speculative)
+    )
+    options = trtllm_options(render(specmodel))
+    assert options["speculative_config"]["decoding_type"] == decoding_type
+    assert options["speculative_config"]["max_draft_len"] == 3
+    assert options["return_perf_metrics"] is True
+    assert options["enable_iter_perf_stats"] is True
+
+
+def test_trtllm_command_is_explicit_and_listens_on_all_interfaces() -> None:
+    specmodel = parse_specmodel(specmodel_doc(engine={"name": "tensorrt-llm"}))
+    engine = container(render(specmodel), "engine")
+    argv = engine["command"] + engine["args"]
+    assert argv[:2] == ["trtllm-serve", "org/model"]
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
+    for flag in ("--max_batch_size", "--max_num_tokens", "--kv_cache_free_gpu_memory_fraction"):
+        assert flag in argv
+    assert argv[argv.index("--extra_llm_api_options") + 1] == "/etc/specfleet/engine/llm_api.yaml"
+
+
+def test_trtllm_cli_flags_are_real() -> None:
+    for specmodel in all_specmodels():
+        if specmodel.spec.engine.name != "tensorrt-llm":
+            continue
+        engine = container(render(specmodel), "engine")
+        flags = {a for a in engine["args"] if a.startswith("--")}
+        assert flags <= set(TRTLLM_KEYS["serve_flags"]), flags - set(TRTLLM_KEYS["serve_flags"])
+
+
+def _keys_allowed(options: dict[str, Any], allowed: dict[str, Any], path: str = "") -> None:
+    for key, value in options.items():
+        assert key in allowed, f"{path}{key} is not a TensorRT-LLM 1.2.1 LLM API key"
+        if isinstance(value, dict) and isinstance(allowed[key], dict):
+            _keys_allowed(value, allowed[key], f"{path}{key}.")
+
+
+@pytest.mark.parametrize("speculation", [True, False])
+def test_trtllm_yaml_keys_are_accepted_by_1_2_1(speculation: bool) -> None:
+    for method in ("eagle3", "mtp", "ngram", "draft_model"):
+        speculative: dict[str, Any] = {"method": method, "maxConcurrency": 16}
+        if method in ("eagle3", "draft_model"):
+            speculative["draftModel"] = "d"
+        doc = specmodel_doc(
+            engine={"name": "tensorrt-llm"},
+            quantization={"kvCacheDtype": "fp8"},
+            speculative=speculative,
+        )
+        options = trtllm_options(render(parse_specmodel(doc), ServingPlan(speculation=speculation)))
+        allowed = dict(TRTLLM_KEYS["llm_args"])
+        allowed["speculative_config"] = TRTLLM_KEYS["speculative_config"][method]
+        _keys_allowed(options, allowed)
+        assert ("speculative_config" in options) == speculation
+
+
+def test_trtllm_kv_cache_fp8() -> None:
+    doc = specmodel_doc(engine={"name": "tensorrt-llm"}, quantization={"kvCacheDtype": "fp8"})
+    assert trtllm_options(render(parse_specmodel(doc)))["kv_cache_config"]["dtype"] == "fp8"
+
+
+PINNED_HASH = "27c7ce1264"
+
+
+def test_revision_hash_stable_across_key_order_and_explicit_defaults() -> None:
+    doc = specmodel_doc(speculative={"method": "eagle3", "draftModel": "d"})
+    config = parse_specmodel(doc).engine_config()
+    wire = config.canonical()
+    shuffled = dict(random.Random(7).sample(sorted(wire.items()), len(wire)))
+    assert revision_hash(EngineConfig.model_validate(shuffled)) == revision_hash(config)
+    explicit = specmodel_doc(
+        speculative={"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": 4},
+        quantization={"weights": "none", "kvCacheDtype": "auto"},
+    )
+    assert revision_hash(parse_specmodel(explicit).engine_config()) == revision_hash(config)
+    # Pinned: a changed hash re-rolls every fleet on operator upgrade. Change it deliberately.
+    assert revision_hash(config) == PINNED_HASH
+
+
+def test_revision_ignores_non_engine_fields_but_not_engine_fields() -> None:
+    base = parse_specmodel(specmodel_doc()).engine_config()
+    replicas = parse_specmodel(specmodel_doc(pod={"replicas": 5})).engine_config()
+    quant = parse_specmodel(specmodel_doc(quantization={"kvCacheDtype": "fp8"})).engine_config()
+    assert revision_hash(base) == revision_hash(replicas)
+    assert revision_hash(base) != revision_hash(quant)
+
+
+def test_rollback_plan_serves_the_old_config_with_the_current_classes() -> None:
+    old = parse_specmodel(specmodel_doc(quantization={"weights": "none"}))
+    new = parse_specmodel(
+        specmodel_doc(
+            quantization={"weights": "fp8", "online": True},
+            classes=[{"name": "code"}],
+            defaultClass="code",
+        )
+    )
+    plan = ServingPlan(revision=1, engine_config=old.engine_config())
+    manifests = render(new, plan)
+    args = container(manifests, "engine")["args"]
+    assert "--quantization" not in args
+    template = by_kind(manifests, "Deployment")[0]["spec"]["template"]
+    assert template["metadata"]["labels"]["specfleet.dev/revision"] == "1"
+    gateway = yaml.safe_load(by_kind(manifests, "ConfigMap")[0]["data"]["gateway.yaml"])
+    assert [c["name"] for c in gateway["classes"]] == ["code"]
+
+
+def test_zero_downtime_rollout_and_stable_selector() -> None:
+    specmodel = parse_specmodel(specmodel_doc(speculative={"method": "ngram"}))
+    on = by_kind(render(specmodel), "Deployment")[0]
+    off = by_kind(render(specmodel, ServingPlan(speculation=False)), "Deployment")[0]
+    assert on["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert on["spec"]["selector"] == off["spec"]["selector"]
+    selector = on["spec"]["selector"]["matchLabels"]
+    assert "specfleet.dev/revision" not in selector
+    assert selector.items() <= on["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_children_are_owned_and_labelled() -> None:
+    manifests = render(parse_specmodel(specmodel_doc()))
+    for manifest in manifests:
+        [owner] = manifest["metadata"]["ownerReferences"]
+        assert owner["uid"] == "uid-1" and owner["controller"] is True
+        assert manifest["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "specfleet"
+        assert manifest["metadata"]["namespace"] == "ns"
+
+
+def test_pod_gets_gpus_shm_cache_token_and_probes() -> None:
+    doc = specmodel_doc(
+        model={
+            "source": "m",
+            "tensorParallelSize": 2,
+            "hfTokenSecret": {"name": "hf", "key": "token"},
+            "cache": {"persistentVolumeClaim": "cache"},
+        },
+        pod={"gpu": {"product": "NVIDIA-H100-80GB-HBM3"}, "resources": {"requests": {"cpu": "4"}}},
+    )
+    manifests = render(parse_specmodel(doc))
+    engine = container(manifests, "engine")
+    assert engine["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert engine["resources"]["requests"] == {"cpu": "4", "nvidia.com/gpu": "2"}
+    mounts = {m["mountPath"] for m in engine["volumeMounts"]}
+    assert {"/dev/shm", "/models-cache"} <= mounts
+    env = {e["name"]: e for e in engine["env"]}
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf", "key": "token"}
+    assert env["HF_HOME"]["value"] == "/models-cache/hf"
+    assert (
+        engine["startupProbe"]["failureThreshold"] * engine["startupProbe"]["periodSeconds"] >= 600
+    )
+    pod = by_kind(manifests, "Deployment")[0]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"]["medium"] == "Memory"
+
+
+def test_gateway_sidecar_is_locked_down_and_the_service_targets_it() -> None:
+    manifests = render(parse_specmodel(specmodel_doc()))
+    gateway = container(manifests, "gateway")
+    assert gateway["securityContext"]["runAsNonRoot"] is True
+    assert gateway["securityContext"]["readOnlyRootFilesystem"] is True
+    [svc] = by_kind(manifests, "Service")
+    http = next(p for p in svc["spec"]["ports"] if p["name"] == "http")
+    assert http["targetPort"] == "http"
+
+
+@pytest.mark.parametrize(("replicas", "pdb"), [(1, False), (2, True)])
+def test_pdb_only_when_a_pod_can_be_spared(replicas: int, pdb: bool) -> None:
+    manifests = render(parse_specmodel(specmodel_doc(pod={"replicas": replicas})))
+    assert bool(by_kind(manifests, "PodDisruptionBudget")) == pdb
+
+
+def test_service_monitor_is_optional() -> None:
+    off = render(parse_specmodel(specmodel_doc()))
+    on = render(parse_specmodel(specmodel_doc(monitoring={"serviceMonitor": True})))
+    assert not by_kind(off, "ServiceMonitor")
+    [monitor] = by_kind(on, "ServiceMonitor")
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} == {"metrics", "engine-metrics"}
+
+
+def test_render_is_pure_and_deterministic() -> None:
+    for specmodel in all_specmodels():
+        assert render(specmodel) == render(specmodel)
