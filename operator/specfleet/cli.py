@@ -10,6 +10,7 @@ import click
 
 from specfleet.api import InvalidSpecModel, parse_specmodel
 from specfleet.api.crd import crd_yaml
+from specfleet.gateway.cli import gateway
 from specfleet.render import ServingPlan, render
 from specfleet.sim.cli import sim
 from specfleet.yamlio import YamlError, dump_all, load_documents
@@ -52,3 +53,4 @@ def _invalid(path: Path, problems: list[str]) -> NoReturn:
 
 
 main.add_command(sim)
+main.add_command(gateway)
