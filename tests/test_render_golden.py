@@ -1,0 +1,89 @@
+"""Golden files: the exact manifests for a matrix of engines, quantizations and speculative
+methods, with speculation on and off. Reviewed by eye once; they catch accidental change.
+After a deliberate renderer change: `make golden`, then review the diff."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from conftest import ROOT, specmodel_doc
+from specfleet.api import parse_specmodel
+from specfleet.render import ServingPlan, render
+from specfleet.yamlio import dump_all
+
+GOLDEN = ROOT / "tests/golden"
+UPDATE = os.environ.get("SPECFLEET_UPDATE_GOLDEN") == "1"
+
+METHODS: dict[str, dict[str, Any]] = {
+    "eagle3": {"method": "eagle3", "draftModel": "org/eagle3-head", "numSpeculativeTokens": 4},
+    "eagle": {"method": "eagle", "draftModel": "org/eagle-head", "numSpeculativeTokens": 3},
+    "draft_model": {
+        "method": "draft_model",
+        "draftModel": "org/draft-1b",
+        "numSpeculativeTokens": 5,
+    },
+    "ngram": {
+        "method": "ngram",
+        "numSpeculativeTokens": 4,
+        "ngram": {"minMatch": 2, "maxMatch": 4},
+    },
+    "mtp": {"method": "mtp", "numSpeculativeTokens": 1},
+    "suffix": {"method": "suffix", "numSpeculativeTokens": 8},
+}
+ENGINE_METHODS = {
+    "vllm": ["eagle3", "eagle", "draft_model", "ngram", "mtp", "suffix"],
+    "tensorrt-llm": ["eagle3", "draft_model", "ngram", "mtp"],
+}
+QUANTIZATIONS: dict[str, dict[str, Any]] = {
+    "bf16": {},
+    "fp8": {"weights": "fp8", "kvCacheDtype": "fp8"},
+    "awq": {"weights": "awq"},
+    "nvfp4": {"weights": "nvfp4", "kvCacheDtype": "fp8"},
+}
+
+
+def cases() -> list[tuple[str, dict[str, Any], bool]]:
+    """(name, spec, speculation): every method on bf16 with speculation on and off, and every
+    quantization with the engine's first method."""
+    out = []
+    for engine, methods in ENGINE_METHODS.items():
+        for method in methods:
+            for speculation in (True, False):
+                spec = {"engine": {"name": engine}, "speculative": METHODS[method]}
+                out.append(
+                    (f"{engine}-bf16-{method}-{'on' if speculation else 'off'}", spec, speculation)
+                )
+        for quant, quantization in QUANTIZATIONS.items():
+            if quant == "bf16":
+                continue
+            spec = {
+                "engine": {"name": engine},
+                "quantization": quantization,
+                "speculative": METHODS[methods[0]],
+                "pod": {"gpu": {"product": "NVIDIA-B200"}} if quant == "nvfp4" else {},
+            }
+            out.append((f"{engine}-{quant}-{methods[0]}-on", spec, True))
+    online = {"engine": {"name": "vllm"}, "quantization": {"weights": "fp8", "online": True}}
+    out.append(("vllm-fp8online-none", online, True))
+    return out
+
+
+@pytest.mark.parametrize(("name", "spec", "speculation"), cases(), ids=[c[0] for c in cases()])
+def test_golden(name: str, spec: dict[str, Any], speculation: bool) -> None:
+    doc = specmodel_doc(**spec)
+    doc["metadata"]["name"] = "golden"
+    rendered = dump_all(render(parse_specmodel(doc), ServingPlan(speculation=speculation)))
+    path = GOLDEN / f"{name}.yaml"
+    if UPDATE:
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(rendered)
+    assert path.exists(), f"{path.name} missing: run `make golden` and review it"
+    assert rendered == path.read_text(), f"{path.name} changed: review, then `make golden`"
+
+
+def test_no_stale_golden_files() -> None:
+    expected = {f"{c[0]}.yaml" for c in cases()}
+    assert {p.name for p in GOLDEN.glob("*.yaml")} == expected
