@@ -21,6 +21,7 @@ helm-bin: ## build helm from the Go module proxy (cached under ~/.cache/specflee
 lint: setup
 	$(VENV)/bin/ruff check operator tests e2e bench
 	$(VENV)/bin/ruff format --check operator tests e2e bench
+	$(VENV)/bin/hadolint --config images/.hadolint.yaml images/*/Dockerfile
 
 typecheck: setup
 	$(VENV)/bin/mypy
