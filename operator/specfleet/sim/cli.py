@@ -2,9 +2,158 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+
 import click
+from pydantic import ValidationError
+
+from specfleet.sim.engine_args import EngineArgsError, parse_engine_args, warn_ignored
+from specfleet.sim.scenario import Effects, ScenarioError, load_scenario
+from specfleet.sim.server import EngineSimulator, SimOptions
 
 
 @click.group()
 def sim() -> None:
     """Simulators for running specfleet without GPUs."""
+
+
+def _listen(value: str | None, host: str | None, port: int | None, engine: str) -> tuple[str, int]:
+    if value is None:
+        default_host = "0.0.0.0" if engine == "vllm" else "localhost"
+        return host or default_host, port or 8000
+    h, sep, p = value.rpartition(":")
+    if not sep or not p.isdigit():
+        raise click.BadParameter("expected HOST:PORT", param_hint="--listen")
+    return h.strip("[]") or "0.0.0.0", int(p)
+
+
+@sim.command(
+    "engine",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option(
+    "--engine",
+    "engine",
+    type=click.Choice(["vllm", "tensorrt-llm"]),
+    required=True,
+    help="Which engine to impersonate.",
+)
+@click.option("--listen", help="HOST:PORT (default: the engine args' --host/--port).")
+@click.option(
+    "--scenario",
+    type=click.Path(exists=True, dir_okay=False),
+    envvar="SPECFLEET_SIM_SCENARIO",
+    help="Scenario YAML (acceptance, output lengths, tool calls, rollout effects).",
+)
+@click.option(
+    "--class-header",
+    default="x-specfleet-class",
+    show_default=True,
+    help="Request header naming the prompt class.",
+)
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    envvar="SPECFLEET_SIM_TIME_SCALE",
+    help="Wall seconds per simulated second (0.01 runs 100x faster).",
+)
+@click.option(
+    "--seed", type=int, envvar="SPECFLEET_SIM_SEED", help="RNG seed (default: the scenario's)."
+)
+@click.option(
+    "--startup-delay",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    envvar="SPECFLEET_SIM_STARTUP_DELAY",
+    help="Wall seconds before /health turns 200 (503 until then).",
+)
+@click.option(
+    "--epoch",
+    type=float,
+    envvar="SPECFLEET_SIM_EPOCH",
+    help="Unix time of scenario t=0 (share it across pods; default: process start).",
+)
+@click.option(
+    "--effects",
+    envvar="SPECFLEET_SIM_EFFECTS",
+    help='JSON effects that override the scenario\'s, e.g. \'{"tpot_factor": 1.5}\'.',
+)
+@click.option(
+    "--lenient-args",
+    is_flag=True,
+    help="Accept engine flags vLLM 0.33.0 does not know (the real engine rejects them).",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="On SIGTERM, seconds in-flight requests get to finish.",
+)
+@click.argument("engine_args", nargs=-1, type=click.UNPROCESSED)
+def engine_cmd(
+    engine: str,
+    listen: str | None,
+    scenario: str | None,
+    class_header: str,
+    time_scale: float,
+    seed: int | None,
+    startup_delay: float,
+    epoch: float | None,
+    effects: str | None,
+    lenient_args: bool,
+    shutdown_timeout: float,
+    engine_args: tuple[str, ...],
+) -> None:
+    """An OpenAI-compatible server that behaves like vLLM 0.33.0 or TensorRT-LLM
+    1.2.1 on the wire. Everything after `--` is the engine's own command line."""
+    try:
+        config = parse_engine_args(engine, engine_args, lenient=lenient_args)  # type: ignore[arg-type]
+    except EngineArgsError as err:
+        prog = "vllm serve" if engine == "vllm" else "trtllm-serve"
+        click.echo(f"{prog}: error: {err}", err=True)
+        sys.exit(2)
+    warn_ignored(config)
+    try:
+        loaded = load_scenario(scenario) if scenario else None
+        override = Effects.model_validate(json.loads(effects)) if effects else None
+    except ScenarioError as err:
+        raise click.UsageError(f"--scenario: {err}") from None
+    except (json.JSONDecodeError, ValidationError) as err:
+        raise click.UsageError(f"--effects: {err}") from None
+    host, port = _listen(listen, config.host, config.port, engine)
+    options = SimOptions(
+        scenario=loaded,
+        class_header=class_header,
+        time_scale=time_scale,
+        seed=seed,
+        startup_delay=startup_delay,
+        epoch=epoch,
+        effects=override,
+        shutdown_timeout=shutdown_timeout,
+    )
+    asyncio.run(_run(EngineSimulator(config, options), host, port))
+
+
+async def _run(sim_: EngineSimulator, host: str, port: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await sim_.start(host, port)
+    spec = sim_.config.speculation
+    click.echo(
+        f"specfleet sim: {sim_.config.engine} serving {', '.join(sim_.config.served_model_names)} "
+        f"on {sim_.url} (speculation: {f'{spec.method} k={spec.k}' if spec else 'off'})",
+        err=True,
+    )
+    await stop.wait()
+    await sim_.drain()
+    await sim_.close()

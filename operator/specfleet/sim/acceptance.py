@@ -1,0 +1,114 @@
+"""Draft acceptance: drawing accepted draft tokens per verify step, and the
+per-request speculative stats the engines report.
+
+A verify step proposes `k` draft tokens; position `j` (0-based) is accepted
+with probability `alpha·decay^j` provided every earlier position was accepted
+(`decay = 1` is the i.i.d. model of Leviathan et al.). The target model always
+adds one token of its own (the bonus token), so a step yields `1 + accepted`
+tokens.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "SpecStats",
+    "draw",
+    "expected_acceptance_length",
+    "expected_speedup",
+]
+
+
+def draw(alpha: float, k: int, rng: random.Random, decay: float = 1.0) -> int:
+    """Number of draft tokens (0..k) the verifier accepts in one step."""
+    accepted = 0
+    p = alpha
+    while accepted < k and rng.random() < p:
+        accepted += 1
+        p *= decay
+    return accepted
+
+
+def expected_acceptance_length(alpha: float, k: int) -> float:
+    """E[tokens per verify step] = (1 - alpha^(k+1)) / (1 - alpha), bonus token included."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def expected_speedup(alpha: float, k: int, c: float) -> float:
+    """Leviathan et al. (2023): E / (1 + k·c), c = draft cost relative to a target forward."""
+    return expected_acceptance_length(alpha, k) / (1.0 + k * c)
+
+
+@dataclass
+class SpecStats:
+    """One request's speculative-decoding counts.
+
+    `num_spec_tokens` is the configured depth `k` (the histogram has `k + 1`
+    buckets: index `j` counts verify steps that accepted exactly `j` drafts).
+    """
+
+    num_spec_tokens: int
+    num_spec_steps: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_draft_tokens: int = 0
+    acceptance_histogram: list[int] = field(default_factory=list)
+    per_step_accepted: list[int] = field(default_factory=list)
+    per_step_drafted: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.acceptance_histogram:
+            self.acceptance_histogram = [0] * (self.num_spec_tokens + 1)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """Record one verify step that proposed `drafted` and accepted `accepted`."""
+        self.num_spec_steps += 1
+        self.num_draft_tokens += drafted
+        self.num_accepted_draft_tokens += accepted
+        self.acceptance_histogram[accepted] += 1
+        self.per_step_accepted.append(accepted)
+        self.per_step_drafted.append(drafted)
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        if not self.num_spec_steps:
+            return 1.0
+        return 1.0 + self.num_accepted_draft_tokens / self.num_spec_steps
+
+    @property
+    def draft_acceptance_rate(self) -> float:
+        if not self.num_draft_tokens:
+            return 0.0
+        return self.num_accepted_draft_tokens / self.num_draft_tokens
+
+    def vllm(self, level: str = "summary") -> dict[str, Any]:
+        """vLLM 0.33 `metrics.speculative_decoding` (SpeculativeDecodingMetrics)."""
+        detailed = level == "detailed"
+        return {
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "draft_acceptance_rate": self.draft_acceptance_rate,
+            "acceptance_histogram": list(self.acceptance_histogram),
+            "num_spec_steps": self.num_spec_steps,
+            "num_accepted_draft_tokens": self.num_accepted_draft_tokens,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_spec_tokens": self.num_spec_tokens,
+            "per_step_accepted": list(self.per_step_accepted) if detailed else None,
+            "per_step_drafted": list(self.per_step_drafted) if detailed else None,
+        }
+
+    def trtllm(self) -> dict[str, Any] | None:
+        """TensorRT-LLM `choices[i].speculative_decoding`; absent (None) if never drafted."""
+        if not self.num_spec_steps:
+            return None
+        return {
+            "acceptance_rate": self.draft_acceptance_rate,
+            "total_accepted_draft_tokens": self.num_accepted_draft_tokens,
+            "total_draft_tokens": self.num_draft_tokens,
+            "num_spec_steps": self.num_spec_steps,
+            "acceptance_histogram": list(self.acceptance_histogram),
+            "num_spec_tokens": self.num_spec_tokens,
+        }

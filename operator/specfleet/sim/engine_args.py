@@ -1,0 +1,455 @@
+"""Read the engine's own command line, as a Kubernetes pod would pass it.
+
+- vLLM 0.33.0: the image entrypoint is `vllm serve`, so args start with the
+  model: `[<model>, --served-model-name, NAME, --speculative-config, JSON, ...]`.
+  Flags that vLLM 0.33.0 does not know are rejected like the real engine does
+  (exit 2, "unrecognized arguments") unless `lenient=True`; the known list ships
+  as `vllm_0_33_0_flags.json`. Underscores in flag names are accepted
+  (`--max_model_len`), `--no-<flag>` negates a boolean flag. The startup check
+  of the real engine is kept: `--per-request-spec-decode-metrics` other than
+  `none` without a speculative config is an error.
+- TensorRT-LLM 1.2.1: `[trtllm-serve] [serve] <model> --backend pytorch ...
+  --extra_llm_api_options FILE` (`--config` is an alias); speculation lives only
+  in that YAML (`speculative_config.decoding_type`, `max_draft_len`).
+
+Speculation off means: no speculative config at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+__all__ = [
+    "EngineArgsError",
+    "EngineConfig",
+    "Speculation",
+    "parse_engine_args",
+    "parse_trtllm",
+    "parse_vllm",
+]
+
+Engine = Literal["vllm", "tensorrt-llm"]
+
+
+class EngineArgsError(ValueError):
+    """The engine would refuse to start with these args."""
+
+
+@dataclass(frozen=True)
+class Speculation:
+    method: str  # canonical: eagle3, eagle, draft_model, ngram, mtp, ... (vLLM spelling)
+    k: int  # draft tokens per verify step (num_speculative_tokens / max_draft_len)
+    draft_model: str | None = None
+    configured_method: str = ""  # as written (e.g. "Eagle3", "deepseek_mtp")
+    # vLLM num_speculative_tokens_per_batch_size: inclusive [start, end, k] ranges
+    k_per_batch_size: tuple[tuple[int, int, int], ...] = ()
+    # TensorRT-LLM max_concurrency: no speculation above this batch size
+    max_concurrency: int | None = None
+
+    def k_for_batch(self, batch: int) -> int:
+        if self.max_concurrency is not None and batch > self.max_concurrency:
+            return 0
+        for start, end, k in self.k_per_batch_size:
+            if start <= batch <= end:
+                return k
+        return self.k
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    engine: Engine
+    model: str
+    served_model_names: tuple[str, ...]
+    speculation: Speculation | None
+    max_model_len: int = 8192
+    max_num_seqs: int = 256
+    args: tuple[str, ...] = ()
+    config_text: str = ""  # TensorRT-LLM: the extra_llm_api_options YAML text
+    host: str | None = None
+    port: int | None = None
+    # vLLM
+    api_keys: tuple[str, ...] = ()
+    per_request_spec_decode_metrics: str = "none"  # none | summary | detailed
+    enable_per_request_metrics: bool = False
+    enable_force_include_usage: bool = False
+    enable_auto_tool_choice: bool = False
+    tool_call_parser: str | None = None
+    # TensorRT-LLM
+    backend: str = "pytorch"
+    tp_size: int = 1
+    return_perf_metrics: bool = False
+    enable_iter_perf_stats: bool = False
+    per_request_spec_decode_stats: bool = False
+    tool_parser: str | None = None
+    extra_llm_api_options: dict[str, Any] = field(default_factory=dict)
+    ignored_flags: tuple[str, ...] = ()
+
+    @property
+    def model_name(self) -> str:
+        """The name the engine reports (first served name)."""
+        return self.served_model_names[0]
+
+
+# --------------------------------------------------------------------------- vLLM
+
+_VLLM_METHOD_ALIASES = {
+    "deepseek_mtp": "mtp",
+    "mimo_mtp": "mtp",
+    "glm4_moe_mtp": "mtp",
+    "ernie_mtp": "mtp",
+    "qwen3_next_mtp": "mtp",
+    "longcat_flash_mtp": "mtp",
+    "pangu_ultra_moe_mtp": "mtp",
+}
+_VLLM_METHODS = {
+    "ngram",
+    "ngram_gpu",
+    "draft_model",
+    "suffix",
+    "custom_class",
+    "eagle",
+    "eagle3",
+    "extract_hidden_states",
+    "dflash",
+    "dspark",
+    "mtp",
+}
+_VLLM_NEEDS_MODEL = {"draft_model", "eagle", "eagle3", "dflash"}
+
+
+def _vllm_known_flags() -> frozenset[str]:
+    text = resources.files("specfleet.sim").joinpath("vllm_0_33_0_flags.json").read_text()
+    return frozenset(json.loads(text)["flags"])
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise EngineArgsError(message)
+
+
+def _normalize_flag(token: str) -> str:
+    if not token.startswith("--"):
+        return token
+    name, eq, value = token.partition("=")
+    return name.replace("_", "-") + eq + value
+
+
+def _is_value(token: str) -> bool:
+    """True if `token` reads as a flag's value rather than a flag."""
+    if not token.startswith("-"):
+        return True
+    try:
+        float(token)
+        return True
+    except ValueError:
+        return False
+
+
+def _leftovers(extras: list[str]) -> tuple[list[str], list[str]]:
+    """Split argparse leftovers into unknown flags (with values) and stray positionals."""
+    flags: list[str] = []
+    strays: list[str] = []
+    i = 0
+    while i < len(extras):
+        token = extras[i]
+        if token.startswith("--"):
+            flags.append(token.partition("=")[0])
+            if "=" not in token and i + 1 < len(extras) and _is_value(extras[i + 1]):
+                i += 1
+        else:
+            strays.append(token)
+        i += 1
+    return flags, strays
+
+
+def _vllm_speculation(
+    raw: str | None, method: str | None, model: str | None, tokens: int | None
+) -> Speculation | None:
+    conf: dict[str, Any] = {}
+    if raw is not None:
+        try:
+            loaded = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise EngineArgsError(f"--speculative-config: invalid JSON: {err}") from None
+        if not isinstance(loaded, dict):
+            raise EngineArgsError("--speculative-config must be a JSON object")
+        conf = loaded
+    # the --spec-method / --spec-model / --spec-tokens shorthands fill in what is missing
+    if method is not None:
+        conf.setdefault("method", method)
+    if model is not None:
+        conf.setdefault("model", model)
+    if tokens is not None:
+        conf.setdefault("num_speculative_tokens", tokens)
+    if not conf:
+        return None
+    configured = conf.get("method")
+    draft = conf.get("model")
+    if configured is None:
+        if draft is None:
+            raise EngineArgsError("speculative config needs a 'method' or a draft 'model'")
+        name = str(draft).lower()
+        configured = "eagle3" if "eagle3" in name else "eagle" if "eagle" in name else "draft_model"
+    canonical = _VLLM_METHOD_ALIASES.get(str(configured), str(configured))
+    if canonical.endswith("_mtp"):
+        canonical = "mtp"
+    if canonical not in _VLLM_METHODS:
+        raise EngineArgsError(
+            f"speculative config: unsupported method {configured!r} "
+            f"(vLLM 0.33.0 knows {', '.join(sorted(_VLLM_METHODS))})"
+        )
+    if canonical in _VLLM_NEEDS_MODEL and not draft:
+        raise EngineArgsError(f"speculative config: method {canonical!r} needs a draft 'model'")
+    k = conf.get("num_speculative_tokens")
+    if k is None and canonical == "mtp":
+        k = 1
+    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+        raise EngineArgsError("speculative config: num_speculative_tokens must be an integer > 0")
+    schedule: list[tuple[int, int, int]] = []
+    for entry in conf.get("num_speculative_tokens_per_batch_size") or []:
+        if not (isinstance(entry, list | tuple) and len(entry) == 3):
+            raise EngineArgsError(
+                "speculative config: num_speculative_tokens_per_batch_size entries "
+                "are [start, end, k]"
+            )
+        start, end, kk = (int(x) for x in entry)
+        if kk < 0 or kk > k or start > end:
+            raise EngineArgsError(f"speculative config: bad batch-size range {list(entry)}")
+        schedule.append((start, end, kk))
+    return Speculation(
+        method=canonical,
+        k=k,
+        draft_model=str(draft) if draft else None,
+        configured_method=str(configured),
+        k_per_batch_size=tuple(schedule),
+    )
+
+
+def parse_vllm(
+    argv: Sequence[str], *, lenient: bool = False, env: dict[str, str] | None = None
+) -> EngineConfig:
+    """Parse `vllm serve` container args (starting with the model)."""
+    env = dict(os.environ) if env is None else env
+    args = [_normalize_flag(a) for a in argv]
+    model: str | None = None
+    rest = args
+    if args and not args[0].startswith("-"):
+        model, rest = args[0], args[1:]
+
+    p = _Parser(prog="vllm serve", add_help=False, allow_abbrev=False)
+    p.add_argument("--model")
+    p.add_argument("--served-model-name", nargs="+")
+    p.add_argument("--speculative-config")
+    p.add_argument("--spec-method")
+    p.add_argument("--spec-model")
+    p.add_argument("--spec-tokens", type=int)
+    p.add_argument(
+        "--per-request-spec-decode-metrics", choices=["none", "summary", "detailed"], default="none"
+    )
+    for flag in (
+        "--enable-per-request-metrics",
+        "--enable-force-include-usage",
+        "--enable-auto-tool-choice",
+    ):
+        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument("--tool-call-parser")
+    p.add_argument("--max-model-len", type=_int_with_suffix)
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--api-key", action="append")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    ns, extras = p.parse_known_args(rest)
+
+    flags, strays = _leftovers(extras)
+    if strays:
+        raise EngineArgsError(f"unrecognized arguments: {' '.join(strays)}")
+    if not lenient:
+        known = _vllm_known_flags()
+        unknown = [
+            f
+            for f in flags
+            if f not in known and not (f.startswith("--no-") and "--" + f[5:] in known)
+        ]
+        if unknown:
+            raise EngineArgsError(
+                f"unrecognized arguments: {' '.join(unknown)} (not a vLLM 0.33.0 flag)"
+            )
+    model = model or ns.model
+    if not model:
+        raise EngineArgsError("the model is required (first positional arg or --model)")
+
+    spec = _vllm_speculation(ns.speculative_config, ns.spec_method, ns.spec_model, ns.spec_tokens)
+    if ns.per_request_spec_decode_metrics != "none" and spec is None:
+        raise EngineArgsError(
+            "--per-request-spec-decode-metrics requires speculative decoding "
+            "to be enabled (via --speculative-config)."
+        )
+    keys = tuple(ns.api_key or ())
+    if not keys and env.get("VLLM_API_KEY"):
+        keys = (env["VLLM_API_KEY"],)
+    return EngineConfig(
+        engine="vllm",
+        model=model,
+        served_model_names=tuple(ns.served_model_name or [model]),
+        speculation=spec,
+        max_model_len=ns.max_model_len or 8192,
+        max_num_seqs=ns.max_num_seqs or 256,
+        args=tuple(argv),
+        host=ns.host,
+        port=ns.port,
+        api_keys=keys,
+        per_request_spec_decode_metrics=ns.per_request_spec_decode_metrics,
+        enable_per_request_metrics=ns.enable_per_request_metrics,
+        enable_force_include_usage=ns.enable_force_include_usage,
+        enable_auto_tool_choice=ns.enable_auto_tool_choice,
+        tool_call_parser=ns.tool_call_parser,
+        ignored_flags=tuple(flags),
+    )
+
+
+def _int_with_suffix(value: str) -> int:
+    """vLLM accepts `--max-model-len 32k` / `1m` as well as plain integers."""
+    v = value.strip().lower()
+    mult = {"k": 1000, "m": 1000 * 1000}
+    if v and v[-1] in mult:
+        return int(float(v[:-1]) * mult[v[-1]])
+    return int(v)
+
+
+# ------------------------------------------------------------------ TensorRT-LLM
+
+_TRT_METHODS = {
+    "eagle3": "eagle3",
+    "eagle": "eagle",
+    "mtp": "mtp",
+    "ngram": "ngram",
+    "drafttarget": "draft_model",
+    "draft_target": "draft_model",
+    "medusa": "medusa",
+    "lookahead": "lookahead",
+}
+_TRT_NEEDS_MODEL = {"eagle3", "eagle", "draft_model"}
+
+
+def _trt_speculation(conf: Any) -> Speculation | None:
+    if conf is None:
+        return None
+    if not isinstance(conf, dict):
+        raise EngineArgsError("speculative_config must be a mapping")
+    decoding_type = conf.get("decoding_type")
+    if not decoding_type:
+        raise EngineArgsError("speculative_config.decoding_type is required")
+    method = _TRT_METHODS.get(str(decoding_type).lower())
+    if method is None:
+        raise EngineArgsError(f"speculative_config.decoding_type: unsupported {decoding_type!r}")
+    draft = conf.get("speculative_model") or conf.get("speculative_model_dir")
+    if method in _TRT_NEEDS_MODEL and not draft:
+        raise EngineArgsError(
+            f"speculative_config: {decoding_type} needs speculative_model "
+            "(or speculative_model_dir)"
+        )
+    k = conf.get("max_draft_len")
+    if k is None and method == "mtp":
+        k = conf.get("num_nextn_predict_layers", 1)
+    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+        raise EngineArgsError("speculative_config.max_draft_len must be an integer > 0")
+    max_concurrency = conf.get("max_concurrency")
+    return Speculation(
+        method=method,
+        k=k,
+        draft_model=str(draft) if draft else None,
+        configured_method=str(decoding_type),
+        max_concurrency=int(max_concurrency) if max_concurrency is not None else None,
+    )
+
+
+def parse_trtllm(
+    argv: Sequence[str], *, read_file: Callable[[str], str] | None = None
+) -> EngineConfig:
+    """Parse `trtllm-serve` args; `read_file` reads the extra_llm_api_options YAML."""
+    read = read_file or (lambda path: Path(path).read_text())
+    args = list(argv)
+    if args and Path(args[0]).name == "trtllm-serve":
+        args = args[1:]
+    if args and args[0] == "serve":
+        args = args[1:]
+
+    p = _Parser(prog="trtllm-serve", add_help=False, allow_abbrev=False)
+    p.add_argument("model", nargs="?")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--backend", default="pytorch")
+    p.add_argument("--tp_size", type=int, default=1)
+    p.add_argument("--max_batch_size", type=int)
+    p.add_argument("--max_num_tokens", type=int)
+    p.add_argument("--max_seq_len", type=int)
+    p.add_argument("--kv_cache_free_gpu_memory_fraction", type=float)
+    p.add_argument("--extra_llm_api_options", "--config", dest="extra_llm_api_options")
+    p.add_argument("--served_model_name")
+    p.add_argument("--tool_parser")
+    ns, extras = p.parse_known_args(args)
+    flags, strays = _leftovers(extras)
+    if strays:
+        raise EngineArgsError(f"Got unexpected extra arguments ({' '.join(strays)})")
+    if not ns.model:
+        raise EngineArgsError("Missing argument 'MODEL'.")
+
+    options: dict[str, Any] = {}
+    text = ""
+    if ns.extra_llm_api_options:
+        try:
+            text = read(ns.extra_llm_api_options)
+            loaded = yaml.safe_load(text)
+        except (OSError, yaml.YAMLError) as err:
+            raise EngineArgsError(f"--extra_llm_api_options: {err}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise EngineArgsError("--extra_llm_api_options must hold a YAML mapping")
+        options = loaded or {}
+
+    spec = _trt_speculation(options.get("speculative_config"))
+    # YAML < CLI flags
+    max_batch = ns.max_batch_size or options.get("max_batch_size") or 2048
+    max_seq_len = ns.max_seq_len or options.get("max_seq_len") or 8192
+    return EngineConfig(
+        engine="tensorrt-llm",
+        model=ns.model,
+        served_model_names=(ns.served_model_name or ns.model,),
+        speculation=spec,
+        max_model_len=int(max_seq_len),
+        max_num_seqs=int(max_batch),
+        args=tuple(argv),
+        config_text=text,
+        host=ns.host,
+        port=ns.port,
+        backend=ns.backend,
+        tp_size=ns.tp_size,
+        return_perf_metrics=bool(options.get("return_perf_metrics", False)),
+        enable_iter_perf_stats=bool(options.get("enable_iter_perf_stats", False)),
+        per_request_spec_decode_stats=bool(options.get("per_request_spec_decode_stats", False)),
+        tool_parser=ns.tool_parser,
+        extra_llm_api_options=options,
+        ignored_flags=tuple(flags),
+    )
+
+
+def parse_engine_args(
+    engine: Engine, argv: Sequence[str], *, lenient: bool = False
+) -> EngineConfig:
+    if engine == "vllm":
+        return parse_vllm(argv, lenient=lenient)
+    return parse_trtllm(argv)
+
+
+def warn_ignored(config: EngineConfig) -> None:
+    for flag in config.ignored_flags:
+        print(f"specfleet sim: accepted but not simulated: {flag}", file=sys.stderr)
