@@ -1,0 +1,91 @@
+"""Acceptance draws, per-request stats and the timing model."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from specfleet.sim.acceptance import SpecStats, draw, expected_acceptance_length, expected_speedup
+from specfleet.sim.timing import TimingModel, simulate_tpot
+
+
+@pytest.mark.parametrize("alpha", [0.2, 0.6, 0.9])
+def test_draws_converge_to_alpha(alpha: float) -> None:
+    k, n = 4, 20_000
+    rng = random.Random(42)
+    stats = SpecStats(k)
+    for _ in range(n):
+        stats.observe(k, draw(alpha, k, rng))
+    # i.i.d. positions: P(exactly j accepted) = a^j (1 - a) for j < k, a^k for j = k
+    for j in range(k + 1):
+        p = alpha**j * (1 - alpha) if j < k else alpha**k
+        assert abs(stats.acceptance_histogram[j] / n - p) < 0.015, j
+    # the engines' mean acceptance length converges to (1 - a^(k+1)) / (1 - a)
+    assert stats.mean_acceptance_length == pytest.approx(expected_acceptance_length(alpha, k), abs=0.03)
+    assert sum(stats.acceptance_histogram) == stats.num_spec_steps == n
+    assert stats.num_draft_tokens == n * k
+
+
+def test_draws_are_deterministic_and_decay_with_position() -> None:
+    a = [draw(0.7, 5, random.Random(3)) for _ in range(1)]
+    b = [draw(0.7, 5, random.Random(3)) for _ in range(1)]
+    assert a == b
+    rng = random.Random(5)
+    flat = sum(draw(0.8, 4, rng) for _ in range(5000))
+    rng = random.Random(5)
+    decayed = sum(draw(0.8, 4, rng, decay=0.5) for _ in range(5000))
+    assert decayed < flat * 0.7
+    assert draw(1.0, 4, rng) == 4 and draw(0.0, 4, rng) == 0
+
+
+def test_spec_stats_shapes() -> None:
+    s = SpecStats(3)
+    for accepted in (0, 3, 2, 2):
+        s.observe(3, accepted)
+    v = s.vllm("summary")
+    assert list(v) == ["mean_acceptance_length", "draft_acceptance_rate", "acceptance_histogram",
+                       "num_spec_steps", "num_accepted_draft_tokens", "num_draft_tokens",
+                       "num_spec_tokens", "per_step_accepted", "per_step_drafted"]  # fmt: skip
+    assert v["acceptance_histogram"] == [1, 0, 2, 1]
+    assert v["mean_acceptance_length"] == 1 + 7 / 4
+    assert v["draft_acceptance_rate"] == 7 / 12
+    assert v["per_step_accepted"] is None
+    assert s.vllm("detailed")["per_step_accepted"] == [0, 3, 2, 2]
+    t = s.trtllm()
+    assert t == {"acceptance_rate": 7 / 12, "total_accepted_draft_tokens": 7, "total_draft_tokens": 12,
+                 "num_spec_steps": 4, "acceptance_histogram": [1, 0, 2, 1], "num_spec_tokens": 3}  # fmt: skip
+    assert SpecStats(3).trtllm() is None  # TensorRT-LLM omits it when the request never drafted
+    assert SpecStats(3).vllm()["mean_acceptance_length"] == 1.0
+
+
+def test_speculation_helps_at_high_acceptance_and_hurts_at_low() -> None:
+    timing = TimingModel()
+    base = simulate_tpot(timing, alpha=0, k=0, method=None, output_tokens=400, rng=random.Random(1))
+    high = simulate_tpot(timing, alpha=0.8, k=4, method="eagle3", output_tokens=400, rng=random.Random(1))
+    low = simulate_tpot(timing, alpha=0.1, k=4, method="eagle3", output_tokens=400, rng=random.Random(1))
+    assert high < 0.5 * base
+    assert low > 1.05 * base
+    # and the closed form agrees on the direction
+    assert expected_speedup(0.8, 4, timing.cost("eagle3")) > 1 > expected_speedup(0.1, 4, 0.06)
+
+
+def test_load_erodes_the_gain() -> None:
+    timing = TimingModel()
+    ratios = []
+    for batch in (1, 64):
+        plain = simulate_tpot(timing, alpha=0, k=0, method=None, output_tokens=400, batch=batch,
+                              rng=random.Random(2))  # fmt: skip
+        spec = simulate_tpot(timing, alpha=0.6, k=4, method="eagle3", output_tokens=400, batch=batch,
+                             rng=random.Random(2))  # fmt: skip
+        ratios.append(spec / plain)
+    assert ratios[0] < 0.7 and ratios[1] > 1.0
+
+
+def test_iteration_time() -> None:
+    t = TimingModel(target_forward_ms=10, per_token_compute=0.0, prefill_ms_per_token=0.1)
+    assert t.iteration_seconds(decode_batch=0, k=0, c=0, prefill_tokens=100) == pytest.approx(0.02)
+    assert t.iteration_seconds(decode_batch=1, k=4, c=0.25, prefill_tokens=0) == pytest.approx(0.02)
+    assert t.iteration_seconds(decode_batch=1, k=0, c=0, prefill_tokens=0, tpot_factor=2) == 0.02
+    assert t.with_overrides(draft_cost={"eagle3": 0.5}).cost("eagle3") == 0.5
+    assert t.cost("something-new") == 0.1 and t.cost(None) == 0.0
