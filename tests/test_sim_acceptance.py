@@ -22,7 +22,9 @@ def test_draws_converge_to_alpha(alpha: float) -> None:
         p = alpha**j * (1 - alpha) if j < k else alpha**k
         assert abs(stats.acceptance_histogram[j] / n - p) < 0.015, j
     # the engines' mean acceptance length converges to (1 - a^(k+1)) / (1 - a)
-    assert stats.mean_acceptance_length == pytest.approx(expected_acceptance_length(alpha, k), abs=0.03)
+    assert stats.mean_acceptance_length == pytest.approx(
+        expected_acceptance_length(alpha, k), abs=0.03
+    )
     assert sum(stats.acceptance_histogram) == stats.num_spec_steps == n
     assert stats.num_draft_tokens == n * k
 
@@ -44,17 +46,31 @@ def test_spec_stats_shapes() -> None:
     for accepted in (0, 3, 2, 2):
         s.observe(3, accepted)
     v = s.vllm("summary")
-    assert list(v) == ["mean_acceptance_length", "draft_acceptance_rate", "acceptance_histogram",
-                       "num_spec_steps", "num_accepted_draft_tokens", "num_draft_tokens",
-                       "num_spec_tokens", "per_step_accepted", "per_step_drafted"]  # fmt: skip
+    assert list(v) == [
+        "mean_acceptance_length",
+        "draft_acceptance_rate",
+        "acceptance_histogram",
+        "num_spec_steps",
+        "num_accepted_draft_tokens",
+        "num_draft_tokens",
+        "num_spec_tokens",
+        "per_step_accepted",
+        "per_step_drafted",
+    ]
     assert v["acceptance_histogram"] == [1, 0, 2, 1]
     assert v["mean_acceptance_length"] == 1 + 7 / 4
     assert v["draft_acceptance_rate"] == 7 / 12
     assert v["per_step_accepted"] is None
     assert s.vllm("detailed")["per_step_accepted"] == [0, 3, 2, 2]
     t = s.trtllm()
-    assert t == {"acceptance_rate": 7 / 12, "total_accepted_draft_tokens": 7, "total_draft_tokens": 12,
-                 "num_spec_steps": 4, "acceptance_histogram": [1, 0, 2, 1], "num_spec_tokens": 3}  # fmt: skip
+    assert t == {
+        "acceptance_rate": 7 / 12,
+        "total_accepted_draft_tokens": 7,
+        "total_draft_tokens": 12,
+        "num_spec_steps": 4,
+        "acceptance_histogram": [1, 0, 2, 1],
+        "num_spec_tokens": 3,
+    }
     assert SpecStats(3).trtllm() is None  # TensorRT-LLM omits it when the request never drafted
     assert SpecStats(3).vllm()["mean_acceptance_length"] == 1.0
 
@@ -62,8 +78,12 @@ def test_spec_stats_shapes() -> None:
 def test_speculation_helps_at_high_acceptance_and_hurts_at_low() -> None:
     timing = TimingModel()
     base = simulate_tpot(timing, alpha=0, k=0, method=None, output_tokens=400, rng=random.Random(1))
-    high = simulate_tpot(timing, alpha=0.8, k=4, method="eagle3", output_tokens=400, rng=random.Random(1))
-    low = simulate_tpot(timing, alpha=0.1, k=4, method="eagle3", output_tokens=400, rng=random.Random(1))
+    high = simulate_tpot(
+        timing, alpha=0.8, k=4, method="eagle3", output_tokens=400, rng=random.Random(1)
+    )
+    low = simulate_tpot(
+        timing, alpha=0.1, k=4, method="eagle3", output_tokens=400, rng=random.Random(1)
+    )
     assert high < 0.5 * base
     assert low > 1.05 * base
     # and the closed form agrees on the direction
@@ -74,10 +94,18 @@ def test_load_erodes_the_gain() -> None:
     timing = TimingModel()
     ratios = []
     for batch in (1, 64):
-        plain = simulate_tpot(timing, alpha=0, k=0, method=None, output_tokens=400, batch=batch,
-                              rng=random.Random(2))  # fmt: skip
-        spec = simulate_tpot(timing, alpha=0.6, k=4, method="eagle3", output_tokens=400, batch=batch,
-                             rng=random.Random(2))  # fmt: skip
+        plain = simulate_tpot(
+            timing, alpha=0, k=0, method=None, output_tokens=400, batch=batch, rng=random.Random(2)
+        )
+        spec = simulate_tpot(
+            timing,
+            alpha=0.6,
+            k=4,
+            method="eagle3",
+            output_tokens=400,
+            batch=batch,
+            rng=random.Random(2),
+        )
         ratios.append(spec / plain)
     assert ratios[0] < 0.7 and ratios[1] > 1.0
 

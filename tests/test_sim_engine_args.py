@@ -9,7 +9,11 @@ import pytest
 from specfleet.sim.engine_args import EngineArgsError, parse_trtllm, parse_vllm
 
 EAGLE3 = json.dumps(
-    {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 4}
+    {
+        "method": "eagle3",
+        "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+        "num_speculative_tokens": 4,
+    }
 )
 
 
@@ -73,9 +77,15 @@ def test_vllm_spec_shorthand_flags_and_batch_schedule() -> None:
         ["m", "--spec-method", "ngram", "--spec-tokens", "4"],
         env={},
     )
-    assert cfg.speculation is not None and (cfg.speculation.method, cfg.speculation.k) == ("ngram", 4)
-    sched = {"method": "ngram", "num_speculative_tokens": 4,
-             "num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 64, 0]]}  # fmt: skip
+    assert cfg.speculation is not None and (cfg.speculation.method, cfg.speculation.k) == (
+        "ngram",
+        4,
+    )
+    sched = {
+        "method": "ngram",
+        "num_speculative_tokens": 4,
+        "num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 64, 0]],
+    }
     spec = parse_vllm(["m", "--speculative-config", json.dumps(sched)], env={}).speculation
     assert spec is not None
     assert [spec.k_for_batch(b) for b in (1, 8, 9, 100)] == [4, 4, 0, 4]
@@ -88,12 +98,21 @@ def test_vllm_spec_shorthand_flags_and_batch_schedule() -> None:
         (["serve", "m", "--port", "8000"], "unrecognized arguments: m"),
         (["m", "--not-a-vllm-flag", "1"], "--not-a-vllm-flag"),
         (["m", "--speculative-config", "{not json"], "invalid JSON"),
-        (["m", "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 4}'], "draft"),
+        (
+            ["m", "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 4}'],
+            "draft",
+        ),
         (["m", "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 0}'], "> 0"),
-        (["m", "--speculative-config", '{"method": "medusa", "model": "x", "num_speculative_tokens": 2}'],
-         "unsupported method"),
+        (
+            [
+                "m",
+                "--speculative-config",
+                '{"method": "medusa", "model": "x", "num_speculative_tokens": 2}',
+            ],
+            "unsupported method",
+        ),
     ],
-)  # fmt: skip
+)
 def test_vllm_refuses_what_vllm_refuses(argv: list[str], message: str) -> None:
     with pytest.raises(EngineArgsError, match=message):
         parse_vllm(argv, env={})
@@ -114,11 +133,25 @@ def test_vllm_api_key_from_flag_or_env() -> None:
 
 TRT_ARGS = [
     "meta-llama/Llama-3.1-8B-Instruct",
-    "--host", "0.0.0.0", "--port", "8000", "--backend", "pytorch",
-    "--tp_size", "2", "--max_batch_size", "64", "--max_num_tokens", "8192",
-    "--max_seq_len", "16384", "--kv_cache_free_gpu_memory_fraction", "0.9",
-    "--extra_llm_api_options", "/etc/specfleet/llm_api.yaml",
-]  # fmt: skip
+    "--host",
+    "0.0.0.0",
+    "--port",
+    "8000",
+    "--backend",
+    "pytorch",
+    "--tp_size",
+    "2",
+    "--max_batch_size",
+    "64",
+    "--max_num_tokens",
+    "8192",
+    "--max_seq_len",
+    "16384",
+    "--kv_cache_free_gpu_memory_fraction",
+    "0.9",
+    "--extra_llm_api_options",
+    "/etc/specfleet/llm_api.yaml",
+]
 
 TRT_YAML = """
 speculative_config:
@@ -160,10 +193,14 @@ def test_trtllm_config_alias_and_speculation_off() -> None:
         ("speculative_config: {decoding_type: MTP}", "mtp", 1),
         ("speculative_config: {decoding_type: MTP, max_draft_len: 3}", "mtp", 3),
         ("speculative_config: {decoding_type: NGram, max_draft_len: 4}", "ngram", 4),
-        ("speculative_config: {decoding_type: DraftTarget, max_draft_len: 5, speculative_model: d}",
-         "draft_model", 5),
+        (
+            "speculative_config: {decoding_type: DraftTarget, max_draft_len: 5,"
+            " speculative_model: d}",
+            "draft_model",
+            5,
+        ),
     ],
-)  # fmt: skip
+)
 def test_trtllm_methods(yaml_text: str, method: str, k: int) -> None:
     cfg = parse_trtllm(["m", "--extra_llm_api_options", "/x"], read_file=lambda _: yaml_text)
     assert cfg.speculation is not None

@@ -16,13 +16,21 @@ BASE: dict[str, Any] = {
     "traffic_rps": [[0, 8], [900, 2]],
     "classes": {
         "code": {"share": 0.5, "acceptance": [[0, 0.80], [600, 0.20]], "output_tokens": 256},
-        "chat": {"share": 0.5, "acceptance": [[0, 0.60]], "output_tokens": 400, "tool_call_rate": 0.3},
+        "chat": {
+            "share": 0.5,
+            "acceptance": [[0, 0.60]],
+            "output_tokens": 400,
+            "tool_call_rate": 0.3,
+        },
     },
     "rollouts": [
-        {"t": 300, "spec": {"quantization": {"method": "awq"}},
-         "effects": {"tool_call_validity": 0.90, "tpot_factor": 0.8}},
+        {
+            "t": 300,
+            "spec": {"quantization": {"method": "awq"}},
+            "effects": {"tool_call_validity": 0.90, "tpot_factor": 0.8},
+        },
     ],
-}  # fmt: skip
+}
 
 
 def test_design_card_example_parses_and_schedules_are_piecewise_constant(tmp_path: Path) -> None:
@@ -49,8 +57,9 @@ rollouts:
 
 
 def test_scalar_shorthand_and_class_fallback() -> None:
-    s = parse_scenario({"duration_s": 10, "traffic_rps": 3,
-                        "classes": {"only": {"share": 1.0, "acceptance": 0.5}}})  # fmt: skip
+    s = parse_scenario(
+        {"duration_s": 10, "traffic_rps": 3, "classes": {"only": {"share": 1.0, "acceptance": 0.5}}}
+    )
     assert s.rps(7) == 3 and s.acceptance("only", 9) == 0.5
     assert s.resolve_class("unknown") == "only" and s.resolve_class(None) == "only"
     assert s.output_tokens("only", 0) == 128  # documented default
@@ -66,22 +75,31 @@ def test_sample_class_follows_shares() -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: d["classes"]["code"].update(acceptance=[[0, 0.8], [0, 0.2]]),
-         "classes.code.acceptance[1]: t must be strictly ascending"),
-        (lambda d: d["classes"]["code"].update(acceptance=[[0, 1.5]]),
-         "classes.code.acceptance[0]: acceptance must be [0.0, 1.0]"),
-        (lambda d: d["classes"]["code"].update(acceptance=[[0]]),
-         "classes.code.acceptance[0]: expected a [t, value] pair"),
+        (
+            lambda d: d["classes"]["code"].update(acceptance=[[0, 0.8], [0, 0.2]]),
+            "classes.code.acceptance[1]: t must be strictly ascending",
+        ),
+        (
+            lambda d: d["classes"]["code"].update(acceptance=[[0, 1.5]]),
+            "classes.code.acceptance[0]: acceptance must be [0.0, 1.0]",
+        ),
+        (
+            lambda d: d["classes"]["code"].update(acceptance=[[0]]),
+            "classes.code.acceptance[0]: expected a [t, value] pair",
+        ),
         (lambda d: d["classes"]["chat"].update(share=0.9), "classes: shares must sum to 1"),
         (lambda d: d["classes"]["chat"].update(tool_call_rate=2), "classes.chat.tool_call_rate"),
         (lambda d: d["classes"]["chat"].update(colour="red"), "classes.chat.colour"),
         (lambda d: d.update(traffic_rps="lots"), "traffic_rps: expected a number or a list"),
         (lambda d: d.update(classes={}), "classes: at least one class"),
-        (lambda d: d["rollouts"][0]["effects"].update(tpot_factor=0), "rollouts[0].effects.tpot_factor"),
+        (
+            lambda d: d["rollouts"][0]["effects"].update(tpot_factor=0),
+            "rollouts[0].effects.tpot_factor",
+        ),
         (lambda d: d["rollouts"][0].update(match_args=[]), "rollouts[0].match_args"),
         (lambda d: d.pop("duration_s"), "duration_s: Field required"),
     ],
-)  # fmt: skip
+)
 def test_errors_name_the_field(mutate: Any, message: str) -> None:
     data = copy.deepcopy(BASE)
     mutate(data)
@@ -93,7 +111,7 @@ def test_errors_name_the_field(mutate: Any, message: str) -> None:
 def test_unreadable_file_is_a_scenario_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("classes: [unclosed\n")
-    with pytest.raises(ScenarioError, match="bad.yaml"):
+    with pytest.raises(ScenarioError, match=r"bad\.yaml"):
         load_scenario(bad)
     with pytest.raises(ScenarioError, match="<root>"):
         parse_scenario(["not", "a", "mapping"])
@@ -109,8 +127,9 @@ def test_effects_by_time_without_match_args() -> None:
 def test_effects_by_matching_the_engine_args_regardless_of_time() -> None:
     data = copy.deepcopy(BASE)
     data["rollouts"][0]["match_args"] = ["--quantization awq"]
-    data["rollouts"].append({"t": 900, "match_args": ["max_draft_len: 6"],
-                             "effects": {"acceptance_factor": 0.5}})  # fmt: skip
+    data["rollouts"].append(
+        {"t": 900, "match_args": ["max_draft_len: 6"], "effects": {"acceptance_factor": 0.5}}
+    )
     s = parse_scenario(data)
     bad = ["m", "--quantization", "awq", "--port", "8000"]
     good = ["m", "--port", "8000"]

@@ -18,11 +18,16 @@ from specfleet.sim.scenario import Effects, parse_scenario
 from specfleet.sim.server import SimOptions, serve
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-EAGLE3 = json.dumps({"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
-                     "num_speculative_tokens": 4})  # fmt: skip
+EAGLE3 = json.dumps(
+    {
+        "method": "eagle3",
+        "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+        "num_speculative_tokens": 4,
+    }
+)
 SPEC = ["--speculative-config", EAGLE3, "--per-request-spec-decode-metrics", "summary"]
 FAST = 0.0005  # wall seconds per simulated second
-WEATHER = {
+WEATHER: Any = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -49,6 +54,11 @@ def vllm(*extra: str) -> Any:
     return parse_vllm([MODEL, "--served-model-name", "llama", *extra], env={})
 
 
+def extra(obj: Any) -> dict[str, Any]:
+    """The vLLM-only fields the OpenAI client keeps in `model_extra`."""
+    return dict(obj.model_extra or {})
+
+
 def client(url: str, key: str = "none") -> AsyncOpenAI:
     return AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
 
@@ -67,39 +77,79 @@ async def sse(url: str, path: str, body: dict[str, Any]) -> list[Any]:
         r = await http.post(url + path, json=body)
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/event-stream")
-    events = [e.removeprefix("data: ").strip() for e in r.text.split("\n\n") if e.startswith("data: ")]
+    events = [
+        e.removeprefix("data: ").strip() for e in r.text.split("\n\n") if e.startswith("data: ")
+    ]
     return [e if e == "[DONE]" else json.loads(e) for e in events]
 
 
-MESSAGES = [{"role": "user", "content": "Write a haiku about speculative decoding."}]
+MESSAGES: Any = [{"role": "user", "content": "Write a haiku about speculative decoding."}]
 
 
 async def test_chat_non_streaming_shape_and_usage() -> None:
     async with serve(vllm(*SPEC), SimOptions(time_scale=FAST, scenario=scenario())) as sim:
-        resp = await client(sim.url).chat.completions.create(model="llama", messages=MESSAGES)  # type: ignore[arg-type]
+        resp = await client(sim.url).chat.completions.create(model="llama", messages=MESSAGES)
         async with httpx.AsyncClient() as http:
-            raw = (await http.post(sim.url + "/v1/chat/completions",
-                                   json={"model": "llama", "messages": MESSAGES})).json()  # fmt: skip
+            raw = (
+                await http.post(
+                    sim.url + "/v1/chat/completions", json={"model": "llama", "messages": MESSAGES}
+                )
+            ).json()
     assert resp.choices[0].finish_reason == "stop"
     assert resp.usage is not None and resp.usage.completion_tokens == 40
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + 40
     assert resp.choices[0].message.content and resp.choices[0].message.tool_calls is None
-    assert list(raw) == ["id", "object", "created", "model", "choices", "service_tier",
-                         "system_fingerprint", "usage", "prompt_logprobs", "prompt_token_ids",
-                         "prompt_text", "kv_transfer_params", "ec_transfer_params", "metrics"]  # fmt: skip
+    assert list(raw) == [
+        "id",
+        "object",
+        "created",
+        "model",
+        "choices",
+        "service_tier",
+        "system_fingerprint",
+        "usage",
+        "prompt_logprobs",
+        "prompt_token_ids",
+        "prompt_text",
+        "kv_transfer_params",
+        "ec_transfer_params",
+        "metrics",
+    ]
     assert raw["id"].startswith("chatcmpl-") and raw["object"] == "chat.completion"
     assert raw["model"] == "llama"
     choice = raw["choices"][0]
-    assert list(choice) == ["index", "message", "logprobs", "finish_reason", "stop_reason",
-                            "token_ids", "routed_experts"]  # fmt: skip
-    assert list(choice["message"]) == ["role", "content", "refusal", "annotations", "audio",
-                                       "function_call", "reasoning"]  # fmt: skip
-    assert list(raw["usage"]) == ["prompt_tokens", "total_tokens", "completion_tokens",
-                                  "prompt_tokens_details", "completion_tokens_details"]  # fmt: skip
+    assert list(choice) == [
+        "index",
+        "message",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "token_ids",
+        "routed_experts",
+    ]
+    assert list(choice["message"]) == [
+        "role",
+        "content",
+        "refusal",
+        "annotations",
+        "audio",
+        "function_call",
+        "reasoning",
+    ]
+    assert list(raw["usage"]) == [
+        "prompt_tokens",
+        "total_tokens",
+        "completion_tokens",
+        "prompt_tokens_details",
+        "completion_tokens_details",
+    ]
     spec = raw["metrics"]["speculative_decoding"]
     assert raw["metrics"]["time_to_first_token_ms"] is None  # --enable-per-request-metrics is off
     assert spec["num_spec_tokens"] == 4 and len(spec["acceptance_histogram"]) == 5
-    assert spec["mean_acceptance_length"] == 1 + spec["num_accepted_draft_tokens"] / spec["num_spec_steps"]
+    assert (
+        spec["mean_acceptance_length"]
+        == 1 + spec["num_accepted_draft_tokens"] / spec["num_spec_steps"]
+    )
     assert sum(spec["acceptance_histogram"]) == spec["num_spec_steps"]
 
 
@@ -107,14 +157,29 @@ async def test_chat_streaming_chunks_and_include_usage() -> None:
     body = {"model": "llama", "messages": MESSAGES, "stream": True}
     async with serve(vllm(*SPEC), SimOptions(time_scale=FAST, scenario=scenario())) as sim:
         plain = await sse(sim.url, "/v1/chat/completions", body)
-        with_usage = await sse(sim.url, "/v1/chat/completions",
-                               {**body, "stream_options": {"include_usage": True}})  # fmt: skip
+        with_usage = await sse(
+            sim.url, "/v1/chat/completions", {**body, "stream_options": {"include_usage": True}}
+        )
     assert plain[-1] == "[DONE]"
     first, *rest = plain[:-1]
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    assert list(first) == ["id", "object", "created", "model", "choices", "prompt_token_ids", "prompt_text"]
+    assert list(first) == [
+        "id",
+        "object",
+        "created",
+        "model",
+        "choices",
+        "prompt_token_ids",
+        "prompt_text",
+    ]
     assert first["object"] == "chat.completion.chunk"
-    assert list(rest[0]["choices"][0]) == ["index", "delta", "logprobs", "finish_reason", "token_ids"]
+    assert list(rest[0]["choices"][0]) == [
+        "index",
+        "delta",
+        "logprobs",
+        "finish_reason",
+        "token_ids",
+    ]
     assert rest[-1]["choices"][0]["finish_reason"] == "stop"
     assert "stop_reason" in rest[-1]["choices"][0]
     assert all("usage" not in c and "metrics" not in c for c in plain[:-1])
@@ -133,33 +198,52 @@ async def test_chat_streaming_chunks_and_include_usage() -> None:
 async def test_force_include_usage_and_per_request_timing() -> None:
     args = vllm(*SPEC, "--enable-force-include-usage", "--enable-per-request-metrics")
     async with serve(args, SimOptions(time_scale=FAST, scenario=scenario())) as sim:
-        chunks = await sse(sim.url, "/v1/chat/completions",
-                           {"model": "llama", "messages": MESSAGES, "stream": True})  # fmt: skip
-        resp = await client(sim.url).chat.completions.create(model="llama", messages=MESSAGES)  # type: ignore[arg-type]
+        chunks = await sse(
+            sim.url,
+            "/v1/chat/completions",
+            {"model": "llama", "messages": MESSAGES, "stream": True},
+        )
+        resp = await client(sim.url).chat.completions.create(model="llama", messages=MESSAGES)
     # --enable-force-include-usage: continuous usage on every chunk, then the usage chunk
     assert all("usage" in c for c in chunks[:-1])
     assert chunks[1]["usage"]["completion_tokens"] >= 1
     timing = chunks[-2]["metrics"]
-    assert {"time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms",
-            "tokens_per_second", "speculative_decoding"} <= set(timing)  # fmt: skip
+    assert {
+        "time_to_first_token_ms",
+        "generation_time_ms",
+        "queue_time_ms",
+        "mean_itl_ms",
+        "tokens_per_second",
+        "speculative_decoding",
+    } <= set(timing)
     assert timing["mean_itl_ms"] > 0 and timing["tokens_per_second"] > 0
-    metrics = resp.model_extra["metrics"]  # type: ignore[index]
+    metrics = extra(resp)["metrics"]
     assert metrics["time_to_first_token_ms"] > 0
 
 
 async def test_per_request_stats_sum_to_the_counters() -> None:
-    async with serve(vllm(*SPEC), SimOptions(time_scale=FAST, scenario=scenario(output_tokens=60))) as sim:
+    async with serve(
+        vllm(*SPEC), SimOptions(time_scale=FAST, scenario=scenario(output_tokens=60))
+    ) as sim:
         oai = client(sim.url)
         totals = {"num_spec_steps": 0, "num_draft_tokens": 0, "num_accepted_draft_tokens": 0}
 
         async def one(i: int) -> None:
             if i % 2:
-                resp = await oai.chat.completions.create(model="llama", messages=MESSAGES)  # type: ignore[arg-type]
-                spec = resp.model_extra["metrics"]["speculative_decoding"]  # type: ignore[index]
+                resp = await oai.chat.completions.create(model="llama", messages=MESSAGES)
+                spec = extra(resp)["metrics"]["speculative_decoding"]
             else:
-                chunks = await sse(sim.url, "/v1/completions", {"model": "llama", "prompt": "hi",
-                                   "max_tokens": 50, "stream": True,
-                                   "stream_options": {"include_usage": True}})  # fmt: skip
+                chunks = await sse(
+                    sim.url,
+                    "/v1/completions",
+                    {
+                        "model": "llama",
+                        "prompt": "hi",
+                        "max_tokens": 50,
+                        "stream": True,
+                        "stream_options": {"include_usage": True},
+                    },
+                )
                 spec = chunks[-2]["metrics"]["speculative_decoding"]
             for key in totals:
                 totals[key] += spec[key]
@@ -169,7 +253,10 @@ async def test_per_request_stats_sum_to_the_counters() -> None:
             text = (await http.get(sim.url + "/metrics")).text
     labels = {"model_name": "llama", "engine": "0"}
     assert metric(text, "vllm:spec_decode_num_drafts_total", **labels) == totals["num_spec_steps"]
-    assert metric(text, "vllm:spec_decode_num_draft_tokens_total", **labels) == totals["num_draft_tokens"]
+    assert (
+        metric(text, "vllm:spec_decode_num_draft_tokens_total", **labels)
+        == totals["num_draft_tokens"]
+    )
     accepted = metric(text, "vllm:spec_decode_num_accepted_tokens_total", **labels)
     assert accepted == totals["num_accepted_draft_tokens"] > 0
     assert metric(text, "vllm:spec_decode_num_accepted_tokens_per_pos_total") == accepted
@@ -179,18 +266,25 @@ async def test_per_request_stats_sum_to_the_counters() -> None:
     assert metric(text, "vllm:e2e_request_latency_seconds_count") == 12
     assert metric(text, "vllm:generation_tokens_total") == 6 * 60 + 6 * 50
     assert metric(text, "vllm:num_requests_running") == 0
-    for name in ("vllm:inter_token_latency_seconds_count", "vllm:request_time_per_output_token_seconds_count",
-                 "vllm:prompt_tokens_total", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
-        assert any(f.name + "_count" == name or f.name == name or f.name + "_total" == name
-                   for f in text_string_to_metric_families(text)), name  # fmt: skip
+    for name in (
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:request_time_per_output_token_seconds_count",
+        "vllm:prompt_tokens_total",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+    ):
+        assert any(
+            f.name + "_count" == name or f.name == name or f.name + "_total" == name
+            for f in text_string_to_metric_families(text)
+        ), name
 
 
 async def test_no_speculation_no_spec_series_and_no_spec_stats() -> None:
     async with serve(vllm(), SimOptions(time_scale=FAST)) as sim:
-        resp = await client(sim.url).chat.completions.create(model="llama", messages=MESSAGES)  # type: ignore[arg-type]
+        resp = await client(sim.url).chat.completions.create(model="llama", messages=MESSAGES)
         async with httpx.AsyncClient() as http:
             text = (await http.get(sim.url + "/metrics")).text
-    assert resp.model_extra["metrics"] is None  # type: ignore[index]
+    assert extra(resp)["metrics"] is None
     assert resp.usage is not None and resp.usage.completion_tokens == 128  # documented default
     assert "vllm:spec_decode" not in text
     assert metric(text, "vllm:request_success_total", finished_reason="stop") == 1
@@ -200,8 +294,13 @@ async def test_completions_with_the_openai_client() -> None:
     async with serve(vllm(*SPEC), SimOptions(time_scale=FAST, scenario=scenario())) as sim:
         oai = client(sim.url)
         resp = await oai.completions.create(model="llama", prompt="Once upon a time", max_tokens=10)
-        stream = await oai.completions.create(model="llama", prompt="Once upon a time", max_tokens=100,
-                                              stream=True, stream_options={"include_usage": True})  # fmt: skip
+        stream = await oai.completions.create(
+            model="llama",
+            prompt="Once upon a time",
+            max_tokens=100,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         pieces, usage, reasons = [], None, []
         async for chunk in stream:
             if chunk.choices:
@@ -218,26 +317,30 @@ async def test_completions_with_the_openai_client() -> None:
 
 
 async def test_max_tokens_cuts_with_finish_reason_length() -> None:
-    async with serve(vllm(), SimOptions(time_scale=FAST, scenario=scenario(output_tokens=50))) as sim:
+    async with serve(
+        vllm(), SimOptions(time_scale=FAST, scenario=scenario(output_tokens=50))
+    ) as sim:
         oai = client(sim.url)
-        short = await oai.chat.completions.create(model="llama", messages=MESSAGES, max_tokens=5)  # type: ignore[arg-type]
-        newer = await oai.chat.completions.create(model="llama", messages=MESSAGES,  # type: ignore[arg-type]
-                                                  max_completion_tokens=7)  # fmt: skip
-        full = await oai.chat.completions.create(model="llama", messages=MESSAGES, max_tokens=500)  # type: ignore[arg-type]
-    assert (short.choices[0].finish_reason, short.usage.completion_tokens) == ("length", 5)  # type: ignore[union-attr]
-    assert (newer.choices[0].finish_reason, newer.usage.completion_tokens) == ("length", 7)  # type: ignore[union-attr]
-    assert (full.choices[0].finish_reason, full.usage.completion_tokens) == ("stop", 50)  # type: ignore[union-attr]
+        short = await oai.chat.completions.create(model="llama", messages=MESSAGES, max_tokens=5)
+        newer = await oai.chat.completions.create(
+            model="llama", messages=MESSAGES, max_completion_tokens=7
+        )
+        full = await oai.chat.completions.create(model="llama", messages=MESSAGES, max_tokens=500)
+    assert (short.choices[0].finish_reason, short.usage.completion_tokens) == ("length", 5)
+    assert (newer.choices[0].finish_reason, newer.usage.completion_tokens) == ("length", 7)
+    assert (full.choices[0].finish_reason, full.usage.completion_tokens) == ("stop", 50)
 
 
 async def test_tool_calls_valid_stream_and_not() -> None:
     args = vllm("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
     opts = SimOptions(time_scale=FAST, scenario=scenario(tool_call_rate=1.0))
-    schema = WEATHER["function"]["parameters"]  # type: ignore[index]
+    schema = WEATHER["function"]["parameters"]
     async with serve(args, opts) as sim:
         oai = client(sim.url)
-        resp = await oai.chat.completions.create(model="llama", messages=MESSAGES, tools=[WEATHER])  # type: ignore[arg-type, list-item]
-        stream = await oai.chat.completions.create(model="llama", messages=MESSAGES, tools=[WEATHER],  # type: ignore[arg-type, list-item]
-                                                   stream=True)  # fmt: skip
+        resp = await oai.chat.completions.create(model="llama", messages=MESSAGES, tools=[WEATHER])
+        stream = await oai.chat.completions.create(
+            model="llama", messages=MESSAGES, tools=[WEATHER], stream=True
+        )
         name, arguments, ids, finish = "", "", set(), None
         async for chunk in stream:
             choice = chunk.choices[0]
@@ -246,29 +349,37 @@ async def test_tool_calls_valid_stream_and_not() -> None:
                 name += (call.function.name or "") if call.function else ""
                 arguments += (call.function.arguments or "") if call.function else ""
             finish = choice.finish_reason or finish
-    call = resp.choices[0].message.tool_calls[0]  # type: ignore[index]
+    call = resp.choices[0].message.tool_calls[0]
     assert resp.choices[0].finish_reason == "tool_calls"
     assert resp.choices[0].message.content is None
     assert call.type == "function" and call.id.startswith("chatcmpl-tool-")
-    assert call.function.name == "get_weather"  # type: ignore[union-attr]
-    jsonschema.validate(json.loads(call.function.arguments), schema)  # type: ignore[union-attr]
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), schema)
     assert finish == "tool_calls" and name == "get_weather" and len(ids) == 1
     jsonschema.validate(json.loads(arguments), schema)
 
 
 async def test_tool_call_validity_knob_and_revision_effects() -> None:
-    args = vllm("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--quantization", "awq")
-    data = {"duration_s": 60, "traffic_rps": 1,
-            "classes": {"chat": {"share": 1.0, "acceptance": 0.7, "tool_call_rate": 1.0}},
-            "rollouts": [{"t": 10, "match_args": ["--quantization awq"],
-                          "effects": {"tool_call_validity": 0.0}}]}  # fmt: skip
-    schema = WEATHER["function"]["parameters"]  # type: ignore[index]
+    args = vllm(
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--quantization", "awq"
+    )
+    data = {
+        "duration_s": 60,
+        "traffic_rps": 1,
+        "classes": {"chat": {"share": 1.0, "acceptance": 0.7, "tool_call_rate": 1.0}},
+        "rollouts": [
+            {"t": 10, "match_args": ["--quantization awq"], "effects": {"tool_call_validity": 0.0}}
+        ],
+    }
+    schema = WEATHER["function"]["parameters"]
     async with serve(args, SimOptions(time_scale=FAST, scenario=parse_scenario(data))) as sim:
         assert sim.effects().tool_call_validity == 0.0
         oai = client(sim.url)
         for _ in range(6):
-            resp = await oai.chat.completions.create(model="llama", messages=MESSAGES, tools=[WEATHER])  # type: ignore[arg-type, list-item]
-            arguments = resp.choices[0].message.tool_calls[0].function.arguments  # type: ignore[index, union-attr]
+            resp = await oai.chat.completions.create(
+                model="llama", messages=MESSAGES, tools=[WEATHER]
+            )
+            arguments = resp.choices[0].message.tool_calls[0].function.arguments
             with pytest.raises((json.JSONDecodeError, jsonschema.ValidationError)):
                 jsonschema.validate(json.loads(arguments), schema)
     # the same scenario, a process started without the flag: the good revision
@@ -280,24 +391,29 @@ async def test_auto_tool_choice_needs_the_server_flags() -> None:
     async with serve(vllm(), SimOptions(time_scale=FAST)) as sim:
         oai = client(sim.url)
         with pytest.raises(openai.BadRequestError) as err:
-            await oai.chat.completions.create(model="llama", messages=MESSAGES, tools=[WEATHER])  # type: ignore[arg-type, list-item]
-        named = await oai.chat.completions.create(  # type: ignore[call-overload]
-            model="llama", messages=MESSAGES, tools=[WEATHER],
+            await oai.chat.completions.create(model="llama", messages=MESSAGES, tools=[WEATHER])
+        named = await oai.chat.completions.create(
+            model="llama",
+            messages=MESSAGES,
+            tools=[WEATHER],
             tool_choice={"type": "function", "function": {"name": "get_weather"}},
-        )  # fmt: skip
-    assert err.value.body["message"].startswith('"auto" tool choice requires --enable-auto-tool-choice')  # type: ignore[index]
-    assert err.value.body["type"] == "BadRequestError" and err.value.body["code"] == 400  # type: ignore[index]
+        )
+    assert err.value.body["message"].startswith(
+        '"auto" tool choice requires --enable-auto-tool-choice'
+    )
+    assert err.value.body["type"] == "BadRequestError" and err.value.body["code"] == 400
     assert named.choices[0].finish_reason == "stop"  # named tool choice: "stop", like vLLM
-    assert named.choices[0].message.tool_calls[0].function.name == "get_weather"  # type: ignore[index, union-attr]
+    assert named.choices[0].message.tool_calls[0].function.name == "get_weather"
 
 
 async def test_json_response_format() -> None:
     schema = {"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]}
     async with serve(vllm(), SimOptions(time_scale=FAST)) as sim:
-        resp = await client(sim.url).chat.completions.create(  # type: ignore[call-overload]
-            model="llama", messages=MESSAGES,
+        resp = await client(sim.url).chat.completions.create(
+            model="llama",
+            messages=MESSAGES,
             response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
-        )  # fmt: skip
+        )
     jsonschema.validate(json.loads(resp.choices[0].message.content), schema)
 
 
@@ -307,27 +423,35 @@ async def test_errors_like_vllm() -> None:
             unauth = await http.get(sim.url + "/v1/models")
             health = await http.get(sim.url + "/health")
             version = await http.get(sim.url + "/version")
-            bad_json = await http.post(sim.url + "/v1/chat/completions", content=b"{nope",
-                                       headers={"Authorization": "Bearer s3cret"})  # fmt: skip
+            bad_json = await http.post(
+                sim.url + "/v1/chat/completions",
+                content=b"{nope",
+                headers={"Authorization": "Bearer s3cret"},
+            )
         with pytest.raises(openai.AuthenticationError):
             await client(sim.url, "wrong").models.list()
         good = client(sim.url, "s3cret")
         models = await good.models.list()
         with pytest.raises(openai.NotFoundError) as missing:
-            await good.chat.completions.create(model="gpt-4", messages=MESSAGES)  # type: ignore[arg-type]
+            await good.chat.completions.create(model="gpt-4", messages=MESSAGES)
         with pytest.raises(openai.BadRequestError) as options:
-            await good.chat.completions.create(model="llama", messages=MESSAGES,  # type: ignore[arg-type]
-                                               stream_options={"include_usage": True})  # fmt: skip
+            await good.chat.completions.create(
+                model="llama", messages=MESSAGES, stream_options={"include_usage": True}
+            )
     assert unauth.status_code == 401 and unauth.json() == {"error": "Unauthorized"}
     assert health.status_code == 200 and health.content == b""
     assert version.json() == {"version": "0.33.0"}
     assert bad_json.status_code == 400 and bad_json.json()["error"]["type"] == "BadRequestError"
     card = models.data[0]
     assert card.id == "llama" and card.owned_by == "vllm"
-    assert card.model_extra["root"] == MODEL and card.model_extra["max_model_len"] == 8192  # type: ignore[index]
-    assert missing.value.body == {"message": "The model `gpt-4` does not exist.",  # type: ignore[comparison-overlap]
-                                  "type": "NotFoundError", "param": "model", "code": 404}  # fmt: skip
-    assert "stream=True" in options.value.body["message"]  # type: ignore[index]
+    assert extra(card)["root"] == MODEL and extra(card)["max_model_len"] == 8192
+    assert missing.value.body == {
+        "message": "The model `gpt-4` does not exist.",
+        "type": "NotFoundError",
+        "param": "model",
+        "code": 404,
+    }
+    assert "stream=True" in options.value.body["message"]
 
 
 async def test_speculation_helps_tpot_at_high_acceptance_and_hurts_at_low() -> None:
@@ -337,8 +461,8 @@ async def test_speculation_helps_tpot_at_high_acceptance_and_hurts_at_low() -> N
             oai = client(sim.url)
             itls = []
             for _ in range(3):
-                resp = await oai.chat.completions.create(model="llama", messages=MESSAGES)  # type: ignore[arg-type]
-                itls.append(resp.model_extra["metrics"]["mean_itl_ms"])  # type: ignore[index]
+                resp = await oai.chat.completions.create(model="llama", messages=MESSAGES)
+                itls.append(extra(resp)["metrics"]["mean_itl_ms"])
         return sum(itls) / len(itls)
 
     plain = await tpot(vllm("--enable-per-request-metrics"), 0.8)
@@ -352,8 +476,11 @@ async def test_client_disconnect_stops_generation() -> None:
     opts = SimOptions(time_scale=0.01, scenario=scenario(output_tokens=100_000))
     async with serve(vllm(*SPEC), opts) as sim:
         async with httpx.AsyncClient() as http:
-            async with http.stream("POST", sim.url + "/v1/chat/completions",
-                                   json={"model": "llama", "messages": MESSAGES, "stream": True}) as r:  # fmt: skip
+            async with http.stream(
+                "POST",
+                sim.url + "/v1/chat/completions",
+                json={"model": "llama", "messages": MESSAGES, "stream": True},
+            ) as r:
                 async for line in r.aiter_lines():
                     if "content" in line:
                         break
@@ -369,21 +496,22 @@ async def test_client_disconnect_stops_generation() -> None:
 
 async def test_startup_delay_and_draining() -> None:
     opts = SimOptions(time_scale=0.01, startup_delay=0.3, scenario=scenario(output_tokens=30))
-    async with serve(vllm(), opts) as sim:
-        async with httpx.AsyncClient() as http:
-            assert (await http.get(sim.url + "/health")).status_code == 503
-            assert (await http.get(sim.url + "/v1/models")).status_code == 503
-            await asyncio.sleep(0.35)
-            assert (await http.get(sim.url + "/health")).status_code == 200
-            request = asyncio.create_task(
-                http.post(sim.url + "/v1/chat/completions", json={"model": "llama", "messages": MESSAGES})
+    async with serve(vllm(), opts) as sim, httpx.AsyncClient() as http:
+        assert (await http.get(sim.url + "/health")).status_code == 503
+        assert (await http.get(sim.url + "/v1/models")).status_code == 503
+        await asyncio.sleep(0.35)
+        assert (await http.get(sim.url + "/health")).status_code == 200
+        request = asyncio.create_task(
+            http.post(
+                sim.url + "/v1/chat/completions", json={"model": "llama", "messages": MESSAGES}
             )
-            await asyncio.sleep(0.02)
-            drain = asyncio.create_task(sim.drain(grace=5))
-            await asyncio.sleep(0)
-            assert (await http.get(sim.url + "/health")).status_code == 503
-            response = await request
-            await drain
+        )
+        await asyncio.sleep(0.02)
+        drain = asyncio.create_task(sim.drain(grace=5))
+        await asyncio.sleep(0)
+        assert (await http.get(sim.url + "/health")).status_code == 503
+        response = await request
+        await drain
     assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 30
 
 
@@ -391,7 +519,7 @@ async def test_effects_override_slows_decoding() -> None:
     async def itl(effects: Effects | None) -> float:
         opts = SimOptions(time_scale=FAST, scenario=scenario(), effects=effects)
         async with serve(vllm("--enable-per-request-metrics"), opts) as sim:
-            resp = await client(sim.url).chat.completions.create(model="llama", messages=MESSAGES)  # type: ignore[arg-type]
-        return float(resp.model_extra["metrics"]["mean_itl_ms"])  # type: ignore[index]
+            resp = await client(sim.url).chat.completions.create(model="llama", messages=MESSAGES)
+        return float(extra(resp)["metrics"]["mean_itl_ms"])
 
     assert await itl(Effects(tpot_factor=2.0)) == pytest.approx(2 * await itl(None), rel=0.01)

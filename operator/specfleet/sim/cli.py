@@ -82,7 +82,7 @@ def _listen(value: str | None, host: str | None, port: int | None, engine: str) 
 @click.option(
     "--effects",
     envvar="SPECFLEET_SIM_EFFECTS",
-    help='JSON effects that override the scenario\'s, e.g. \'{"tpot_factor": 1.5}\'.',
+    help="JSON effects that override the scenario's, e.g. '{\"tpot_factor\": 1.5}'.",
 )
 @click.option(
     "--lenient-args",

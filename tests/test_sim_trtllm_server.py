@@ -1,0 +1,254 @@
+"""The TensorRT-LLM simulator on loopback."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from openai import AsyncOpenAI
+from prometheus_client.parser import text_string_to_metric_families
+
+from specfleet.sim.engine_args import parse_trtllm
+from specfleet.sim.scenario import parse_scenario
+from specfleet.sim.server import SimOptions, serve
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+FAST = 0.0005
+ALL_STATS = """
+speculative_config: {decoding_type: Eagle3, max_draft_len: 3, speculative_model: d/eagle3}
+return_perf_metrics: true
+enable_iter_perf_stats: true
+per_request_spec_decode_stats: true
+"""
+MESSAGES: Any = [{"role": "user", "content": "Explain draft acceptance."}]
+SCENARIO = parse_scenario(
+    {
+        "duration_s": 60,
+        "traffic_rps": 1,
+        "classes": {"chat": {"share": 1.0, "acceptance": 0.7, "output_tokens": 30}},
+    }
+)
+
+
+def trtllm(yaml_text: str | None = ALL_STATS, *extra: str) -> Any:
+    argv = ["trtllm-serve", MODEL, "--backend", "pytorch", *extra]
+    if yaml_text is not None:
+        argv += ["--extra_llm_api_options", "/etc/specfleet/llm_api.yaml"]
+    return parse_trtllm(argv, read_file=lambda _: yaml_text or "")
+
+
+async def sse(url: str, body: dict[str, Any], path: str = "/v1/chat/completions") -> list[Any]:
+    async with httpx.AsyncClient() as http:
+        r = await http.post(url + path, json=body)
+    assert r.status_code == 200, r.text
+    events = [
+        e.removeprefix("data: ").strip() for e in r.text.split("\n\n") if e.startswith("data: ")
+    ]
+    return [e if e == "[DONE]" else json.loads(e) for e in events]
+
+
+async def test_chat_shapes_and_per_choice_spec_stats() -> None:
+    async with serve(trtllm(), SimOptions(time_scale=FAST, scenario=SCENARIO)) as sim:
+        async with httpx.AsyncClient() as http:
+            raw = (
+                await http.post(
+                    sim.url + "/v1/chat/completions",
+                    json={"model": "whatever-you-send", "messages": MESSAGES},
+                )
+            ).json()
+        oai = AsyncOpenAI(base_url=f"{sim.url}/v1", api_key="x", max_retries=0)
+        resp = await oai.chat.completions.create(model=MODEL, messages=MESSAGES)
+    assert resp.choices[0].message.content and resp.usage is not None
+    assert resp.usage.completion_tokens == 30
+    assert list(raw) == [
+        "id",
+        "object",
+        "created",
+        "model",
+        "choices",
+        "usage",
+        "prompt_token_ids",
+        "prompt_token_ids_b64",
+    ]
+    assert raw["model"] == "whatever-you-send"  # TensorRT-LLM echoes the request's model
+    choice = raw["choices"][0]
+    assert list(choice) == [
+        "index",
+        "message",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "mm_embedding_handle",
+        "disaggregated_params",
+        "avg_decoded_tokens_per_iter",
+        "speculative_decoding",
+    ]
+    assert choice["message"]["tool_calls"] == [] and choice["message"]["reasoning_content"] == ""
+    spec = choice["speculative_decoding"]
+    assert list(spec) == [
+        "acceptance_rate",
+        "total_accepted_draft_tokens",
+        "total_draft_tokens",
+        "num_spec_steps",
+        "acceptance_histogram",
+        "num_spec_tokens",
+    ]
+    assert spec["num_spec_tokens"] == 3 and spec["total_draft_tokens"] == 3 * spec["num_spec_steps"]
+    assert choice["avg_decoded_tokens_per_iter"] == 30 / (1 + spec["num_spec_steps"])
+    assert raw["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+
+
+async def test_streaming_spec_stats_ride_the_finish_chunk() -> None:
+    body = {"model": MODEL, "messages": MESSAGES, "stream": True}
+    async with serve(trtllm(), SimOptions(time_scale=FAST, scenario=SCENARIO)) as sim:
+        plain = await sse(sim.url, body)
+        with_usage = await sse(
+            sim.url, {**body, "stream_options": {}}
+        )  # include_usage defaults to true
+    assert plain[-1] == "[DONE]"
+    first, *rest = plain[:-1]
+    assert first["choices"] == [{"index": 0, "delta": {"role": "assistant"}}]
+    assert rest[0]["choices"][0]["delta"].keys() == {"content", "reasoning_content"}
+    assert "finish_reason" not in rest[0]["choices"][0]  # exclude_none
+    assert all("avg_decoded_tokens_per_iter" in c["choices"][0] for c in rest)
+    assert [("speculative_decoding" in c["choices"][0]) for c in rest] == [False] * (
+        len(rest) - 1
+    ) + [True]
+    assert rest[-1]["choices"][0]["finish_reason"] == "stop"
+    assert all("usage" not in c for c in plain[:-1])
+    final = with_usage[-2]
+    assert final["choices"] == [] and final["usage"]["completion_tokens"] == 30
+    assert final["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+
+
+async def test_iteration_stats_drained_on_read_and_prometheus_counters() -> None:
+    async with serve(trtllm(), SimOptions(time_scale=FAST, scenario=SCENARIO)) as sim:
+        oai = AsyncOpenAI(base_url=f"{sim.url}/v1", api_key="x", max_retries=0)
+        drafted = accepted = 0
+        for _ in range(4):
+            raw = await oai.chat.completions.with_raw_response.create(
+                model=MODEL, messages=MESSAGES
+            )
+            spec = json.loads(raw.text)["choices"][0]["speculative_decoding"]
+            drafted += spec["total_draft_tokens"]
+            accepted += spec["total_accepted_draft_tokens"]
+        async with httpx.AsyncClient() as http:
+            stats = (await http.get(sim.url + "/metrics")).json()
+            again = (await http.get(sim.url + "/metrics")).json()
+            prom = (await http.get(sim.url + "/prometheus/metrics")).text
+    assert stats and again == []
+    assert sum(s["specDecodingStats"]["numDraftTokens"] for s in stats) == drafted
+    assert sum(s["specDecodingStats"]["numAcceptedTokens"] for s in stats) == accepted
+    assert {
+        "iter",
+        "iterLatencyMS",
+        "numActiveRequests",
+        "kvCacheStats",
+        "inflightBatchingStats",
+    } <= set(stats[0])
+    assert set(stats[-1]["specDecodingStats"]) == {
+        "numDraftTokens",
+        "numAcceptedTokens",
+        "numRequestsWithDraftTokens",
+        "acceptanceLength",
+        "iterLatencyMS",
+        "draftOverhead",
+    }
+    samples = {s.name: s for f in text_string_to_metric_families(prom) for s in f.samples}
+    drafts = samples["trtllm_spec_decode_num_draft_tokens_total"]
+    assert drafts.value == drafted
+    assert drafts.labels == {"model_name": MODEL, "engine_type": "trtllm"}
+    assert samples["trtllm_spec_decode_num_accepted_tokens_total"].value == accepted
+    assert samples["trtllm_request_success_total"].labels["finished_reason"] in {"stop", "length"}
+    for name in (
+        "trtllm_time_to_first_token_seconds_count",
+        "trtllm_e2e_request_latency_seconds_count",
+        "trtllm_num_requests_running",
+        "trtllm_kv_cache_utilization",
+        "trtllm_spec_decode_acceptance_length",
+        "trtllm_spec_decode_draft_overhead",
+    ):
+        assert name in samples, name
+
+
+async def test_endpoints_without_perf_options() -> None:
+    async with serve(trtllm(None), SimOptions(time_scale=FAST)) as sim, httpx.AsyncClient() as http:
+        await http.post(
+            sim.url + "/v1/chat/completions", json={"model": MODEL, "messages": MESSAGES}
+        )
+        stats = await http.get(sim.url + "/metrics")
+        prom = await http.get(sim.url + "/prometheus/metrics")
+        models = (await http.get(sim.url + "/v1/models")).json()
+        version = (await http.get(sim.url + "/version")).json()
+        health = await http.get(sim.url + "/health_generate")
+        no_model = await http.post(sim.url + "/v1/chat/completions", json={"messages": MESSAGES})
+        raw = (
+            await http.post(
+                sim.url + "/v1/completions",
+                json={"model": MODEL, "prompt": "abc", "max_tokens": 5},
+            )
+        ).json()
+    assert stats.json() == [] and prom.status_code == 404
+    assert models == {
+        "object": "list",
+        "data": [
+            {
+                "id": MODEL,
+                "object": "model",
+                "created": models["data"][0]["created"],
+                "owned_by": "tensorrt_llm",
+            }
+        ],
+    }
+    assert version == {"version": "1.2.1"} and health.status_code == 200
+    assert no_model.status_code == 400
+    assert (
+        no_model.json()["object"] == "error" and no_model.json()["code"] == 400
+    )  # flat, not nested
+    choice = raw["choices"][0]
+    assert choice["finish_reason"] == "length" and choice["avg_decoded_tokens_per_iter"] is None
+    assert "speculative_decoding" not in choice
+
+
+async def test_tool_calls_need_a_tool_parser() -> None:
+    tool: Any = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "parameters": {
+                "type": "object",
+                "properties": {"q": {"type": "string"}},
+                "required": ["q"],
+            },
+        },
+    }
+    scen = parse_scenario(
+        {
+            "duration_s": 60,
+            "traffic_rps": 1,
+            "classes": {"chat": {"share": 1.0, "acceptance": 0.7, "tool_call_rate": 1.0}},
+        }
+    )
+    body = {"model": MODEL, "messages": MESSAGES, "tools": [tool]}
+    opts = SimOptions(time_scale=FAST, scenario=scen)
+    async with serve(trtllm(None), opts) as sim, httpx.AsyncClient() as http:
+        plain = (await http.post(sim.url + "/v1/chat/completions", json=body)).json()
+    async with serve(
+        trtllm(None, "--tool_parser", "qwen3"), SimOptions(time_scale=FAST, scenario=scen)
+    ) as sim:
+        async with httpx.AsyncClient() as http:
+            parsed = (await http.post(sim.url + "/v1/chat/completions", json=body)).json()
+        chunks = await sse(sim.url, {**body, "stream": True})
+    assert plain["choices"][0]["message"]["tool_calls"] == []
+    assert plain["choices"][0]["finish_reason"] == "stop"
+    call = parsed["choices"][0]["message"]["tool_calls"][0]
+    assert parsed["choices"][0]["finish_reason"] == "tool_calls"
+    assert call["function"]["name"] == "lookup" and "q" in json.loads(call["function"]["arguments"])
+    deltas = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks[1:-1]]
+    assert (
+        deltas[0]["id"].startswith("chatcmpl-tool-") and deltas[0]["function"]["name"] == "lookup"
+    )
+    assert all(d["type"] == "function" for d in deltas)
+    assert "q" in json.loads("".join(d["function"]["arguments"] for d in deltas))
+    assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
