@@ -10,8 +10,10 @@ import click
 
 from specfleet.api import InvalidSpecModel, parse_specmodel
 from specfleet.api.crd import crd_yaml
+from specfleet.controller.run import RunOptions, run
 from specfleet.gateway.cli import gateway
 from specfleet.render import ServingPlan, render
+from specfleet.render.plan import DEFAULT_GATEWAY_IMAGE
 from specfleet.sim.cli import sim
 from specfleet.yamlio import YamlError, dump_all, load_documents
 
@@ -43,6 +45,21 @@ def render_command(filename: Path, plan_file: Path | None) -> None:
     except (YamlError, ValueError) as exc:
         _invalid(plan_file or filename, [str(exc)])
     click.echo(dump_all(m for sm in specmodels for m in render(sm, plan)), nl=False)
+
+
+@main.command("run")
+@click.option("--namespace", "namespaces", multiple=True, help="Watch only these namespaces.")
+@click.option("--metrics-port", type=int, default=9090, show_default=True)
+@click.option("--health-port", type=int, default=8081, show_default=True)
+@click.option("--log-format", type=click.Choice(["json", "text"]), default="text")
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info"
+)
+@click.option("--gateway-image", default=DEFAULT_GATEWAY_IMAGE, show_default=True)
+@click.option("--resync-seconds", type=float, default=300.0, show_default=True)
+def run_command(namespaces: tuple[str, ...], **options: object) -> None:
+    """Run the operator."""
+    run(RunOptions(namespaces=list(namespaces), **options))  # type: ignore[arg-type]
 
 
 def _invalid(path: Path, problems: list[str]) -> NoReturn:

@@ -1,0 +1,53 @@
+"""Which children to apply and which to prune, from desired manifests and the watched ones.
+
+Each applied child carries the hash of its desired manifest; a child whose hash matches is left
+alone, so a reconcile of an unchanged SpecModel makes no request at all.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from specfleet.render import Manifest
+
+APPLIED_HASH = "specfleet.dev/applied-hash"
+Body = dict[str, Any]
+ChildKey = tuple[str, str]
+"""(kind, name) of a child in the SpecModel's namespace."""
+
+
+@dataclass(frozen=True)
+class Changes:
+    apply: list[Manifest]
+    prune: list[Body]
+
+
+def key(body: Body) -> ChildKey:
+    return body["kind"], body["metadata"]["name"]
+
+
+def with_applied_hash(manifest: Manifest) -> Manifest:
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
+    out = copy.deepcopy(manifest)
+    out["metadata"].setdefault("annotations", {})[APPLIED_HASH] = digest
+    return out
+
+
+def changes(desired: list[Manifest], live: dict[ChildKey, Body]) -> Changes:
+    """`desired` carry their applied hash; `live` are this SpecModel's watched children."""
+    wanted = {key(m): m for m in desired}
+    apply = [m for k, m in wanted.items() if _applied_hash(live.get(k)) != _applied_hash(m)]
+    prune = [body for k, body in live.items() if k not in wanted]
+    return Changes(apply=apply, prune=prune)
+
+
+def _applied_hash(body: Body | None) -> str | None:
+    if body is None:
+        return None
+    annotations = body.get("metadata", {}).get("annotations") or {}
+    value = annotations.get(APPLIED_HASH)
+    return str(value) if value is not None else None

@@ -1,0 +1,66 @@
+"""Kubernetes Events for what changed between two statuses. Reasons are stable: tooling and
+alerts match on them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specfleet.api import SpecModelStatus
+
+NORMAL, WARNING = "Normal", "Warning"
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    reason: str
+    message: str
+
+
+def transitions(before: SpecModelStatus, after: SpecModelStatus) -> list[Event]:
+    events = _revision_events(before, after) + _plan_events(before, after)
+    old = {c.type: c for c in before.conditions}
+    for condition in after.conditions:
+        previous = old.get(condition.type)
+        if previous is not None and previous.status == condition.status:
+            continue
+        event = _condition_event(
+            condition.type, condition.status, condition.reason, condition.message
+        )
+        if event and (previous is not None or event.type == WARNING):
+            events.append(event)
+    return events
+
+
+def _revision_events(before: SpecModelStatus, after: SpecModelStatus) -> list[Event]:
+    known = {r.number for r in before.revisions}
+    return [
+        Event(
+            NORMAL,
+            "RevisionCreated",
+            f"revision {r.number} ({r.hash}) for generation {r.generation}",
+        )
+        for r in after.revisions
+        if r.number not in known
+    ]
+
+
+def _plan_events(before: SpecModelStatus, after: SpecModelStatus) -> list[Event]:
+    old, new = before.serving_plan, after.serving_plan
+    if new is None or old is None or old.speculation == new.speculation:
+        return []
+    if new.speculation:
+        return [Event(NORMAL, "SpeculationEnabled", f"speculation on (by {new.reason})")]
+    return [Event(WARNING, "SpeculationDisabled", f"speculation off (by {new.reason})")]
+
+
+def _condition_event(kind: str, status: str, reason: str, message: str) -> Event | None:
+    if kind == "Degraded" and status == "True":
+        return Event(WARNING, reason, message)
+    if kind == "Ready" and status == "True":
+        return Event(NORMAL, "RolloutComplete", message)
+    if kind == "RolledBack" and status == "True":
+        return Event(WARNING, "RolledBack", message)
+    if kind == "RolledBack" and status == "False":
+        return Event(NORMAL, "RollbackCleared", message)
+    return None

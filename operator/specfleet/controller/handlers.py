@@ -1,0 +1,111 @@
+"""kopf wiring, thin: watches fill indexes; any event on a SpecModel or one of its children
+reconciles that SpecModel in a worker thread; a periodic resync is the level-based safety net.
+
+No per-object timers or daemons: they would put a kopf finalizer on every SpecModel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from typing import Any
+
+import kopf
+
+from specfleet.api import GROUP, PLURAL, VERSION
+from specfleet.controller.operator import Index, Key, Operator
+
+MANAGED = {"app.kubernetes.io/managed-by": "specfleet"}
+INSTANCE = "app.kubernetes.io/instance"
+CHILD_RESOURCES = [
+    ("apps", "v1", "deployments"),
+    ("", "v1", "services"),
+    ("", "v1", "configmaps"),
+    ("policy", "v1", "poddisruptionbudgets"),
+    ("monitoring.coreos.com", "v1", "servicemonitors"),
+]
+CHILD_INDEXES = [f"children_{plural}" for _, _, plural in CHILD_RESOURCES]
+log = logging.getLogger(__name__)
+
+
+def _snapshot(body: kopf.Body) -> dict[str, Any]:
+    return copy.deepcopy(dict(body))
+
+
+def _owner(namespace: str | None, labels: kopf.Labels) -> Key:
+    return namespace or "", labels.get(INSTANCE, "")
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def specmodels(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Any]:
+    return {(namespace or "", name): _snapshot(body)}
+
+
+def _by_owner(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[Key, Any]:
+    return {_owner(namespace, labels): _snapshot(body)}
+
+
+kopf.index("", "v1", "pods", labels=MANAGED, id="pods")(_by_owner)
+
+
+def _index_children(group: str, version: str, plural: str) -> None:
+    kopf.index(group, version, plural, labels=MANAGED, id=f"children_{plural}")(_by_owner)
+
+    def child_event(namespace: str | None, labels: kopf.Labels, memo: Any, **kwargs: Any) -> None:
+        _reconcile(memo, _owner(namespace, labels), kwargs)
+
+    kopf.on.event(group, version, plural, labels=MANAGED, id=f"{plural}_event")(child_event)
+
+
+for _group, _version, _plural in CHILD_RESOURCES:
+    _index_children(_group, _version, _plural)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def specmodel_event(type: str, namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
+    key = (namespace or "", name)
+    if type == "DELETED":
+        memo["operator"].forget(key)
+        return
+    _reconcile(memo, key, kwargs)
+
+
+@kopf.on.event("", "v1", "pods", labels=MANAGED)
+def pod_event(namespace: str | None, labels: kopf.Labels, memo: Any, **kwargs: Any) -> None:
+    _reconcile(memo, _owner(namespace, labels), kwargs)
+
+
+def _reconcile(memo: Any, key: Key, indexes: dict[str, Any]) -> None:
+    operator: Operator = memo["operator"]
+    operator.reconcile(
+        key,
+        indexes["specmodels"],
+        [indexes[name] for name in CHILD_INDEXES],
+        indexes["pods"],
+    )
+
+
+@kopf.on.startup()
+async def start_resync(memo: Any, **indexes: Any) -> None:
+    memo["resync_task"] = asyncio.create_task(_resync_forever(memo, indexes))
+
+
+@kopf.on.cleanup()
+async def stop_resync(memo: Any, **_: Any) -> None:
+    task = memo.get("resync_task")
+    if task is not None:
+        task.cancel()
+
+
+async def _resync_forever(memo: Any, indexes: dict[str, Any]) -> None:
+    while True:
+        await asyncio.sleep(memo["resync_seconds"])
+        specmodel_index: Index = indexes["specmodels"]
+        for key in list(specmodel_index):
+            try:
+                await asyncio.to_thread(_reconcile, memo, key, indexes)
+            except Exception:  # one broken SpecModel must not stop the others' resync
+                log.exception("resync of %s/%s failed", *key)

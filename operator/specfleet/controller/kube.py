@@ -1,0 +1,136 @@
+"""The operator's writes to the API server: server-side apply (one field manager), deletes,
+status, ControllerRevisions and Events. Sync (kubernetes client); call it from threads.
+
+Transient failures (conflicts, throttling, server errors, dropped connections) are retried
+with exponential backoff; anything else surfaces to the caller, which records it in status.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from tenacity import (
+    retry,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from specfleet.api import API_VERSION, KIND
+from specfleet.controller.metrics import API_WRITES
+
+FIELD_MANAGER = "specfleet"
+TRANSIENT_STATUS = {409, 429, 500, 502, 503, 504}
+Body = dict[str, Any]
+log = logging.getLogger(__name__)
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, ApiException):
+        return exc.status in TRANSIENT_STATUS
+    return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError)
+
+
+_retry = retry(
+    retry=retry_if_exception(_transient),
+    wait=wait_exponential_jitter(initial=0.2, max=5),
+    stop=stop_after_attempt(5),
+    reraise=True,
+)
+
+
+def api_client() -> client.ApiClient:
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+class Kube:
+    """Writes, counted by verb (`specfleet_api_writes_total`) so an idle operator's silence can
+    be proven."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._dynamic = DynamicClient(api)
+        self._core = client.CoreV1Api(api)
+        self._apps = client.AppsV1Api(api)
+
+    def _resource(self, api_version: str, kind: str) -> Any:
+        return self._dynamic.resources.get(api_version=api_version, kind=kind)
+
+    @_retry
+    def apply(self, manifest: Body) -> None:
+        API_WRITES.labels("apply").inc()
+        resource = self._resource(manifest["apiVersion"], manifest["kind"])
+        resource.server_side_apply(
+            body=manifest,
+            namespace=manifest["metadata"].get("namespace"),
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+        )
+
+    @_retry
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        API_WRITES.labels("delete").inc()
+        try:
+            self._resource(api_version, kind).delete(name=name, namespace=namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    @_retry
+    def apply_status(self, namespace: str, name: str, status: Body) -> None:
+        API_WRITES.labels("status").inc()
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": name, "namespace": namespace},
+            "status": status,
+        }
+        resource = self._resource(API_VERSION, KIND)
+        resource.status.server_side_apply(
+            body=body, namespace=namespace, field_manager=FIELD_MANAGER, force_conflicts=True
+        )
+
+    @_retry
+    def read_revision(self, namespace: str, name: str) -> Body:
+        revision = self._apps.read_namespaced_controller_revision(name, namespace)
+        data: Body = revision.data
+        return data
+
+    @_retry
+    def event(self, involved: Body, kind: str, reason: str, message: str) -> None:
+        API_WRITES.labels("event").inc()
+        meta = involved["metadata"]
+        now = datetime.now(UTC)
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(
+                name=f"{meta['name']}.{uuid.uuid4().hex[:12]}", namespace=meta["namespace"]
+            ),
+            involved_object=client.V1ObjectReference(
+                api_version=involved.get("apiVersion", API_VERSION),
+                kind=involved.get("kind", KIND),
+                name=meta["name"],
+                namespace=meta["namespace"],
+                uid=meta.get("uid"),
+            ),
+            reason=reason,
+            message=message[:1024],
+            type=kind,
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            source=client.V1EventSource(component=FIELD_MANAGER),
+            reporting_component=FIELD_MANAGER,
+            reporting_instance=FIELD_MANAGER,
+            action=reason,
+        )
+        self._core.create_namespaced_event(meta["namespace"], event)

@@ -1,0 +1,164 @@
+"""One SpecModel, level-based: parse, plan, render, apply what differs, prune, write status.
+
+Sync; runs in a worker thread. Children come from the operator's watches (no reads); writes go
+through `Kube`. An unchanged SpecModel in an unchanged cluster makes no request.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from specfleet.api import (
+    EngineConfig,
+    InvalidSpecModel,
+    SpecModel,
+    SpecModelStatus,
+    parse_specmodel,
+)
+from specfleet.api.status import RevisionRecord
+from specfleet.controller import children, events
+from specfleet.controller.kube import Kube
+from specfleet.controller.plan import Plan, plan
+from specfleet.controller.status import Observed, invalid_status, next_status
+from specfleet.render import RenderSettings, ServingPlan, render
+
+Body = dict[str, Any]
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Live:
+    """A SpecModel's children as watched: every kind by (kind, name), and its pods."""
+
+    children: dict[children.ChildKey, Body] = field(default_factory=dict)
+    pods: list[Body] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: SpecModelStatus
+    applied: int
+    pruned: int
+    error: str | None
+
+
+def reconcile(
+    body: Body, live: Live, kube: Kube, settings: RenderSettings, now: datetime
+) -> Outcome:
+    previous = _previous_status(body)
+    try:
+        specmodel = parse_specmodel({k: v for k, v in body.items() if k != "status"})
+    except InvalidSpecModel as exc:
+        status = invalid_status(
+            body["metadata"].get("generation"), [str(e) for e in exc.errors], previous, now
+        )
+        _write_status(kube, body, previous, status)
+        return Outcome(status, 0, 0, str(exc))
+    the_plan = plan(specmodel, previous, now)
+    error = None
+    applied = pruned = 0
+    try:
+        if the_plan.new_revision:
+            kube.apply(controller_revision(specmodel, the_plan.desired))
+        manifests = _desired(specmodel, the_plan, kube, settings)
+        todo = children.changes(manifests, live.children)
+        for manifest in todo.apply:
+            kube.apply(manifest)
+        for child in todo.prune:
+            kube.delete(
+                child["apiVersion"],
+                child["kind"],
+                child["metadata"]["namespace"],
+                child["metadata"]["name"],
+            )
+        applied, pruned = len(todo.apply), len(todo.prune)
+    except (ApiException, ValueError) as exc:
+        error = _describe(exc)
+        log.warning("applying %s failed: %s", specmodel.metadata.name, error)
+    deployment = live.children.get(("Deployment", specmodel.metadata.name))
+    observed = Observed(deployment=deployment, pods=live.pods, apply_error=error)
+    status = next_status(specmodel, the_plan, observed, previous, now)
+    _write_status(kube, body, previous, status)
+    if applied or pruned:
+        message = (
+            f"applied {applied} and pruned {pruned} children for revision {the_plan.active.number}"
+        )
+        kube.event(body, events.NORMAL, "ChildrenApplied", message)
+    return Outcome(status, applied, pruned, error)
+
+
+def _desired(
+    specmodel: SpecModel, the_plan: Plan, kube: Kube, settings: RenderSettings
+) -> list[Body]:
+    config = None
+    if the_plan.rolled_back:
+        data = kube.read_revision(
+            specmodel.metadata.namespace, revision_name(specmodel, the_plan.active)
+        )
+        config = EngineConfig.model_validate(data)
+    serving = ServingPlan(
+        revision=the_plan.active.number, speculation=the_plan.speculation, engine_config=config
+    )
+    return [children.with_applied_hash(m) for m in render(specmodel, serving, settings)]
+
+
+def revision_name(specmodel: SpecModel, record: RevisionRecord) -> str:
+    return f"{specmodel.metadata.name}-{record.hash}"
+
+
+def controller_revision(specmodel: SpecModel, record: RevisionRecord) -> Body:
+    """The full engine config of a revision, owned by the SpecModel, for rollbacks."""
+    meta = specmodel.metadata
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {
+            "name": revision_name(specmodel, record),
+            "namespace": meta.namespace,
+            "labels": {
+                "app.kubernetes.io/instance": meta.name,
+                "app.kubernetes.io/managed-by": "specfleet",
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": specmodel.api_version,
+                    "kind": specmodel.kind,
+                    "name": meta.name,
+                    "uid": meta.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "revision": record.number,
+        "data": specmodel.engine_config().canonical(),
+    }
+
+
+def _previous_status(body: Body) -> SpecModelStatus:
+    try:
+        return SpecModelStatus.model_validate(body.get("status") or {})
+    except ValidationError:
+        log.warning("status of %s is unreadable; starting afresh", body["metadata"]["name"])
+        return SpecModelStatus()
+
+
+def _write_status(kube: Kube, body: Body, before: SpecModelStatus, after: SpecModelStatus) -> None:
+    if after.to_wire() == before.to_wire():
+        return
+    meta = body["metadata"]
+    kube.apply_status(meta["namespace"], meta["name"], after.to_wire())
+    for event in events.transitions(before, after):
+        kube.event(body, event.type, event.reason, event.message)
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, ApiException):
+        return f"API server answered {exc.status} {exc.reason}: {(exc.body or '')[:300]}"
+    return str(exc)

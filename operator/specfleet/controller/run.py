@@ -1,0 +1,67 @@
+"""`specfleet run`: the operator, with every kopf setting chosen here rather than by flags."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+import kopf
+from prometheus_client import start_http_server
+
+from specfleet.controller.kube import Kube, api_client
+from specfleet.controller.metrics import REGISTRY
+from specfleet.controller.operator import Operator
+from specfleet.render import RenderSettings
+from specfleet.render.plan import DEFAULT_GATEWAY_IMAGE
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    namespaces: list[str] = field(default_factory=list)
+    metrics_port: int = 9090
+    health_port: int = 8081
+    log_format: str = "text"
+    log_level: str = "info"
+    gateway_image: str = DEFAULT_GATEWAY_IMAGE
+    resync_seconds: float = 300.0
+    bind_address: str = "0.0.0.0"
+
+
+def settings() -> kopf.OperatorSettings:
+    result = kopf.OperatorSettings()
+    result.peering.standalone = True  # one operator pod; no KopfPeering CRDs needed
+    result.posting.enabled = False  # our own Events carry stable reasons; kopf's would be noise
+    result.watching.server_timeout = 300
+    result.watching.client_timeout = 330
+    result.execution.max_workers = 8
+    result.networking.request_timeout = 60
+    return result
+
+
+def run(
+    options: RunOptions,
+    stop_flag: threading.Event | None = None,
+    ready_flag: threading.Event | None = None,
+) -> None:
+    import specfleet.controller.handlers  # noqa: F401  (registers the handlers)
+
+    kopf.configure(
+        log_format=kopf.LogFormat.JSON if options.log_format == "json" else kopf.LogFormat.PLAIN,
+        verbose=options.log_level == "debug",
+        quiet=options.log_level in ("warning", "error"),
+    )
+    logging.getLogger().setLevel(options.log_level.upper())
+    if options.metrics_port:
+        start_http_server(options.metrics_port, addr=options.bind_address, registry=REGISTRY)
+    operator = Operator(Kube(api_client()), RenderSettings(gateway_image=options.gateway_image))
+    kopf.run(
+        settings=settings(),
+        standalone=True,
+        namespaces=options.namespaces,
+        clusterwide=not options.namespaces,
+        liveness_endpoint=f"http://{options.bind_address}:{options.health_port}/healthz",
+        memo=kopf.Memo(operator=operator, resync_seconds=options.resync_seconds),
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )

@@ -1,0 +1,254 @@
+"""Status as a pure function of what the controller planned and what it sees in the cluster.
+
+Conditions keep their lastTransitionTime while their status holds, so an unchanged world makes
+an unchanged status, and an unchanged status is never written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from specfleet.api import Condition, ConditionType, Phase, SpecModel, SpecModelStatus
+from specfleet.api.status import (
+    KillSwitchState,
+    KillSwitchStatus,
+    ReplicaStatus,
+    ServingPlanStatus,
+)
+from specfleet.controller.plan import Plan
+from specfleet.render.workload import SPECULATION_LABEL
+
+Body = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The children as the controller's watches see them."""
+
+    deployment: Body | None = None
+    pods: list[Body] = field(default_factory=list)
+    apply_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Rollout:
+    replicas: ReplicaStatus
+    complete: bool
+    deadline_exceeded: str | None
+    speculation_running: bool | None
+
+
+def rollout(deployment: Body | None) -> Rollout:
+    if deployment is None:
+        return Rollout(ReplicaStatus(), False, None, None)
+    spec, status = deployment.get("spec", {}), deployment.get("status", {})
+    desired = spec.get("replicas", 1)
+    replicas = ReplicaStatus(
+        desired=desired,
+        updated=status.get("updatedReplicas", 0),
+        ready=status.get("readyReplicas", 0),
+        available=status.get("availableReplicas", 0),
+    )
+    current = deployment["metadata"].get("generation") == status.get("observedGeneration")
+    complete = current and (
+        replicas.updated == desired
+        and replicas.available == desired
+        and status.get("replicas", 0) == desired
+    )
+    deadline = next(
+        (
+            c.get("message", "")
+            for c in status.get("conditions", [])
+            if c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+        ),
+        None,
+    )
+    labels = spec.get("template", {}).get("metadata", {}).get("labels", {})
+    return Rollout(replicas, complete, deadline, labels.get(SPECULATION_LABEL) == "on")
+
+
+def unschedulable(pods: list[Body]) -> str | None:
+    for pod in pods:
+        for condition in pod.get("status", {}).get("conditions", []):
+            if (
+                condition.get("type") == "PodScheduled"
+                and condition.get("reason") == "Unschedulable"
+            ):
+                name, message = pod["metadata"]["name"], condition.get("message", "")
+                return f"pod {name} cannot be scheduled: {message}"
+    return None
+
+
+def next_status(
+    specmodel: SpecModel, plan: Plan, observed: Observed, previous: SpecModelStatus, now: datetime
+) -> SpecModelStatus:
+    """The status to write. Guard-owned fields (classes, decisions, acceptance) carry over."""
+    state = rollout(observed.deployment)
+    generation = specmodel.metadata.generation
+    conditions = [
+        _condition(c, generation, previous, now)
+        for c in _conditions(specmodel, plan, observed, state)
+    ]
+    return previous.model_copy(
+        update={
+            "observed_generation": generation,
+            "phase": _phase(conditions),
+            "conditions": conditions,
+            "speculation": _speculation_summary(specmodel),
+            "speculation_active": state.speculation_running,
+            "serving_plan": ServingPlanStatus(
+                revision=plan.active.number,
+                speculation=plan.speculation,
+                reason=plan.speculation_source,
+            ),
+            "desired_revision": plan.desired.number,
+            "active_revision": plan.active.number,
+            "last_good_revision": max(
+                (r.number for r in plan.revisions if r.verdict == "good"), default=None
+            ),
+            "revisions": plan.revisions,
+            "kill_switch": _kill_switch(plan, previous, now),
+            "retry_token": plan.retry_token,
+            "replicas": state.replicas,
+        }
+    )
+
+
+def invalid_status(
+    specmodel_generation: int | None, problems: list[str], previous: SpecModelStatus, now: datetime
+) -> SpecModelStatus:
+    message = "; ".join(problems)
+    raw = [
+        ("Degraded", "True", "InvalidSpec", message),
+        (
+            "Ready",
+            "False",
+            "InvalidSpec",
+            "the spec cannot be served; the last applied children stay",
+        ),
+    ]
+    conditions = [_condition(c, specmodel_generation, previous, now) for c in raw]
+    kept = [c for c in previous.conditions if c.type not in {"Degraded", "Ready"}]
+    return previous.model_copy(
+        update={
+            "observed_generation": specmodel_generation,
+            "phase": Phase.INVALID,
+            "conditions": conditions + kept,
+        }
+    )
+
+
+RawCondition = tuple[str, str, str, str]
+
+
+def _conditions(
+    specmodel: SpecModel, plan: Plan, observed: Observed, state: Rollout
+) -> list[RawCondition]:
+    replicas = state.replicas
+    pending = unschedulable(observed.pods)
+    ready_message = f"{replicas.available}/{replicas.desired} replicas available"
+    if state.complete:
+        ready = ("Ready", "True", "Available", ready_message)
+        progressing = ("Progressing", "False", "RolloutComplete", ready_message)
+    else:
+        ready = ("Ready", "False", "RollingOut", ready_message)
+        progressing = (
+            "Progressing",
+            "True",
+            "RollingOut",
+            f"{replicas.updated}/{replicas.desired} replicas updated, {ready_message}",
+        )
+    if observed.apply_error:
+        degraded = ("Degraded", "True", "ApplyFailed", observed.apply_error)
+    elif state.deadline_exceeded:
+        degraded = ("Degraded", "True", "ProgressDeadlineExceeded", state.deadline_exceeded)
+        progressing = ("Progressing", "False", "ProgressDeadlineExceeded", state.deadline_exceeded)
+    elif pending:
+        degraded = ("Degraded", "True", "Unschedulable", pending)
+    else:
+        degraded = ("Degraded", "False", "AsExpected", "")
+    return [
+        ready,
+        progressing,
+        degraded,
+        _speculation_condition(specmodel, plan, state),
+        _rolled_back_condition(plan),
+    ]
+
+
+def _speculation_condition(specmodel: SpecModel, plan: Plan, state: Rollout) -> RawCondition:
+    kind = ConditionType.SPECULATION_ACTIVE.value
+    if specmodel.spec.speculative is None:
+        return (kind, "False", "NotConfigured", "the spec declares no speculative decoding")
+    if not plan.speculation:
+        reason = {
+            "annotation": "DisabledByAnnotation",
+            "spec": "DisabledBySpec",
+            "guard": "KillSwitchEngaged",
+        }[plan.speculation_source]
+        return (kind, "False", reason, f"speculation off ({plan.speculation_source})")
+    method = _speculation_summary(specmodel)
+    if state.speculation_running and state.complete:
+        return (kind, "True", "Enabled", f"serving with {method}")
+    return (kind, "False", "RollingOut", f"rolling out {method}")
+
+
+def _rolled_back_condition(plan: Plan) -> RawCondition:
+    kind = ConditionType.ROLLED_BACK.value
+    if not plan.rolled_back:
+        return (kind, "False", "ServingDesiredRevision", f"serving revision {plan.active.number}")
+    return (
+        kind,
+        "True",
+        "RolledBackToLastGood",
+        f"revision {plan.desired.number} ({plan.desired.hash}) was judged bad; serving "
+        f"revision {plan.active.number} ({plan.active.hash}) until the engine config or the "
+        "specfleet.dev/retry annotation changes",
+    )
+
+
+def _condition(
+    raw: RawCondition, generation: int | None, previous: SpecModelStatus, now: datetime
+) -> Condition:
+    kind, status, reason, message = raw
+    old = next((c for c in previous.conditions if c.type == kind), None)
+    since = old.last_transition_time if old and old.status == status else now.isoformat()
+    return Condition(
+        type=kind,
+        status=status,
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+        last_transition_time=since,
+    )
+
+
+def _phase(conditions: list[Condition]) -> Phase:
+    status = {c.type: c.status for c in conditions}
+    if status.get("Degraded") == "True":
+        return Phase.DEGRADED
+    if status.get("Ready") == "True":
+        return Phase.READY
+    if status.get("Progressing") == "True":
+        return Phase.PROGRESSING
+    return Phase.PENDING
+
+
+def _speculation_summary(specmodel: SpecModel) -> str:
+    speculative = specmodel.spec.speculative
+    return f"{speculative.method}/{speculative.num_speculative_tokens}" if speculative else "none"
+
+
+def _kill_switch(plan: Plan, previous: SpecModelStatus, now: datetime) -> KillSwitchStatus:
+    old = previous.kill_switch or KillSwitchStatus()
+    if plan.speculation_source in ("guard", "config"):
+        return old
+    state = KillSwitchState.RELEASED if plan.speculation else KillSwitchState.ENGAGED
+    if old.state == state and old.source == plan.speculation_source:
+        return old
+    reason = f"set by the {plan.speculation_source}"
+    return KillSwitchStatus(
+        state=state, source=plan.speculation_source, since=now.isoformat(), reason=reason
+    )

@@ -1,0 +1,108 @@
+"""Revisions and the serving plan: pure functions of spec, status, annotations and the clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from conftest import specmodel_doc
+from specfleet.api import SpecModelStatus, parse_specmodel
+from specfleet.api.status import KillSwitchStatus, RevisionRecord
+from specfleet.controller.plan import plan
+from specfleet.render import revision_hash
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+EAGLE = {"method": "eagle3", "draftModel": "d"}
+
+
+def specmodel(annotations: dict[str, str] | None = None, **spec: Any) -> Any:
+    doc = specmodel_doc(**spec)
+    doc["metadata"]["annotations"] = annotations or {}
+    return parse_specmodel(doc)
+
+
+def test_first_reconcile_creates_revision_1_on_probation() -> None:
+    result = plan(specmodel(speculative=EAGLE), SpecModelStatus(), NOW)
+    assert result.new_revision
+    assert (result.desired.number, result.desired.verdict) == (1, "probation")
+    assert result.active == result.desired
+    assert result.speculation and result.speculation_source == "guard"
+
+
+def test_same_spec_is_the_same_revision() -> None:
+    first = plan(specmodel(speculative=EAGLE), SpecModelStatus(), NOW)
+    status = SpecModelStatus(revisions=first.revisions)
+    again = plan(specmodel(speculative=EAGLE, pod={"replicas": 4}), status, NOW)
+    assert not again.new_revision and again.desired.number == 1
+
+
+def test_engine_change_makes_the_next_revision() -> None:
+    status = SpecModelStatus(revisions=plan(specmodel(), SpecModelStatus(), NOW).revisions)
+    changed = plan(specmodel(quantization={"kvCacheDtype": "fp8"}), status, NOW)
+    assert changed.new_revision and changed.desired.number == 2
+    assert [r.number for r in changed.revisions] == [1, 2]
+
+
+def bad_desired_status(sm: Any, retry_token: str | None = None) -> SpecModelStatus:
+    digest = revision_hash(sm.engine_config())
+    return SpecModelStatus(
+        revisions=[
+            RevisionRecord(number=1, hash="aaaaaaaaaa", verdict="good"),
+            RevisionRecord(number=2, hash=digest, verdict="bad"),
+        ],
+        retry_token=retry_token,
+    )
+
+
+def test_bad_desired_revision_serves_the_last_good_until_retry() -> None:
+    sm = specmodel(speculative=EAGLE)
+    held = plan(sm, bad_desired_status(sm), NOW)
+    assert held.rolled_back and held.active.number == 1 and held.desired.number == 2
+
+
+def test_retry_annotation_change_puts_the_bad_revision_back_on_probation() -> None:
+    sm = specmodel({"specfleet.dev/retry": "2"}, speculative=EAGLE)
+    retried = plan(sm, bad_desired_status(sm, retry_token="1"), NOW)
+    assert not retried.rolled_back
+    assert retried.desired.verdict == "probation" and retried.retry_token == "2"
+
+
+def test_unchanged_retry_annotation_keeps_the_hold() -> None:
+    sm = specmodel({"specfleet.dev/retry": "1"}, speculative=EAGLE)
+    assert plan(sm, bad_desired_status(sm, retry_token="1"), NOW).rolled_back
+
+
+@pytest.mark.parametrize(
+    ("annotation", "mode", "guard_state", "expected", "source"),
+    [
+        ("engage", "on", "released", False, "annotation"),
+        ("release", "off", "engaged", True, "annotation"),
+        ("auto", "off", "released", False, "spec"),
+        (None, "on", "engaged", True, "spec"),
+        (None, "auto", "engaged", False, "guard"),
+        ("auto", "auto", "trial", True, "guard"),
+    ],
+)
+def test_speculation_precedence(
+    annotation: str | None, mode: str, guard_state: str, expected: bool, source: str
+) -> None:
+    annotations = {"specfleet.dev/kill-switch": annotation} if annotation else {}
+    sm = specmodel(annotations, speculative=EAGLE, guard={"mode": mode})
+    status = SpecModelStatus(kill_switch=KillSwitchStatus(state=guard_state))
+    result = plan(sm, status, NOW)
+    assert (result.speculation, result.speculation_source) == (expected, source)
+
+
+def test_no_speculative_config_means_no_speculation() -> None:
+    sm = specmodel({"specfleet.dev/kill-switch": "release"})
+    assert plan(sm, SpecModelStatus(), NOW).speculation is False
+
+
+def test_revision_history_is_bounded_but_keeps_the_last_good() -> None:
+    records = [RevisionRecord(number=1, hash="good000000", verdict="good")]
+    records += [RevisionRecord(number=n, hash=f"bad{n:07d}", verdict="bad") for n in range(2, 11)]
+    result = plan(specmodel(), SpecModelStatus(revisions=records), NOW)
+    assert len(result.revisions) == 10
+    assert result.revisions[0].number == 1 and result.revisions[-1].number == 11
