@@ -141,3 +141,26 @@ def test_effects_by_matching_the_engine_args_regardless_of_time() -> None:
     # later rollouts override earlier ones field by field
     both = s.effects_for(bad, yaml_text, 0)
     assert (both.tool_call_validity, both.acceptance_factor, both.tpot_factor) == (0.9, 0.5, 0.8)
+
+
+def test_arrivals_follow_the_rate_schedule() -> None:
+    s = parse_scenario(BASE)  # 8 rps until t=900, then 2 rps
+    arrivals = list(s.arrivals(random.Random(3)))
+    times = [t for t, _ in arrivals]
+    assert times == sorted(times) and times[0] >= 0 and times[-1] < 1800
+    early = sum(1 for t in times if t < 900) / 900
+    late = sum(1 for t in times if t >= 900) / 900
+    assert abs(early - 8) < 0.5 and abs(late - 2) < 0.3
+    assert {c for _, c in arrivals} == {"code", "chat"}
+    window = list(s.arrivals(random.Random(3), start=100, end=110))
+    assert all(100 <= t < 110 for t, _ in window)
+
+
+def test_the_shipped_example_scenario_parses() -> None:
+    from importlib import resources
+
+    path = resources.files("specfleet.sim").joinpath("example_scenario.yaml")
+    s = load_scenario(str(path))
+    assert s.classes["chat"].position_decay == 0.9
+    assert s.effects_for(["m", "--quantization", "awq"], "", 0).tpot_factor == 0.8
+    assert s.effects_for(["m"], "", 1000).tpot_factor == 1.0

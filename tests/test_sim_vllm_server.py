@@ -523,3 +523,31 @@ async def test_effects_override_slows_decoding() -> None:
         return float(extra(resp)["metrics"]["mean_itl_ms"])
 
     assert await itl(Effects(tpot_factor=2.0)) == pytest.approx(2 * await itl(None), rel=0.01)
+
+
+async def test_n_choices_suppress_per_request_metrics() -> None:
+    async with serve(vllm(*SPEC), SimOptions(time_scale=FAST, scenario=scenario())) as sim:
+        resp = await client(sim.url).chat.completions.create(model="llama", messages=MESSAGES, n=2)
+        chunks = await sse(
+            sim.url,
+            "/v1/chat/completions",
+            {"model": "llama", "messages": MESSAGES, "n": 2, "stream": True,
+             "stream_options": {"include_usage": True}},
+        )  # fmt: skip
+    assert [c.index for c in resp.choices] == [0, 1]
+    assert resp.usage is not None and resp.usage.completion_tokens == 80
+    assert extra(resp)["metrics"] is None  # vLLM: null for n > 1
+    finished = [c["choices"][0]["index"] for c in chunks[:-2] if c["choices"][0]["finish_reason"]]
+    assert sorted(finished) == [0, 1]
+    assert chunks[-2]["usage"]["completion_tokens"] == 80 and "metrics" not in chunks[-2]
+
+
+async def test_max_num_seqs_queues_requests() -> None:
+    args = vllm("--max-num-seqs", "2", "--enable-per-request-metrics")
+    async with serve(args, SimOptions(time_scale=FAST, scenario=scenario())) as sim:
+        oai = client(sim.url)
+        results = await asyncio.gather(
+            *(oai.chat.completions.create(model="llama", messages=MESSAGES) for _ in range(6))
+        )
+    queued = sorted(extra(r)["metrics"]["queue_time_ms"] for r in results)
+    assert queued[:2] == [0.0, 0.0] and queued[-1] > 0

@@ -7,13 +7,12 @@ import contextlib
 import json
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import click
-from pydantic import ValidationError
 
-from specfleet.sim.engine_args import EngineArgsError, parse_engine_args, warn_ignored
-from specfleet.sim.scenario import Effects, ScenarioError, load_scenario
-from specfleet.sim.server import EngineSimulator, SimOptions
+if TYPE_CHECKING:
+    from specfleet.sim.server import EngineSimulator
 
 
 @click.group()
@@ -113,6 +112,13 @@ def engine_cmd(
 ) -> None:
     """An OpenAI-compatible server that behaves like vLLM 0.33.0 or TensorRT-LLM
     1.2.1 on the wire. Everything after `--` is the engine's own command line."""
+    # imported here so that other `specfleet` commands do not pay for aiohttp
+    from pydantic import ValidationError
+
+    from specfleet.sim.engine_args import EngineArgsError, parse_engine_args, warn_ignored
+    from specfleet.sim.scenario import Effects, ScenarioError, load_scenario
+    from specfleet.sim.server import EngineSimulator, SimOptions
+
     try:
         config = parse_engine_args(engine, engine_args, lenient=lenient_args)  # type: ignore[arg-type]
     except EngineArgsError as err:

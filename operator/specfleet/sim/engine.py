@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import sys
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -188,7 +190,9 @@ class EngineCore:
     # -- requests --
 
     def submit(self, request: GenRequest) -> None:
-        now = self.vt if self.busy else max(self.vt, self.clock.now())
+        if not self.busy:  # idle: catch up with the wall clock
+            self.vt = max(self.vt, self.clock.now())
+        now = self.vt
         spec = self.config.speculation
         for index, natural in enumerate(request.natural_tokens):
             seq = Sequence(
@@ -215,8 +219,15 @@ class EngineCore:
             if not self.busy:
                 self._wake.clear()
                 await self._wake.wait()
-                self.vt = max(self.vt, self.clock.now())
-            await self._iterate()
+            try:
+                await self._iterate()
+            except Exception:  # a bug here must not hang every client: end their requests
+                traceback.print_exc(file=sys.stderr)
+                for seq in [*self.running, *self.waiting]:
+                    if seq.finish_reason is None:
+                        self._finish(seq, "abort", self.vt)
+                self.running.clear()
+                self.waiting.clear()
 
     def _drop_cancelled(self) -> None:
         for seq in [s for s in self.running if s.cancelled]:

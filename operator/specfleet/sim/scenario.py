@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import bisect
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -284,6 +284,23 @@ class Scenario(BaseModel):
     def sample_class(self, rng: random.Random) -> str:
         names = list(self.classes)
         return rng.choices(names, weights=[self.classes[n].share for n in names])[0]
+
+    def arrivals(
+        self, rng: random.Random, start: float = 0.0, end: float | None = None
+    ) -> Iterator[tuple[float, str]]:
+        """Request arrivals `(t, class)` in `[start, end)`: a Poisson process whose
+        rate follows `traffic_rps`, classes drawn by `share` (traffic generator)."""
+        end = self.duration_s if end is None else end
+        bounds = [t for t, _ in self.traffic_rps.points if start < t < end] + [end]
+        t = start
+        for bound in bounds:
+            rate = self.rps(t)
+            while rate > 0:
+                t += rng.expovariate(rate)
+                if t >= bound:
+                    break
+                yield t, self.sample_class(rng)
+            t = bound
 
     def effects_for(self, engine_args: Sequence[str], config_text: str, t: float) -> Effects:
         """Effects in force for a process with these args at scenario time `t`."""
