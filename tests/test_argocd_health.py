@@ -3,6 +3,7 @@ status fixtures listed in health_test.yaml, the way Argo CD tests its own checks
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,11 @@ import pytest
 import yaml
 from lupa.lua51 import LuaRuntime
 
-from conftest import ROOT
+from conftest import ROOT, specmodel_doc
+from specfleet.api import SpecModelStatus, parse_specmodel
+from specfleet.api.status import KillSwitchStatus
+from specfleet.controller.plan import plan
+from specfleet.controller.status import Observed, next_status
 
 FILES = ROOT / "charts/specfleet/files"
 SCRIPT = (FILES / "argocd-health.lua").read_text()
@@ -56,14 +61,6 @@ def test_every_fixture_is_listed() -> None:
 
 
 def test_statuses_the_controller_writes_map_as_documented() -> None:
-    from datetime import UTC, datetime
-
-    from conftest import specmodel_doc
-    from specfleet.api import SpecModelStatus, parse_specmodel
-    from specfleet.api.status import KillSwitchStatus
-    from specfleet.controller.plan import plan
-    from specfleet.controller.status import Observed, next_status
-
     now = datetime(2026, 11, 21, tzinfo=UTC)
     doc = specmodel_doc(speculative={"method": "ngram"})
     sm = parse_specmodel(doc)
