@@ -109,6 +109,7 @@ async def test_streaming_spec_stats_ride_the_finish_chunk() -> None:
     assert plain[-1] == "[DONE]"
     first, *rest = plain[:-1]
     assert first["choices"] == [{"index": 0, "delta": {"role": "assistant"}}]
+    assert first["id"].removeprefix("chatcmpl-").isdigit()  # the engine's integer request id
     assert rest[0]["choices"][0]["delta"].keys() == {"content", "reasoning_content"}
     assert "finish_reason" not in rest[0]["choices"][0]  # exclude_none
     assert all("avg_decoded_tokens_per_iter" in c["choices"][0] for c in rest)

@@ -525,6 +525,19 @@ async def test_effects_override_slows_decoding() -> None:
     assert await itl(Effects(tpot_factor=2.0)) == pytest.approx(2 * await itl(None), rel=0.01)
 
 
+async def test_error_rate_effect_answers_500() -> None:
+    opts = SimOptions(time_scale=FAST, effects=Effects(error_rate=1.0))
+    async with serve(vllm(), opts) as sim:
+        with pytest.raises(openai.InternalServerError) as err:
+            await client(sim.url).chat.completions.create(model="llama", messages=MESSAGES)
+    assert err.value.body == {
+        "message": "Internal server error",
+        "type": "InternalServerError",
+        "param": None,
+        "code": 500,
+    }
+
+
 async def test_n_choices_suppress_per_request_metrics() -> None:
     async with serve(vllm(*SPEC), SimOptions(time_scale=FAST, scenario=scenario())) as sim:
         resp = await client(sim.url).chat.completions.create(model="llama", messages=MESSAGES, n=2)

@@ -167,6 +167,12 @@ class EngineSimulator:
             effects = effects.merged(self.options.effects)
         return effects
 
+    def _request_id(self, prefix: str, stream: bool) -> str:
+        """vLLM: `<prefix>-<uuid hex>`; TensorRT-LLM streams use its integer request id."""
+        if stream and not self.vllm:
+            return f"{prefix}-{self._counter}"
+        return R.new_id(prefix)
+
     def _rng(self) -> random.Random:
         self._counter += 1
         return random.Random(f"{self.seed}:{self._counter}")
@@ -193,8 +199,9 @@ class EngineSimulator:
     async def _guard(
         self, request: web.Request, handler: Callable[[web.Request], Any]
     ) -> web.StreamResponse:
-        if request.path not in ("/health", "/ping") and not self.ready:
-            return web.Response(status=503)
+        scrape = self.draining and request.path in ("/metrics", "/prometheus/metrics")
+        if request.path not in ("/health", "/ping") and not self.ready and not scrape:
+            return web.Response(status=503)  # loading, or draining (a last scrape still works)
         if (
             self.vllm
             and self.config.api_keys
@@ -473,7 +480,7 @@ class EngineSimulator:
             alpha, decay = DEFAULT_ACCEPTANCE, 1.0
         alpha = min(1.0, alpha * self.effects().acceptance_factor)
         gen = GenRequest(
-            request_id=R.new_id("chatcmpl" if chat else "cmpl"),
+            request_id=self._request_id("chatcmpl" if chat else "cmpl", req.stream),
             prompt_tokens=req.prompt_tokens,
             natural_tokens=[len(p.pieces) for p in plans],
             max_tokens=req.max_tokens,
