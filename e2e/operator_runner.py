@@ -1,0 +1,111 @@
+"""Runs specfleet's operator for e2e tests: in-process (a kopf thread), or as the chart installs
+it (a `specfleet run` process authenticated as the chart's ServiceAccount)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from e2e.cluster.harness import Cluster, eventually
+from specfleet.controller.metrics import REGISTRY
+from specfleet.controller.run import RunOptions, run
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class RunningOperator:
+    metrics_url: str
+
+    def writes(self) -> float:
+        """Requests that changed the cluster, as the in-process operator counted them."""
+        verbs = ("apply", "delete", "status", "event")
+        samples = (
+            REGISTRY.get_sample_value("specfleet_api_writes_total", {"verb": v}) for v in verbs
+        )
+        return sum(value or 0.0 for value in samples)
+
+
+@contextmanager
+def in_process(cluster: Cluster, resync_seconds: float = 5.0) -> Iterator[RunningOperator]:
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    options = RunOptions(
+        metrics_port=free_port(),
+        health_port=free_port(),
+        bind_address="127.0.0.1",
+        resync_seconds=resync_seconds,
+        gateway_image="specfleet:e2e",
+    )
+    stop, ready = threading.Event(), threading.Event()
+    thread = threading.Thread(target=run, args=(options, stop, ready), daemon=True)
+    thread.start()
+    if not ready.wait(60):
+        raise TimeoutError("the operator did not start within 60 s")
+    try:
+        yield RunningOperator(metrics_url=f"http://127.0.0.1:{options.metrics_port}/metrics")
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as a ServiceAccount (a bound token), nothing more."""
+    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration=1h").strip()
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    config["users"] = [{"name": account, "user": {"token": token}}]
+    for context in config["contexts"]:
+        context["context"]["user"] = account
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@contextmanager
+def as_process(kubeconfig: Path, log: Path, *args: str) -> Iterator[str]:
+    """`specfleet run` as a subprocess; yields its health URL."""
+    health, metrics = free_port(), free_port()
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    argv = [
+        str(Path(sys.executable).parent / "specfleet"),
+        "run",
+        f"--health-port={health}",
+        f"--metrics-port={metrics}",
+        "--gateway-image=specfleet:e2e",
+        *args,
+    ]
+    with log.open("w") as out:
+        process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{health}/healthz"
+    try:
+        eventually(lambda: _answers(url) or process.poll() is not None, "the operator's health")
+        if process.poll() is not None:
+            raise RuntimeError(f"specfleet run exited {process.returncode}: {log.read_text()}")
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
