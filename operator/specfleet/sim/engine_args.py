@@ -352,6 +352,8 @@ def _trt_speculation(conf: Any) -> Speculation | None:
     method = _TRT_METHODS.get(str(decoding_type).lower())
     if method is None:
         raise EngineArgsError(f"speculative_config.decoding_type: unsupported {decoding_type!r}")
+    if method == "eagle":  # the PyTorch backend's Eagle config is EAGLE-3 (one- or two-model)
+        method = "eagle3"
     draft = conf.get("speculative_model") or conf.get("speculative_model_dir")
     if method in _TRT_NEEDS_MODEL and not draft:
         raise EngineArgsError(
