@@ -23,6 +23,12 @@ class GatewayConfig(ApiModel):
     default_class: str = Field(description="Class of requests no rule matches.")
     class_header: str = Field(default=CLASS_HEADER, description="Header naming a class.")
     max_body_bytes: int = Field(default=8 * 1024 * 1024, description="Larger bodies get 413.")
+    num_speculative_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="k of the speculation the engine runs now; None when it runs without. "
+        "Only TensorRT-LLM needs it: its responses carry a mean acceptance length, not counts.",
+    )
 
     @classmethod
     def from_specmodel(cls, specmodel: SpecModel) -> GatewayConfig:

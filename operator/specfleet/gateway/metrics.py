@@ -1,0 +1,149 @@
+"""The gateway's Prometheus metrics (names and labels are a contract: see DESIGN.md).
+
+A private registry, so the gateway exports exactly its own series. Every class's series exist
+from the start (zero), so `rate()` works before the first request of a class arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from specfleet.gateway.quality import Verdicts
+from specfleet.gateway.stats import SpecCounts
+
+OUTCOMES = ("ok", "client_error", "upstream_error", "cancelled")
+FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter", "abort", "other")
+ERROR_STAGES = ("request", "response", "stream", "quality", "metrics", "config")
+
+# Time to first token: 10 ms (short prompt, idle engine) to 60 s (long prefill under load).
+TTFT_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
+    1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+)  # fmt: skip
+# Time per output token: 1 ms (small model, speculation paying) to 1 s (overloaded).
+TPOT_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03,
+    0.04, 0.05, 0.06, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0,
+)  # fmt: skip
+
+
+@dataclass
+class RequestRecord:
+    """Everything the gateway learned about one inference request."""
+
+    class_name: str
+    outcome: str
+    ttft: float | None = None
+    tpot: float | None = None
+    output_tokens: int | None = None
+    spec: SpecCounts | None = None
+    verdicts: Verdicts = field(default_factory=Verdicts)
+    finish_reasons: Sequence[str | None] = ()
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "specfleet_requests", "Inference requests by prompt class and outcome.",
+            ["class", "outcome"], registry=r,
+        )  # fmt: skip
+        self.draft_tokens = Counter(
+            "specfleet_spec_draft_tokens", "Draft tokens proposed.", ["class"], registry=r
+        )
+        self.accepted_tokens = Counter(
+            "specfleet_spec_accepted_tokens",
+            "Draft tokens accepted (bonus tokens excluded).",
+            ["class"],
+            registry=r,
+        )
+        self.spec_steps = Counter(
+            "specfleet_spec_steps", "Speculative verify steps.", ["class"], registry=r
+        )
+        self.output_tokens = Counter(
+            "specfleet_output_tokens", "Output tokens (usage.completion_tokens).", ["class"],
+            registry=r,
+        )  # fmt: skip
+        self.ttft = Histogram(
+            "specfleet_ttft_seconds", "Time to first token as the client sees it (streams).",
+            ["class"], buckets=TTFT_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.tpot = Histogram(
+            "specfleet_tpot_seconds", "Time per output token after the first (streams).",
+            ["class"], buckets=TPOT_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.tool_calls = Counter(
+            "specfleet_tool_calls", "Tool calls, by whether the arguments are valid JSON that "
+            "matches the tool's schema.", ["class", "valid"], registry=r,
+        )  # fmt: skip
+        self.structured_outputs = Counter(
+            "specfleet_structured_outputs", "JSON outputs (response_format json_object or "
+            "json_schema), by whether they parse and match the schema.", ["class", "valid"],
+            registry=r,
+        )  # fmt: skip
+        self.finish_reasons = Counter(
+            "specfleet_finish_reasons", "Choices by finish reason; `length` is a truncation.",
+            ["class", "reason"], registry=r,
+        )  # fmt: skip
+        self.errors = Counter(
+            "specfleet_gateway_errors", "The gateway's own bookkeeping failures (requests were "
+            "still served).", ["stage"], registry=r,
+        )  # fmt: skip
+        for stage in ERROR_STAGES:
+            self.errors.labels(stage)
+        self._classes: set[str] = set()
+
+    def ensure_classes(self, names: Iterable[str]) -> None:
+        for name in names:
+            if name not in self._classes:
+                self._init_class(name)
+                self._classes.add(name)
+
+    def _init_class(self, name: str) -> None:
+        for outcome in OUTCOMES:
+            self.requests.labels(name, outcome)
+        for counter in (self.draft_tokens, self.accepted_tokens, self.spec_steps):
+            counter.labels(name)
+        self.output_tokens.labels(name)
+        self.ttft.labels(name)
+        self.tpot.labels(name)
+        for valid in ("true", "false"):
+            self.tool_calls.labels(name, valid)
+            self.structured_outputs.labels(name, valid)
+        for reason in FINISH_REASONS:
+            self.finish_reasons.labels(name, reason)
+
+    def record(self, record: RequestRecord) -> None:
+        name = record.class_name
+        self.requests.labels(name, record.outcome).inc()
+        if record.ttft is not None:
+            self.ttft.labels(name).observe(record.ttft)
+        if record.tpot is not None:
+            self.tpot.labels(name).observe(record.tpot)
+        if record.output_tokens:
+            self.output_tokens.labels(name).inc(record.output_tokens)
+        if record.spec is not None:
+            self.draft_tokens.labels(name).inc(record.spec.drafted)
+            self.accepted_tokens.labels(name).inc(record.spec.accepted)
+            self.spec_steps.labels(name).inc(record.spec.steps)
+        for valid in record.verdicts.tool_calls:
+            self.tool_calls.labels(name, "true" if valid else "false").inc()
+        for valid in record.verdicts.structured_outputs:
+            self.structured_outputs.labels(name, "true" if valid else "false").inc()
+        for reason in record.finish_reasons:
+            if reason is not None:
+                self.finish_reasons.labels(name, _reason(reason)).inc()
+
+    def error(self, stage: str) -> None:
+        self.errors.labels(stage).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _reason(reason: str) -> str:
+    return reason if reason in FINISH_REASONS else "other"

@@ -1,0 +1,512 @@
+"""The streaming reverse proxy in front of the engine (aiohttp handlers).
+
+Inference requests (`POST /v1/chat/completions`, `/v1/completions`) are classified, forwarded
+and relayed event by event while their statistics are read on the side; everything else passes
+through untouched. Bookkeeping runs after the client has its bytes and never fails a request:
+its errors are logged and counted in `specfleet_gateway_errors_total{stage}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from specfleet.api.gateway import GatewayConfig
+from specfleet.gateway.classify import Classifier, RequestView, wants_json
+from specfleet.gateway.metrics import GatewayMetrics, RequestRecord
+from specfleet.gateway.quality import judge
+from specfleet.gateway.sse import DONE, SseSplitter, data_payload
+from specfleet.gateway.stats import (
+    ResponseSummary,
+    StreamTally,
+    spec_counts,
+    summarize_body,
+    tpot,
+)
+
+log = logging.getLogger(__name__)
+
+INFERENCE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+HOP_BY_HOP = frozenset(
+    {
+        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+        "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    upstream: str
+    """Base URL of the engine, e.g. `http://127.0.0.1:8000`."""
+    connect_timeout: float = 1.5
+    upstream_timeout: float = 600.0
+    """Longest silence from the engine (a non-streaming answer arrives all at once)."""
+    client_timeout: float = 60.0
+    """Longest a client may take to send its body or to take a chunk of the answer."""
+
+
+@dataclass(frozen=True)
+class Routing:
+    """One configuration and its compiled classifier, swapped as a whole on reload."""
+
+    config: GatewayConfig
+    classifier: Classifier
+
+
+class ClientGone(Exception):
+    """The client disconnected or stopped reading."""
+
+
+class UpstreamBroke(Exception):
+    """The engine failed after the response had started; the client connection is cut."""
+
+
+def openai_error(status: int, message: str, err_type: str) -> web.Response:
+    """An error in the engines' OpenAI format (vLLM's: `code` is the HTTP status)."""
+    body = {"error": {"message": message, "type": err_type, "param": None, "code": status}}
+    return web.json_response(body, status=status)
+
+
+def too_large(limit: int) -> web.Response:
+    response = openai_error(
+        413, f"request body is larger than {limit} bytes", "RequestEntityTooLargeError"
+    )
+    response.force_close()  # the unread rest of the body cannot be reused as a next request
+    return response
+
+
+def upstream_failure(exc: BaseException) -> web.Response:
+    if isinstance(exc, aiohttp.ConnectionTimeoutError | aiohttp.ClientConnectorError):
+        return openai_error(502, f"engine unreachable: {exc}", "BadGatewayError")
+    if isinstance(exc, TimeoutError):
+        return openai_error(504, "engine did not answer in time", "GatewayTimeoutError")
+    return openai_error(502, f"engine connection failed: {exc}", "BadGatewayError")
+
+
+def upstream_headers(headers: Mapping[str, str], identity: bool) -> CIMultiDict[str]:
+    out = _without_hop_by_hop(headers, {"host", "content-length"})
+    if identity:  # the gateway must read what the engine says
+        out["Accept-Encoding"] = "identity"
+    return out
+
+
+def response_headers(headers: Mapping[str, str], keep_length: bool) -> CIMultiDict[str]:
+    return _without_hop_by_hop(headers, set() if keep_length else {"content-length"})
+
+
+def _without_hop_by_hop(headers: Mapping[str, str], extra: set[str]) -> CIMultiDict[str]:
+    dropped = HOP_BY_HOP | extra
+    connection = headers.get("Connection")
+    if connection:
+        dropped = dropped | {t.strip().lower() for t in connection.split(",")}
+    out: CIMultiDict[str] = CIMultiDict()
+    items = headers.items()
+    for key, value in items:
+        if key.lower() not in dropped:
+            out.add(key, value)
+    return out
+
+
+def parse_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def usage_injection(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The body to send upstream when a stream needs its final usage chunk (usage, vLLM's
+    per-request metrics) and the engine would not send it; None when nothing changes.
+
+    Both engines default `stream_options.include_usage` to true once `stream_options` is
+    present, so only an absent `stream_options` or an explicit false/null needs the injection.
+    continuous_usage_stats is turned off with it: the engines honour it only together with
+    include_usage, so without the gateway the client would have seen no usage on any chunk."""
+    if body.get("stream") is not True:
+        return None
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage", True):
+        return None
+    new_options = dict(options) if isinstance(options, dict) else {}
+    new_options["include_usage"] = True
+    new_options["continuous_usage_stats"] = False
+    return {**body, "stream_options": new_options}
+
+
+def outcome_of(status: int) -> str:
+    if status < 400:
+        return "ok"
+    return "client_error" if status < 500 else "upstream_error"
+
+
+@dataclass
+class Exchange:
+    """One inference request in flight."""
+
+    request: web.Request
+    body: dict[str, Any] | None
+    record: RequestRecord
+    started: float
+    k: int | None = None
+    strip_usage: bool = False
+    response: web.StreamResponse | None = None
+
+
+class Proxy:
+    def __init__(
+        self, config: GatewayConfig, settings: ProxySettings, metrics: GatewayMetrics
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.upstream = settings.upstream.rstrip("/")
+        self.routing = Routing(config, Classifier(config))
+        metrics.ensure_classes(self.routing.classifier.names)
+        self._session: aiohttp.ClientSession | None = None
+
+    def apply(self, config: GatewayConfig) -> None:
+        self.metrics.ensure_classes(c.name for c in config.classes)
+        self.routing = Routing(config, Classifier(config))
+
+    async def open(self) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=4096,
+            # Below the engines' own keep-alive (uvicorn: 5 s), so a pooled connection is never
+            # one the engine is closing.
+            keepalive_timeout=4.0,
+        )
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=self.settings.connect_timeout,
+            sock_read=self.settings.upstream_timeout,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        assert self._session is not None, "Proxy.open() first"
+        return self._session
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "POST" and request.path in INFERENCE_PATHS:
+            return await self._inference(request)
+        return await self._passthrough(request)
+
+    # -- pass-through --
+
+    async def _passthrough(self, request: web.Request) -> web.StreamResponse:
+        limit = self.routing.config.max_body_bytes
+        try:
+            raw = await self._read_body(request, limit)
+        except ClientGone:
+            return web.Response(status=400)
+        if raw is None:
+            return too_large(limit)
+        try:
+            async with self.session.request(
+                request.method,
+                self.upstream + request.path_qs,
+                headers=upstream_headers(request.headers, identity=False),
+                data=raw if raw or request.can_read_body else None,
+                allow_redirects=False,
+            ) as upstream:
+                response = web.StreamResponse(
+                    status=upstream.status,
+                    reason=upstream.reason,
+                    headers=response_headers(upstream.headers, keep_length=True),
+                )
+                try:
+                    await self._prepare(response, request)
+                    await self._relay_raw(upstream, response)
+                except (ClientGone, UpstreamBroke):
+                    upstream.close()
+                    self._cut(request)
+                return response
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return upstream_failure(exc)
+
+    async def _relay_raw(
+        self, upstream: aiohttp.ClientResponse, response: web.StreamResponse
+    ) -> None:
+        try:
+            async for data in upstream.content.iter_any():
+                await self._write(response, data)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise UpstreamBroke(str(exc)) from exc
+        await response.write_eof()
+
+    # -- inference --
+
+    async def _inference(self, request: web.Request) -> web.StreamResponse:
+        routing = self.routing
+        record = RequestRecord(class_name=routing.config.default_class, outcome="upstream_error")
+        exchange = Exchange(
+            request, None, record, time.perf_counter(), k=routing.config.num_speculative_tokens
+        )
+        try:
+            return await self._exchange(exchange, routing)
+        except asyncio.CancelledError:
+            record.outcome = "cancelled"
+            raise
+        except ClientGone:
+            record.outcome = "cancelled"
+        except UpstreamBroke as exc:
+            log.warning("engine failed mid-response: %s", exc)
+            record.outcome = "upstream_error"
+        finally:
+            self._record(record)
+        self._cut(request)
+        return exchange.response or web.Response(status=499)
+
+    async def _exchange(self, exchange: Exchange, routing: Routing) -> web.StreamResponse:
+        request, record = exchange.request, exchange.record
+        limit = routing.config.max_body_bytes
+        raw = await self._read_body(request, limit)
+        body = parse_object(raw) if raw is not None else None
+        exchange.body = body
+        record.class_name = self._classify(routing, request, body)
+        if raw is None:
+            record.outcome = "client_error"
+            return too_large(limit)
+        upstream_body = raw
+        if body is not None:
+            injected = usage_injection(body)
+            if injected is not None:
+                upstream_body = json.dumps(injected).encode()
+                exchange.strip_usage = True
+        try:
+            async with self.session.post(
+                self.upstream + request.path_qs,
+                headers=upstream_headers(request.headers, identity=True),
+                data=upstream_body,
+            ) as upstream:
+                record.outcome = outcome_of(upstream.status)
+                try:
+                    if upstream.content_type == "text/event-stream":
+                        return await self._relay_stream(exchange, upstream)
+                    return await self._relay_body(exchange, upstream)
+                except BaseException:
+                    upstream.close()  # the engine sees the disconnect and aborts the request
+                    raise
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            record.outcome = "upstream_error"
+            return upstream_failure(exc)
+
+    def _classify(self, routing: Routing, request: web.Request, body: dict[str, Any] | None) -> str:
+        try:
+            view = RequestView(request.path, request.headers, body)
+            return routing.classifier.classify(view)
+        except Exception:
+            log.exception("classification failed; using the default class")
+            self.metrics.error("request")
+            return routing.config.default_class
+
+    async def _relay_body(
+        self, exchange: Exchange, upstream: aiohttp.ClientResponse
+    ) -> web.StreamResponse:
+        try:
+            data = await upstream.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            exchange.record.outcome = "upstream_error"
+            return upstream_failure(exc)
+        response = web.StreamResponse(
+            status=upstream.status,
+            reason=upstream.reason,
+            headers=response_headers(upstream.headers, keep_length=False),
+        )
+        response.content_length = len(data)
+        exchange.response = response
+        await self._prepare(response, exchange.request)
+        await self._write(response, data)
+        await response.write_eof()
+        if upstream.status < 300:
+            self._account_body(exchange, data)
+        return response
+
+    async def _relay_stream(
+        self, exchange: Exchange, upstream: aiohttp.ClientResponse
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            status=upstream.status,
+            reason=upstream.reason,
+            headers=response_headers(upstream.headers, keep_length=False),
+        )
+        exchange.response = response
+        await self._prepare(response, exchange.request)
+        reader = StreamReader(exchange, self.metrics)
+        splitter = SseSplitter()
+        try:
+            async for data in upstream.content.iter_any():
+                events = splitter.feed(data)
+                if events:
+                    out = reader.take(events, time.perf_counter())
+                    if out:
+                        await self._write(response, out)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise UpstreamBroke(str(exc)) from exc
+        if splitter.rest:
+            await self._write(response, splitter.rest)
+        await response.write_eof()
+        reader.finish()
+        return response
+
+    def _account_body(self, exchange: Exchange, data: bytes) -> None:
+        try:
+            summary = summarize_body(json.loads(data))
+            account(exchange, summary)
+        except Exception:
+            log.exception("reading a response's statistics failed")
+            self.metrics.error("response")
+
+    # -- plumbing --
+
+    async def _read_body(self, request: web.Request, limit: int) -> bytes | None:
+        """The whole body, or None when it is larger than `limit`."""
+        if request.content_length is not None and request.content_length > limit:
+            return None
+        if not request.can_read_body:
+            return b""
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.settings.client_timeout):
+                while chunk := await request.content.readany():
+                    size += len(chunk)
+                    if size > limit:
+                        return None
+                    chunks.append(chunk)
+        except TimeoutError as exc:
+            raise ClientGone("the client did not send its body in time") from exc
+        except (ConnectionError, aiohttp.ClientError) as exc:
+            raise ClientGone(str(exc)) from exc
+        return b"".join(chunks)
+
+    async def _prepare(self, response: web.StreamResponse, request: web.Request) -> None:
+        try:
+            await response.prepare(request)
+        except ConnectionError as exc:
+            raise ClientGone(str(exc)) from exc
+
+    async def _write(self, response: web.StreamResponse, data: bytes) -> None:
+        try:
+            async with asyncio.timeout(self.settings.client_timeout):
+                await response.write(data)
+        except TimeoutError as exc:
+            raise ClientGone("the client stopped reading") from exc
+        except ConnectionError as exc:
+            raise ClientGone(str(exc)) from exc
+
+    def _record(self, record: RequestRecord) -> None:
+        try:
+            self.metrics.record(record)
+        except Exception:
+            log.exception("recording a request's metrics failed")
+            self.metrics.error("metrics")
+
+    @staticmethod
+    def _cut(request: web.Request) -> None:
+        """Close the client connection so it sees an incomplete response, not a clean end."""
+        transport = request.transport
+        if transport is not None:
+            transport.close()
+
+
+class StreamReader:
+    """Reads a relayed stream's events on the side: times, usage, speculative stats, outputs.
+    Drops the usage chunk the gateway asked for on the client's behalf; relays everything
+    else byte for byte. A failure here stops the reading, never the relay."""
+
+    def __init__(self, exchange: Exchange, metrics: GatewayMetrics) -> None:
+        self.exchange = exchange
+        self.metrics = metrics
+        body = exchange.body or {}
+        self.tally = StreamTally(keep_content=wants_json(body))
+        self.first_token_t: float | None = None
+        self.last_token_t = 0.0
+        self.reading = exchange.body is not None
+
+    def take(self, events: list[bytes], now: float) -> bytes:
+        """The bytes to relay for these events."""
+        if not self.reading and not self.exchange.strip_usage:
+            return b"".join(events)
+        kept: list[bytes] = []
+        for event in events:
+            if self._keep(event, now):
+                kept.append(event)
+        return b"".join(kept)
+
+    def _keep(self, event: bytes, now: float) -> bool:
+        payload = data_payload(event)
+        if payload is None or payload == DONE:
+            return True
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            return True
+        drop = self.exchange.strip_usage and _is_usage_chunk(chunk)
+        if self.reading:
+            self._read(chunk, now)
+        return not drop
+
+    def _read(self, chunk: Any, now: float) -> None:
+        try:
+            if self.tally.feed(chunk):
+                if self.first_token_t is None:
+                    self.first_token_t = now
+                self.last_token_t = now
+        except Exception:
+            log.exception("reading a stream chunk failed; relaying the rest unread")
+            self.metrics.error("stream")
+            self.reading = False
+
+    def finish(self) -> None:
+        """Called after the client has the whole stream."""
+        record = self.exchange.record
+        if self.first_token_t is not None:
+            record.ttft = self.first_token_t - self.exchange.started
+        if not self.reading:
+            return
+        summary = self.tally.summary
+        if summary.error:
+            record.outcome = "upstream_error"
+        try:
+            account(self.exchange, summary)
+            if self.first_token_t is not None:
+                record.tpot = tpot(self.first_token_t, self.last_token_t, summary.output_tokens)
+        except Exception:
+            log.exception("reading a stream's statistics failed")
+            self.metrics.error("stream")
+
+
+def account(exchange: Exchange, summary: ResponseSummary) -> None:
+    """Fills the request record from a finished response."""
+    record = exchange.record
+    record.output_tokens = summary.output_tokens
+    record.finish_reasons = summary.finish_reasons()
+    record.spec = spec_counts(summary, exchange.k)
+    if exchange.body is not None:
+        record.verdicts = judge(exchange.body, summary.contents(), summary.tool_calls())
+
+
+def _is_usage_chunk(chunk: Any) -> bool:
+    return isinstance(chunk, dict) and chunk.get("choices") == [] and "usage" in chunk

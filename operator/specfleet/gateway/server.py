@@ -1,0 +1,192 @@
+"""Running the gateway: the proxy port, the metrics port, the config watcher, graceful stop.
+
+`GatewayServer` is the in-process API (tests, benchmarks); `run` is what the CLI calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from specfleet.api.gateway import GatewayConfig
+from specfleet.gateway.config import ConfigWatcher, Loader
+from specfleet.gateway.metrics import GatewayMetrics
+from specfleet.gateway.proxy import Proxy, ProxySettings
+
+log = logging.getLogger(__name__)
+
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> Address:
+        """`HOST:PORT`, `[IPv6]:PORT` or `:PORT` (all interfaces)."""
+        host, sep, port = text.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"expected HOST:PORT, got {text!r}")
+        host = host.strip("[]") or "0.0.0.0"
+        return cls(host, int(port))
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Which file to reload the configuration from, and how."""
+
+    path: Path
+    loader: Loader
+    interval: float = 2.0
+
+
+class GatewayServer:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        settings: ProxySettings,
+        listen: Address,
+        metrics_listen: Address,
+        watch: Watch | None = None,
+        shutdown_grace: float = 30.0,
+    ) -> None:
+        self.metrics = GatewayMetrics()
+        self.proxy = Proxy(config, settings, self.metrics)
+        self.listen = listen
+        self.metrics_listen = metrics_listen
+        self.watch = watch
+        self.shutdown_grace = shutdown_grace
+        self.port = 0
+        self.metrics_port = 0
+
+        self._runners: list[web.AppRunner] = []
+        self._watcher: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{_connect_host(self.listen.host)}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{_connect_host(self.metrics_listen.host)}:{self.metrics_port}"
+
+    def proxy_app(self) -> web.Application:
+        app = web.Application(client_max_size=2**62)  # the proxy enforces max_body_bytes itself
+        app.router.add_route("*", "/{tail:.*}", self.proxy.handle)
+        return app
+
+    def metrics_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        return app
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self.metrics.exposition(), headers={"Content-Type": METRICS_CONTENT_TYPE}
+        )
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def start(self) -> None:
+        await self.proxy.open()
+        # handler_cancellation: a client that disconnects cancels its handler, which closes the
+        # upstream connection, so the engine aborts the request instead of generating on.
+        self.port = await self._serve(self.proxy_app(), self.listen, handler_cancellation=True)
+        self.metrics_port = await self._serve(self.metrics_app(), self.metrics_listen)
+        if self.watch is not None:
+            watcher = ConfigWatcher(
+                self.watch.path,
+                self.watch.loader,
+                self.proxy.apply,
+                on_error=lambda: self.metrics.error("config"),
+                interval=self.watch.interval,
+            )
+            self._watcher = asyncio.create_task(watcher.run(), name="gateway-config-watch")
+        log.info(
+            "gateway listening on %s:%d (metrics %s:%d), upstream %s",
+            self.listen.host, self.port, self.metrics_listen.host, self.metrics_port,
+            self.proxy.upstream,
+        )  # fmt: skip
+
+    async def _serve(
+        self, app: web.Application, address: Address, handler_cancellation: bool = False
+    ) -> int:
+        runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=self.shutdown_grace,
+            keepalive_timeout=75.0,
+            handler_cancellation=handler_cancellation,
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, address.host, address.port, backlog=1024)
+        await site.start()
+        self._runners.append(runner)
+        return int(runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        """Stops accepting, lets in-flight requests finish for up to `shutdown_grace` seconds,
+        then closes the metrics port and the upstream pool."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        for runner in self._runners:  # proxy first: metrics stay scrapeable while it drains
+            await runner.cleanup()
+        self._runners.clear()
+        await self.proxy.close()
+
+
+@contextlib.asynccontextmanager
+async def running(
+    config: GatewayConfig,
+    upstream: str,
+    *,
+    watch: Watch | None = None,
+    shutdown_grace: float = 5.0,
+    **settings: float,
+) -> AsyncIterator[GatewayServer]:
+    """An in-process gateway on loopback (ports chosen by the OS), for tests and benchmarks."""
+    server = GatewayServer(
+        config,
+        ProxySettings(upstream=upstream, **settings),
+        Address("127.0.0.1", 0),
+        Address("127.0.0.1", 0),
+        watch=watch,
+        shutdown_grace=shutdown_grace,
+    )
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def run(server: GatewayServer) -> None:
+    """Serves until SIGTERM or SIGINT, then stops gracefully."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await server.start()
+    await stopping.wait()
+    log.info("stopping: draining in-flight requests for up to %.0f s", server.shutdown_grace)
+    await server.stop()
+
+
+def _connect_host(host: str) -> str:
+    if host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,219 @@
+"""Per-request statistics from engine responses (pure), and SSE splitting."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from specfleet.gateway.sse import SseSplitter, data_payload
+from specfleet.gateway.stats import (
+    SpecCounts,
+    StreamTally,
+    derive_counts,
+    spec_counts,
+    summarize_body,
+    tpot,
+)
+
+VLLM_SPEC = {
+    "mean_acceptance_length": 2.5,
+    "draft_acceptance_rate": 0.375,
+    "acceptance_histogram": [2, 3, 1, 1, 1],
+    "num_spec_steps": 8,
+    "num_accepted_draft_tokens": 12,
+    "num_draft_tokens": 32,
+    "num_spec_tokens": 4,
+}
+
+
+def vllm_body(metrics: Any = None, n: int = 1) -> dict[str, Any]:
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": '{"a": 1}', "tool_calls": []},
+        "finish_reason": "stop",
+    }
+    return {
+        "object": "chat.completion",
+        "choices": [dict(choice, index=i) for i in range(n)],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 21, "total_tokens": 26},
+        "metrics": metrics,
+    }
+
+
+def test_vllm_non_streaming_counts_come_from_the_root_metrics() -> None:
+    summary = summarize_body(vllm_body({"speculative_decoding": VLLM_SPEC}))
+    assert spec_counts(summary, k=None) == SpecCounts(drafted=32, accepted=12, steps=8)
+    assert summary.output_tokens == 21
+    assert summary.finish_reasons() == ["stop"]
+    assert summary.contents() == ['{"a": 1}']
+
+
+@pytest.mark.parametrize("metrics", [None, {"speculative_decoding": None}, {"x": 1}])
+def test_vllm_without_spec_metrics_counts_nothing(metrics: Any) -> None:
+    assert spec_counts(summarize_body(vllm_body(metrics, n=2)), k=4) is None
+
+
+def vllm_stream() -> list[dict[str, Any]]:
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    return [
+        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        {**base, "choices": [{"index": 0, "delta": {"content": '{"a"'}}]},
+        {
+            **base,
+            "choices": [{"index": 0, "delta": {"content": ": 1}"}, "finish_reason": "length"}],
+        },
+        {
+            **base,
+            "choices": [],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 21, "total_tokens": 26},
+            "metrics": {"speculative_decoding": VLLM_SPEC},
+        },
+    ]
+
+
+def test_vllm_stream_reads_the_usage_chunk_and_marks_content_bearing_chunks() -> None:
+    tally = StreamTally(keep_content=True)
+    bearing = [tally.feed(chunk) for chunk in vllm_stream()]
+    assert bearing == [False, True, True, False]  # the role chunk is not a token
+    summary = tally.summary
+    assert spec_counts(summary, k=None) == SpecCounts(32, 12, 8)
+    assert summary.output_tokens == 21
+    assert summary.finish_reasons() == ["length"]
+    assert summary.contents() == ['{"a": 1}']
+
+
+def test_stream_tool_call_deltas_are_joined_per_call() -> None:
+    tally = StreamTally(keep_content=False)
+    deltas = [
+        {"tool_calls": [{"index": 0, "id": "t", "type": "function", "function": {"name": "f"}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": 'ty": "x"}'}}]},
+        {"tool_calls": [{"index": 1, "function": {"name": "g", "arguments": "{}"}}]},
+    ]
+    assert all(tally.feed({"choices": [{"index": 0, "delta": d}]}) for d in deltas)
+    calls = tally.summary.tool_calls()
+    assert [(c.name, c.arguments) for c in calls] == [("f", '{"city": "x"}'), ("g", "{}")]
+
+
+def test_stream_error_event_is_noticed() -> None:
+    tally = StreamTally(keep_content=False)
+    tally.feed({"error": {"message": "boom", "code": 500}})
+    assert tally.summary.error
+
+
+def trt_choice(**extra: Any) -> dict[str, Any]:
+    return {"index": 0, "text": "x", "finish_reason": "stop", **extra}
+
+
+def trt_body(*choices: dict[str, Any], completion_tokens: int = 100) -> dict[str, Any]:
+    return {"choices": list(choices), "usage": {"completion_tokens": completion_tokens}}
+
+
+def test_trtllm_per_choice_speculative_decoding_is_exact_and_summed() -> None:
+    spec = {
+        "acceptance_rate": 0.5,
+        "total_accepted_draft_tokens": 30,
+        "total_draft_tokens": 60,
+        "num_spec_steps": 20,
+        "acceptance_histogram": [5, 5, 5, 5],
+        "num_spec_tokens": 3,
+    }
+    body = trt_body(
+        trt_choice(avg_decoded_tokens_per_iter=2.4, speculative_decoding=spec),
+        trt_choice(index=1, speculative_decoding=spec),
+    )
+    assert spec_counts(summarize_body(body), k=3) == SpecCounts(120, 60, 40)
+
+
+def test_trtllm_counts_are_derived_from_the_mean_acceptance_length() -> None:
+    # 100 tokens in 40 iterations: 1 prefill + 39 verify steps, 60 accepted drafts.
+    body = trt_body(trt_choice(avg_decoded_tokens_per_iter=2.5))
+    assert spec_counts(summarize_body(body), k=4) == SpecCounts(drafted=156, accepted=60, steps=39)
+
+
+def test_trtllm_derivation_needs_k_and_a_single_choice() -> None:
+    one = trt_body(trt_choice(avg_decoded_tokens_per_iter=2.5))
+    two = trt_body(trt_choice(avg_decoded_tokens_per_iter=2.5), trt_choice(index=1))
+    assert spec_counts(summarize_body(one), k=None) is None
+    assert spec_counts(summarize_body(two), k=4) is None
+    assert spec_counts(summarize_body(trt_body(trt_choice())), k=4) is None
+
+
+@pytest.mark.parametrize(
+    ("avg", "tokens", "k", "expected"),
+    [
+        (1.0, 10, 4, SpecCounts(36, 0, 9)),  # nothing accepted
+        (4.2, 21, 4, SpecCounts(16, 16, 4)),  # everything accepted: 1 + 4 x 5 tokens
+        (1.0, 1, 4, SpecCounts(0, 0, 0)),  # a single token: prefill only
+        (None, 10, 4, None),
+        (0.0, 10, 4, None),
+        (5.0, 10, 2, SpecCounts(2, 2, 1)),  # inconsistent with k: accepted capped
+    ],
+)
+def test_derive_counts_edges(
+    avg: float | None, tokens: int, k: int, expected: SpecCounts | None
+) -> None:
+    assert derive_counts(avg, tokens, k) == expected
+
+
+def test_trtllm_stream_keeps_the_last_mean_per_choice() -> None:
+    tally = StreamTally(keep_content=False)
+    tally.feed(
+        {"choices": [{"index": 0, "delta": {"content": "a"}, "avg_decoded_tokens_per_iter": 1.0}]}
+    )
+    tally.feed(
+        {
+            "choices": [
+                {"index": 0, "delta": {"content": "b"}, "avg_decoded_tokens_per_iter": 2.0,
+                 "finish_reason": "stop"}
+            ]
+        }
+    )  # fmt: skip
+    tally.feed({"choices": [], "usage": {"completion_tokens": 10}})
+    assert spec_counts(tally.summary, k=2) == SpecCounts(drafted=8, accepted=5, steps=4)
+
+
+def test_completions_text_is_content() -> None:
+    tally = StreamTally(keep_content=True)
+    assert not tally.feed({"choices": [{"index": 0, "text": "", "finish_reason": None}]})
+    assert tally.feed({"choices": [{"index": 0, "text": "[1]", "finish_reason": "stop"}]})
+    assert tally.summary.contents() == ["[1]"]
+
+
+def test_tpot_is_time_after_the_first_token_over_the_remaining_tokens() -> None:
+    assert tpot(1.0, 2.0, 11) == pytest.approx(0.1)
+    assert tpot(1.0, 1.0, 1) is None
+    assert tpot(1.0, 2.0, None) is None
+
+
+def test_sse_splitter_is_byte_exact_across_arbitrary_cuts() -> None:
+    events = [
+        b'data: {"a": 1}\n\n',
+        b": comment\n\n",
+        b'data: {"b": "x\\n"} \n\n',
+        b"data: [DONE]\n\n",
+    ]
+    stream = b"".join(events)
+    for cut in range(1, 12):
+        splitter = SseSplitter()
+        out: list[bytes] = []
+        for i in range(0, len(stream), cut):
+            out += splitter.feed(stream[i : i + cut])
+        assert out == events
+        assert splitter.rest == b""
+
+
+def test_sse_splitter_handles_crlf_and_keeps_an_unfinished_tail() -> None:
+    splitter = SseSplitter()
+    assert splitter.feed(b"data: 1\r\n\r\ndata: 2") == [b"data: 1\r\n\r\n"]
+    assert splitter.rest == b"data: 2"
+
+
+def test_data_payload() -> None:
+    assert data_payload(b'data: {"a":1} \n\n') == b'{"a":1}'
+    assert data_payload(b"data:[DONE]\n\n") == b"[DONE]"
+    assert data_payload(b": keepalive\n\n") is None
+    assert data_payload(b"data: a\ndata: b\n\n") is None
+    assert json.loads(data_payload(b'data: {"x": 2}\r\n\r\n') or b"") == {"x": 2}
