@@ -143,6 +143,7 @@ class GatewayServer:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
+            self._watcher = None
         for runner in self._runners:  # proxy first: metrics stay scrapeable while it drains
             await runner.cleanup()
         self._runners.clear()
