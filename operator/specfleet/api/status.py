@@ -90,6 +90,46 @@ class KillSwitchStatus(ApiModel):
     )
 
 
+class QualityBaseline(ApiModel):
+    """Quality of the last good revision, what a revision on probation is compared with."""
+
+    tool_call_validity: float | None = Field(default=None, description="Valid tool-call share.")
+    structured_output_validity: float | None = Field(
+        default=None, description="Valid structured-output share."
+    )
+    error_rate: float | None = Field(default=None, description="Upstream error share.")
+
+
+class GuardStatus(ApiModel):
+    """The guard's memory between evaluations."""
+
+    consecutive_bad: int = Field(default=0, description="Bad evaluations in a row.")
+    consecutive_good: int = Field(default=0, description="Good evaluations in a row.")
+    quality_bad: int = Field(
+        default=0, description="Evaluations in a row where the revision broke quality floors."
+    )
+    last_evaluation: str | None = Field(default=None, description="Last evaluation time.")
+    last_data: str | None = Field(default=None, description="Last time any data was seen.")
+    blind: bool = Field(default=False, description="No data for longer than blindAfterSeconds.")
+    flapping: bool = Field(
+        default=False, description="Too many actions in an hour: latched with speculation off."
+    )
+    action_times: list[str] = Field(
+        default_factory=list, max_length=100, description="Times of actions in the last hour."
+    )
+    tpot_without_speculation: dict[str, float] | None = Field(
+        default=None, description="Per class mean TPOT measured with speculation off, seconds."
+    )
+    baseline: QualityBaseline | None = Field(
+        default=None, description="Quality of the last good revision."
+    )
+    probation_revision: int | None = Field(
+        default=None, description="Revision whose probation started at probationSince."
+    )
+    probation_since: str | None = Field(default=None, description="When probation started.")
+    trial_since: str | None = Field(default=None, description="When the trial re-enable began.")
+
+
 class ClassObservation(ApiModel):
     """The latest window's numbers for one prompt class."""
 
@@ -162,6 +202,7 @@ class SpecModelStatus(ApiModel):
         description="Recent revisions, newest last.",
     )
     kill_switch: KillSwitchStatus | None = Field(default=None, description="Kill switch.")
+    guard: GuardStatus | None = Field(default=None, description="The guard's memory.")
     retry_token: str | None = Field(
         default=None, description="Last `specfleet.dev/retry` value acted on."
     )

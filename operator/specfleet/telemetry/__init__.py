@@ -1,1 +1,1 @@
-"""specfleet.telemetry."""
+"""Telemetry: Prometheus → per (SpecModel, class, window) observations for the guard."""

@@ -1,0 +1,438 @@
+"""`decide(situation) -> Decision`: the guard's policy, pure and deterministic (clock injected).
+
+One evaluation per tick and SpecModel:
+1. No data: inconclusive; after blindAfterSeconds raise MetricsBlind and alert; state frozen.
+2. Rollout in progress: inconclusive (windows must show only the new pods).
+3. Probation: a new revision that breaks quality floors (tool-call / structured-output
+   validity, error rate) N evaluations in a row is rolled back to the last good revision;
+   after probationSeconds without breach it becomes the last good.
+4. Speculation: after N bad evaluations in a row (speedup below minSpeedup, or a critical
+   class below its acceptance floor) the kill switch engages; after a cooldown a trial
+   re-enable is judged against minSpeedup + releaseMargin for a minimum hold; failed trials
+   double the cooldown. More than maxActionsPerHour actions latch speculation off (Flapping).
+5. Overrides (annotation, spec mode) and dryRun: decide and alert, never act.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from specfleet.api.status import (
+    ClassObservation,
+    GuardStatus,
+    KillSwitchState,
+    KillSwitchStatus,
+    QualityBaseline,
+    RevisionRecord,
+)
+from specfleet.guard.policy import Policy
+from specfleet.guard.speedup import weighted
+from specfleet.guard.verdict import Evaluation, evaluate
+from specfleet.telemetry.model import ClassWindow, Observation
+
+HOUR = timedelta(hours=1)
+ACTING = {
+    "kill_switch_engaged",
+    "kill_switch_released",
+    "trial_started",
+    "trial_failed",
+    "rolled_back",
+}
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Everything the guard knows at one tick."""
+
+    policy: Policy
+    guard: GuardStatus
+    kill_switch: KillSwitchStatus
+    revision: RevisionRecord
+    """The active revision."""
+    has_last_good: bool
+    speculation: bool
+    """Whether the running pods use speculation."""
+    settled: bool
+    """Rollout complete and every pod in the window runs the current plan."""
+    observation: Observation | None
+    now: datetime
+
+
+@dataclass(frozen=True)
+class Action:
+    action: str
+    reason: str
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    dry_run: bool = False
+
+    @property
+    def acts(self) -> bool:
+        return self.action in ACTING and not self.dry_run
+
+
+@dataclass(frozen=True)
+class Decision:
+    guard: GuardStatus
+    kill_switch: KillSwitchStatus
+    verdict: str
+    """The active revision's verdict after this evaluation."""
+    actions: list[Action]
+    classes: list[ClassObservation]
+    acceptance: str | None
+
+
+def decide(situation: Situation) -> Decision:
+    state = _State.start(situation)
+    if not _has_data(situation.observation):
+        state.blind(situation)
+        return state.decision()
+    state.data_seen(situation)
+    if not situation.settled or situation.observation is None:
+        return state.decision()
+    evaluation = evaluate(
+        situation.policy,
+        situation.observation,
+        _threshold(situation),
+        situation.guard.tpot_without_speculation or {},
+        situation.guard.baseline,
+    )
+    state.record(evaluation)
+    state.probation(situation, evaluation)
+    state.speculation(situation, evaluation)
+    state.rate_limit(situation)
+    return state.decision()
+
+
+def _has_data(observation: Observation | None) -> bool:
+    if observation is None or observation.blind:
+        return False
+    return any(c.requests is not None for c in observation.classes.values())
+
+
+def _threshold(situation: Situation) -> float:
+    guard = situation.policy.guard
+    trial = situation.kill_switch.state == KillSwitchState.TRIAL
+    return guard.min_speedup + (guard.release_margin if trial else 0.0)
+
+
+@dataclass
+class _State:
+    """The evaluation in progress: copies of the state it may change, and what it did."""
+
+    situation: Situation
+    guard: GuardStatus
+    kill_switch: KillSwitchStatus
+    verdict: str
+    actions: list[Action] = field(default_factory=list)
+    classes: list[ClassObservation] = field(default_factory=list)
+    acceptance: str | None = None
+
+    @classmethod
+    def start(cls, situation: Situation) -> _State:
+        guard = situation.guard.model_copy(
+            update={"last_evaluation": situation.now.isoformat()}, deep=True
+        )
+        if guard.last_data is None:
+            guard.last_data = situation.now.isoformat()  # the blind clock starts at first sight
+        return cls(situation, guard, situation.kill_switch.model_copy(), situation.revision.verdict)
+
+    def decision(self) -> Decision:
+        return Decision(
+            self.guard, self.kill_switch, self.verdict, self.actions, self.classes, self.acceptance
+        )
+
+    def act(self, action: str, reason: str, message: str, evidence: dict[str, Any]) -> bool:
+        """Records an action; returns whether it may change what runs."""
+        dry = self.situation.policy.guard.dry_run and action in ACTING
+        if dry:
+            message = f"dry run: would have {message[0].lower()}{message[1:]}"
+        window = {"windowSeconds": self.situation.policy.guard.window_seconds}
+        self.actions.append(Action(action, reason, message, {**evidence, **window}, dry))
+        if action in ACTING and not dry:
+            self.guard.action_times.append(self.situation.now.isoformat())
+        return not dry
+
+    # 1. blind --------------------------------------------------------------------------------
+
+    def blind(self, situation: Situation) -> None:
+        reason = (situation.observation and situation.observation.blind) or "no series"
+        since = datetime.fromisoformat(self.guard.last_data or situation.now.isoformat())
+        silent = (situation.now - since).total_seconds()
+        if silent >= situation.policy.guard.blind_after_seconds and not self.guard.blind:
+            self.guard.blind = True
+            self.act(
+                "metrics_blind",
+                "MetricsBlind",
+                f"No data for {silent:.0f}s ({reason}); the guard holds the current state.",
+                {"silentSeconds": round(silent), "cause": reason},
+            )
+
+    def data_seen(self, situation: Situation) -> None:
+        if self.guard.blind:
+            self.act("metrics_restored", "MetricsRestored", "Data is back; the guard resumes.", {})
+        self.guard.blind = False
+        self.guard.last_data = situation.now.isoformat()
+
+    # 2. what the window showed ---------------------------------------------------------------
+
+    def record(self, evaluation: Evaluation) -> None:
+        observation = self.situation.observation
+        assert observation is not None
+        rates: dict[str, float] = {}
+        for verdict in evaluation.classes:
+            window = observation.classes.get(verdict.name)
+            alpha = window.acceptance_rate if window else None
+            if alpha is not None and verdict.conclusive:
+                rates[verdict.name] = alpha
+            self.classes.append(
+                _class_observation(verdict.name, window, verdict.speedup, verdict.verdict)
+            )
+        weights = {v.name: v.weight for v in evaluation.classes}
+        overall = weighted(rates, weights)
+        self.acceptance = f"{overall:.2f}" if overall is not None else None
+        if not observation.speculation:
+            self._remember_tpot_without_speculation(observation)
+
+    def _remember_tpot_without_speculation(self, observation: Observation) -> None:
+        known = dict(self.guard.tpot_without_speculation or {})
+        for name, window in observation.classes.items():
+            if (
+                window.mean_tpot_seconds
+                and (window.requests or 0) >= self.situation.policy.guard.min_requests
+            ):
+                known[name] = window.mean_tpot_seconds
+        self.guard.tpot_without_speculation = known or None
+
+    # 3. probation ----------------------------------------------------------------------------
+
+    def probation(self, situation: Situation, evaluation: Evaluation) -> None:
+        guard, revision = self.guard, situation.revision
+        if revision.verdict != "probation":
+            return
+        if guard.probation_revision != revision.number:
+            guard.probation_revision, guard.probation_since = (
+                revision.number,
+                situation.now.isoformat(),
+            )
+            guard.quality_bad, guard.flapping = 0, False
+        if evaluation.quality_bad:
+            guard.quality_bad += 1
+        elif evaluation.quality_bad is False:
+            guard.quality_bad = 0
+        needed = situation.policy.guard.consecutive_breaches
+        if guard.quality_bad >= needed:
+            self._quality_breach(situation, evaluation)
+            return
+        since = datetime.fromisoformat(guard.probation_since or situation.now.isoformat())
+        if (situation.now - since).total_seconds() >= situation.policy.guard.probation_seconds:
+            self.verdict = "good"
+            guard.baseline = _baseline(situation.observation)
+            self.act(
+                "revision_promoted",
+                "RevisionPromoted",
+                f"Revision {revision.number} passed probation and is the last good revision.",
+                evaluation.evidence(),
+            )
+
+    def _quality_breach(self, situation: Situation, evaluation: Evaluation) -> None:
+        breaches = [b for v in evaluation.classes for b in v.quality_breaches]
+        evidence = {**evaluation.evidence(), "breaches": breaches}
+        self.guard.quality_bad = 0
+        number = situation.revision.number
+        if not situation.has_last_good:
+            self.act(
+                "quality_breach",
+                "QualityBreach",
+                f"Revision {number} breaks quality floors ({'; '.join(breaches)}) and there is "
+                "no earlier good revision to roll back to.",
+                evidence,
+            )
+            return
+        if self.act(
+            "rolled_back",
+            "RolledBack",
+            f"Revision {number} breaks quality floors ({'; '.join(breaches)}): rolled back to "
+            "the last good revision until the engine config or specfleet.dev/retry changes.",
+            evidence,
+        ):
+            self.verdict = "bad"
+
+    # 4. speculation --------------------------------------------------------------------------
+
+    def speculation(self, situation: Situation, evaluation: Evaluation) -> None:
+        if not situation.policy.k or self.guard.flapping:
+            return
+        if situation.policy.override is not None:
+            self._overridden(situation, evaluation)
+            return
+        state = self.kill_switch.state
+        if state == KillSwitchState.ENGAGED:
+            self._maybe_trial(situation)
+        elif evaluation.speculation_bad is not None:
+            self._count(evaluation.speculation_bad)
+            if state == KillSwitchState.TRIAL:
+                self._judge_trial(situation, evaluation)
+            elif self.guard.consecutive_bad >= situation.policy.guard.consecutive_breaches:
+                self._engage(situation, evaluation, "kill_switch_engaged", "SpeculationNotPaying")
+
+    def _count(self, bad: bool) -> None:
+        if bad:
+            self.guard.consecutive_bad += 1
+            self.guard.consecutive_good = 0
+        else:
+            self.guard.consecutive_good += 1
+            self.guard.consecutive_bad = 0
+
+    def _overridden(self, situation: Situation, evaluation: Evaluation) -> None:
+        if not situation.speculation or evaluation.speculation_bad is None:
+            return
+        self._count(evaluation.speculation_bad)
+        if self.guard.consecutive_bad >= situation.policy.guard.consecutive_breaches:
+            self.guard.consecutive_bad = 0
+            self.act(
+                "alert",
+                "SpeculationNotPaying",
+                f"Speculation does not pay ({_speedup_words(evaluation)}) but "
+                f"{situation.policy.override} overrides the guard.",
+                evaluation.evidence(),
+            )
+
+    def _engage(
+        self, situation: Situation, evaluation: Evaluation, action: str, reason: str
+    ) -> None:
+        guard = situation.policy.guard
+        failed = self.kill_switch.failed_trials + (1 if action == "trial_failed" else 0)
+        cooldown = min(guard.cooldown_seconds * 2**failed, guard.max_cooldown_seconds)
+        breaches = [b for v in evaluation.classes for b in v.speculation_breaches]
+        message = f"Speculation off: {_speedup_words(evaluation)}; {'; '.join(breaches)}."
+        if action == "trial_failed":
+            message = (
+                f"Trial re-enable failed: {_speedup_words(evaluation)}. Next trial in {cooldown}s."
+            )
+        self.guard.consecutive_bad = self.guard.consecutive_good = 0
+        evidence = {**evaluation.evidence(), "breaches": breaches, "cooldownSeconds": cooldown}
+        if self.act(action, reason, message, evidence):
+            self.kill_switch = KillSwitchStatus(
+                state=KillSwitchState.ENGAGED,
+                source="guard",
+                since=situation.now.isoformat(),
+                reason=message,
+                failed_trials=failed,
+                next_trial_after=(situation.now + timedelta(seconds=cooldown)).isoformat(),
+            )
+
+    def _maybe_trial(self, situation: Situation) -> None:
+        due = self.kill_switch.next_trial_after
+        if due is None or situation.now < datetime.fromisoformat(due):
+            return
+        message = "Trial re-enable of speculation after the cooldown."
+        if self.act(
+            "trial_started",
+            "TrialStarted",
+            message,
+            {"failedTrials": self.kill_switch.failed_trials},
+        ):
+            self.kill_switch = self.kill_switch.model_copy(
+                update={
+                    "state": KillSwitchState.TRIAL,
+                    "since": situation.now.isoformat(),
+                    "reason": message,
+                }
+            )
+            self.guard.trial_since = situation.now.isoformat()
+            self.guard.consecutive_bad = self.guard.consecutive_good = 0
+
+    def _judge_trial(self, situation: Situation, evaluation: Evaluation) -> None:
+        guard = situation.policy.guard
+        if self.guard.consecutive_bad >= guard.consecutive_breaches:
+            self._engage(situation, evaluation, "trial_failed", "TrialFailed")
+            return
+        since = datetime.fromisoformat(self.guard.trial_since or situation.now.isoformat())
+        held = (situation.now - since).total_seconds() >= guard.window_seconds
+        if held and self.guard.consecutive_good >= guard.consecutive_breaches:
+            message = (
+                f"Speculation pays again ({_speedup_words(evaluation)}): kill switch released."
+            )
+            if self.act("kill_switch_released", "SpeculationPays", message, evaluation.evidence()):
+                self.kill_switch = KillSwitchStatus(
+                    state=KillSwitchState.RELEASED,
+                    source="guard",
+                    since=situation.now.isoformat(),
+                    reason=message,
+                )
+                self.guard.consecutive_good = 0
+
+    # 5. rate limit ---------------------------------------------------------------------------
+
+    def rate_limit(self, situation: Situation) -> None:
+        recent = [
+            t for t in self.guard.action_times if situation.now - datetime.fromisoformat(t) < HOUR
+        ]
+        self.guard.action_times = recent
+        limit = situation.policy.guard.max_actions_per_hour
+        if len(recent) <= limit or self.guard.flapping:
+            return
+        self.guard.flapping = True
+        message = (
+            f"{len(recent)} actions in the last hour (limit {limit}): speculation latched off "
+            "until the next revision."
+        )
+        self.actions.append(Action("flapping", "Flapping", message, {"actions": len(recent)}))
+        if situation.policy.k and not situation.policy.guard.dry_run:
+            self.kill_switch = KillSwitchStatus(
+                state=KillSwitchState.ENGAGED,
+                source="guard",
+                since=situation.now.isoformat(),
+                reason=message,
+            )
+
+
+def _speedup_words(evaluation: Evaluation) -> str:
+    if evaluation.speedup is None:
+        return "speedup unknown"
+    return f"traffic-weighted speedup {evaluation.speedup:.2f} vs {evaluation.threshold:.2f} needed"
+
+
+def _baseline(observation: Observation | None) -> QualityBaseline | None:
+    if observation is None:
+        return None
+    windows = list(observation.classes.values())
+
+    def total(attr: str) -> float:
+        return sum(getattr(w, attr) or 0.0 for w in windows)
+
+    tool = total("tool_calls_valid") + total("tool_calls_invalid")
+    structured = total("structured_valid") + total("structured_invalid")
+    requests = total("requests")
+    return QualityBaseline(
+        tool_call_validity=total("tool_calls_valid") / tool if tool else None,
+        structured_output_validity=total("structured_valid") / structured if structured else None,
+        error_rate=total("errors") / requests if requests else None,
+    )
+
+
+def _class_observation(
+    name: str, window: ClassWindow | None, speedup: float | None, verdict: str
+) -> ClassObservation:
+    if window is None:
+        return ClassObservation(name=name, verdict=verdict)
+    return ClassObservation(
+        name=name,
+        requests=window.requests,
+        draft_tokens=window.draft_tokens,
+        accepted_tokens=window.accepted_tokens,
+        acceptance_rate=_r(window.acceptance_rate),
+        mean_acceptance_length=_r(window.mean_acceptance_length),
+        p95_ttft_seconds=_r(window.p95_ttft_seconds),
+        p95_tpot_seconds=_r(window.p95_tpot_seconds),
+        tool_call_validity=_r(window.tool_call_validity),
+        expected_speedup=_r(speedup),
+        verdict=verdict,
+    )
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

@@ -1,0 +1,42 @@
+"""The guard's settings for one SpecModel, read from its spec once per evaluation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specfleet.api import SpecModel
+from specfleet.api.spec import ClassSlo, GuardSpec
+
+QUALITY_MARGIN = 0.02
+"""A revision on probation may fall this far (absolute) below the last good one's validity."""
+MIN_ERROR_RATE_BREACH = 0.01
+
+
+@dataclass(frozen=True)
+class ClassPolicy:
+    name: str
+    slo: ClassSlo
+    critical: bool
+
+
+@dataclass(frozen=True)
+class Policy:
+    guard: GuardSpec
+    classes: list[ClassPolicy]
+    k: int
+    """Draft tokens per verify step (0 when no speculation is configured)."""
+    draft_cost: float
+    override: str | None
+    """`annotation` or `spec` when a human or Git decides speculation; None when the guard does."""
+
+    @classmethod
+    def of(cls, specmodel: SpecModel, override: str | None) -> Policy:
+        spec = specmodel.spec
+        speculative = spec.speculative
+        return cls(
+            guard=spec.guard,
+            classes=[ClassPolicy(c.name, c.slo or ClassSlo(), c.critical) for c in spec.classes],
+            k=speculative.num_speculative_tokens if speculative else 0,
+            draft_cost=speculative.effective_draft_cost() if speculative else 0.0,
+            override=override,
+        )

@@ -1,0 +1,213 @@
+"""Per-class verdicts for one window: good, bad or inconclusive, per signal, with evidence.
+
+Too few samples or no data is inconclusive, never bad.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specfleet.api.status import QualityBaseline
+from specfleet.guard.policy import MIN_ERROR_RATE_BREACH, QUALITY_MARGIN, ClassPolicy, Policy
+from specfleet.guard.speedup import expected_speedup, weighted
+from specfleet.telemetry.model import ClassWindow, Observation
+
+
+@dataclass(frozen=True)
+class ClassVerdict:
+    name: str
+    conclusive: bool
+    weight: float
+    """Output tokens (or requests) in the window: the class's share of traffic."""
+    speedup: float | None = None
+    speculation_breaches: list[str] = field(default_factory=list)
+    quality_breaches: list[str] = field(default_factory=list)
+    latency_breaches: list[str] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        if not self.conclusive:
+            return "inconclusive"
+        bad = self.speculation_breaches or self.quality_breaches or self.latency_breaches
+        return "bad" if bad else "good"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    classes: list[ClassVerdict]
+    speedup: float | None
+    threshold: float
+    speculation_bad: bool | None
+    """None: inconclusive (or speculation off)."""
+    quality_bad: bool | None
+    latency_bad: bool
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "speedup": _round(self.speedup),
+            "minSpeedup": self.threshold,
+            "classes": {c.name: c.evidence for c in self.classes if c.conclusive},
+        }
+
+
+def evaluate(
+    policy: Policy,
+    observation: Observation,
+    threshold: float,
+    tpot_without_speculation: dict[str, float],
+    baseline: QualityBaseline | None,
+) -> Evaluation:
+    verdicts = [
+        judge(
+            policy,
+            c,
+            observation.classes.get(c.name),
+            observation.speculation,
+            threshold,
+            tpot_without_speculation.get(c.name),
+            baseline,
+        )
+        for c in policy.classes
+    ]
+    conclusive = [v for v in verdicts if v.conclusive]
+    speedups = {v.name: v.speedup for v in conclusive if v.speedup is not None}
+    speedup = weighted(speedups, {v.name: v.weight for v in conclusive})
+    speculation_bad: bool | None = None
+    if observation.speculation and speedup is not None:
+        critical = any(
+            v.speculation_breaches
+            for v, c in zip(verdicts, policy.classes, strict=True)
+            if c.critical
+        )
+        speculation_bad = speedup < threshold or critical
+    quality_bad = any(v.quality_breaches for v in conclusive) if conclusive else None
+    latency_bad = any(v.latency_breaches for v in conclusive)
+    return Evaluation(verdicts, speedup, threshold, speculation_bad, quality_bad, latency_bad)
+
+
+def judge(
+    policy: Policy,
+    klass: ClassPolicy,
+    window: ClassWindow | None,
+    speculation: bool,
+    threshold: float,
+    tpot_off: float | None,
+    baseline: QualityBaseline | None,
+) -> ClassVerdict:
+    guard = policy.guard
+    if window is None or not window.requests or window.requests < guard.min_requests:
+        requests = window.requests if window else None
+        return ClassVerdict(klass.name, False, 0.0, evidence={"requests": _round(requests)})
+    evidence: dict[str, Any] = {"requests": _round(window.requests)}
+    weight = window.output_tokens or window.requests
+    verdict = ClassVerdict(klass.name, True, weight, evidence=evidence)
+    if speculation and policy.k:
+        verdict = _judge_speculation(policy, klass, window, threshold, tpot_off, verdict)
+    _judge_quality(klass, window, baseline, guard.min_requests, verdict)
+    _judge_latency(klass, window, verdict)
+    return verdict
+
+
+def _judge_speculation(
+    policy: Policy,
+    klass: ClassPolicy,
+    window: ClassWindow,
+    threshold: float,
+    tpot_off: float | None,
+    verdict: ClassVerdict,
+) -> ClassVerdict:
+    alpha = window.acceptance_rate
+    drafted = window.draft_tokens or 0.0
+    verdict.evidence.update({"draftTokens": _round(drafted), "acceptanceRate": _round(alpha)})
+    if alpha is None or drafted < policy.guard.min_draft_tokens:
+        return ClassVerdict(klass.name, False, 0.0, evidence=verdict.evidence)
+    speedup = expected_speedup(alpha, policy.k, policy.draft_cost)
+    source = "model"
+    if tpot_off and window.mean_tpot_seconds:
+        speedup, source = tpot_off / window.mean_tpot_seconds, "measured"
+    verdict.evidence.update(
+        {
+            "meanAcceptanceLength": _round(window.mean_acceptance_length),
+            "k": policy.k,
+            "draftCost": policy.draft_cost,
+            "speedup": _round(speedup),
+            "speedupSource": source,
+        }
+    )
+    floor = klass.slo.min_acceptance_rate
+    if floor is not None and alpha < floor:
+        verdict.speculation_breaches.append(f"acceptance {alpha:.2f} < {floor:.2f}")
+    if speedup < threshold:
+        verdict.speculation_breaches.append(f"speedup {speedup:.2f} < {threshold:.2f}")
+    return ClassVerdict(
+        klass.name,
+        True,
+        verdict.weight,
+        speedup,
+        verdict.speculation_breaches,
+        verdict.quality_breaches,
+        verdict.latency_breaches,
+        verdict.evidence,
+    )
+
+
+def _judge_quality(
+    klass: ClassPolicy,
+    window: ClassWindow,
+    baseline: QualityBaseline | None,
+    min_samples: int,
+    verdict: ClassVerdict,
+) -> None:
+    checks = [
+        (
+            "toolCallValidity",
+            window.tool_call_validity,
+            _count(window.tool_calls_valid, window.tool_calls_invalid),
+            klass.slo.min_tool_call_validity,
+            baseline and baseline.tool_call_validity,
+        ),
+        (
+            "structuredOutputValidity",
+            window.structured_output_validity,
+            _count(window.structured_valid, window.structured_invalid),
+            klass.slo.min_structured_output_validity,
+            baseline and baseline.structured_output_validity,
+        ),
+    ]
+    for name, value, samples, floor, good in checks:
+        if value is None or samples < min_samples:
+            continue
+        verdict.evidence[name] = _round(value)
+        limit = max(
+            x for x in (floor, (good - QUALITY_MARGIN) if good else None, 0.0) if x is not None
+        )
+        if value < limit:
+            verdict.quality_breaches.append(f"{name} {value:.3f} < {limit:.3f}")
+    error_rate = window.error_rate
+    if error_rate is not None:
+        verdict.evidence["errorRate"] = _round(error_rate)
+        limit = max(MIN_ERROR_RATE_BREACH, 2 * (baseline.error_rate or 0.0) if baseline else 0.0)
+        if error_rate > limit:
+            verdict.quality_breaches.append(f"errorRate {error_rate:.3f} > {limit:.3f}")
+
+
+def _judge_latency(klass: ClassPolicy, window: ClassWindow, verdict: ClassVerdict) -> None:
+    for name, value, limit in (
+        ("p95TtftSeconds", window.p95_ttft_seconds, klass.slo.max_p95_ttft_seconds),
+        ("p95TpotSeconds", window.p95_tpot_seconds, klass.slo.max_p95_tpot_seconds),
+    ):
+        if value is None:
+            continue
+        verdict.evidence[name] = _round(value)
+        if limit is not None and value > limit:
+            verdict.latency_breaches.append(f"{name} {value:.3f} > {limit:.3f}")
+
+
+def _count(good: float | None, bad: float | None) -> float:
+    return (good or 0.0) + (bad or 0.0)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

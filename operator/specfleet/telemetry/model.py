@@ -1,0 +1,78 @@
+"""What telemetry hands the guard: per (SpecModel, class) numbers over one window.
+
+A value of None means "no data" (series missing, Prometheus down), never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class ClassWindow:
+    """One prompt class over one window, from counter increases (not averages of ratios)."""
+
+    requests: float | None = None
+    errors: float | None = None
+    """Requests with outcome upstream_error."""
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    steps: float | None = None
+    """Verify steps (engine `num_drafts`)."""
+    output_tokens: float | None = None
+    p95_ttft_seconds: float | None = None
+    p95_tpot_seconds: float | None = None
+    mean_tpot_seconds: float | None = None
+    tool_calls_valid: float | None = None
+    tool_calls_invalid: float | None = None
+    structured_valid: float | None = None
+    structured_invalid: float | None = None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        if not self.draft_tokens or self.accepted_tokens is None:
+            return None
+        return self.accepted_tokens / self.draft_tokens
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        if not self.steps or self.accepted_tokens is None:
+            return None
+        return 1 + self.accepted_tokens / self.steps
+
+    @property
+    def tool_call_validity(self) -> float | None:
+        return _share(self.tool_calls_valid, self.tool_calls_invalid)
+
+    @property
+    def structured_output_validity(self) -> float | None:
+        return _share(self.structured_valid, self.structured_invalid)
+
+    @property
+    def error_rate(self) -> float | None:
+        if not self.requests or self.errors is None:
+            return None
+        return self.errors / self.requests
+
+
+def _share(good: float | None, bad: float | None) -> float | None:
+    total = (good or 0.0) + (bad or 0.0)
+    if total == 0:
+        return None
+    return (good or 0.0) / total
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One SpecModel's classes over one window, as served by one (revision, speculation) state.
+
+    `blind` names why there is no data at all (Prometheus unreachable, query failed); a class
+    missing from `classes` simply had no series."""
+
+    at: datetime
+    window_seconds: float
+    revision: int
+    speculation: bool
+    classes: dict[str, ClassWindow] = field(default_factory=dict)
+    blind: str | None = None

@@ -1,0 +1,318 @@
+"""The guard's policy: pure, deterministic, and conservative about evidence."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from conftest import specmodel_doc
+from specfleet.api import parse_specmodel
+from specfleet.api.status import GuardStatus, KillSwitchStatus, QualityBaseline, RevisionRecord
+from specfleet.guard import Policy, Situation, decide
+from specfleet.guard.speedup import expected_speedup, expected_tokens_per_step
+from specfleet.telemetry.model import ClassWindow, Observation
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+GOOD_REVISION = RevisionRecord(number=1, hash="aaaaaaaaaa", verdict="good")
+
+
+def policy(override: str | None = None, **guard: Any) -> Policy:
+    doc = specmodel_doc(
+        speculative={"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": 4},
+        classes=[
+            {"name": "code", "critical": True, "slo": {"minAcceptanceRate": 0.5}},
+            {"name": "chat", "slo": {"minToolCallValidity": 0.9}},
+        ],
+        defaultClass="chat",
+        guard={"consecutiveBreaches": 3, "cooldownSeconds": 300, **guard},
+    )
+    return Policy.of(parse_specmodel(doc), override)
+
+
+def window(alpha: float, requests: float = 200, **extra: Any) -> ClassWindow:
+    draft = requests * 100.0
+    fields: dict[str, Any] = {
+        "requests": requests,
+        "errors": 0.0,
+        "draft_tokens": draft,
+        "accepted_tokens": draft * alpha,
+        "steps": draft / 4,
+        "output_tokens": requests * 200,
+        "mean_tpot_seconds": 0.02,
+    }
+    return ClassWindow(**(fields | extra))
+
+
+def observe(
+    code: float, chat: float, speculation: bool = True, tpot: float = 0.02, **chat_extra: Any
+) -> Observation:
+    return Observation(
+        at=T0,
+        window_seconds=60,
+        revision=1,
+        speculation=speculation,
+        classes={
+            "code": window(code, mean_tpot_seconds=tpot),
+            "chat": window(chat, mean_tpot_seconds=tpot, **chat_extra),
+        },
+    )
+
+
+def situation(observation: Observation | None, **changes: Any) -> Situation:
+    base = Situation(
+        policy=policy(),
+        guard=GuardStatus(),
+        kill_switch=KillSwitchStatus(),
+        revision=GOOD_REVISION,
+        has_last_good=True,
+        speculation=True,
+        settled=True,
+        observation=observation,
+        now=T0,
+    )
+    return replace(base, **changes)
+
+
+def run(
+    start: Situation, observations: list[Observation | None], step: float = 15
+) -> tuple[Situation, list[str]]:
+    """Feeds observations tick by tick, carrying the decision's state forward."""
+    current, actions = start, []
+    for index, observation in enumerate(observations):
+        now = start.now + timedelta(seconds=step * index)
+        decision = decide(replace(current, observation=observation, now=now))
+        actions += [a.action for a in decision.actions]
+        revision = current.revision.model_copy(update={"verdict": decision.verdict})
+        speculation = decision.kill_switch.state != "engaged" and current.speculation
+        if current.policy.override is None:
+            speculation = decision.kill_switch.state != "engaged"
+        current = replace(
+            current,
+            guard=decision.guard,
+            kill_switch=decision.kill_switch,
+            revision=revision,
+            speculation=speculation,
+            now=now,
+        )
+    return current, actions
+
+
+def test_speedup_formula() -> None:
+    assert expected_tokens_per_step(0.8, 4) == pytest.approx(3.3616)
+    assert expected_speedup(0.8, 4, 0.05) == pytest.approx(3.3616 / 1.2)
+    assert expected_tokens_per_step(1.0, 4) == 5
+    assert expected_speedup(0.05, 4, 0.1) < 1  # α below c: speculation cannot pay
+
+
+def test_three_bad_windows_engage_the_kill_switch_two_do_not() -> None:
+    bad = observe(code=0.1, chat=0.1)
+    state, actions = run(situation(bad), [bad, bad])
+    assert actions == [] and state.kill_switch.state == "released"
+    state, actions = run(situation(bad), [bad, bad, bad])
+    assert actions == ["kill_switch_engaged"]
+    assert state.kill_switch.state == "engaged" and state.kill_switch.source == "guard"
+
+
+def test_engage_decision_carries_its_evidence() -> None:
+    bad = observe(code=0.1, chat=0.1)
+    decision = decide(situation(bad, guard=GuardStatus(consecutive_bad=2)))
+    [action] = decision.actions
+    assert action.reason == "SpeculationNotPaying"
+    evidence = action.evidence
+    assert evidence["classes"]["code"]["acceptanceRate"] == 0.1
+    assert evidence["classes"]["code"]["draftTokens"] == 20000
+    assert evidence["minSpeedup"] == 1.0 and evidence["windowSeconds"] == 60
+    assert evidence["speedup"] < 1
+    assert decision.kill_switch.next_trial_after == (T0 + timedelta(seconds=300)).isoformat()
+
+
+def test_a_good_window_resets_the_count() -> None:
+    bad, good = observe(0.1, 0.1), observe(0.8, 0.8)
+    _, actions = run(situation(bad), [bad, bad, good, bad, bad])
+    assert actions == []
+
+
+def test_too_few_samples_is_inconclusive_never_bad() -> None:
+    thin = Observation(
+        at=T0,
+        window_seconds=60,
+        revision=1,
+        speculation=True,
+        classes={"code": window(0.05, requests=5), "chat": window(0.05, requests=5)},
+    )
+    state, actions = run(situation(thin), [thin] * 10)
+    assert actions == [] and state.guard.consecutive_bad == 0
+    decision = decide(situation(thin))
+    assert {c.verdict for c in decision.classes} == {"inconclusive"}
+
+
+def test_critical_class_breach_is_enough() -> None:
+    critical_bad = observe(code=0.3, chat=0.9)  # weighted speedup fine, code below 0.5 floor
+    _, actions = run(situation(critical_bad), [critical_bad] * 3)
+    assert actions == ["kill_switch_engaged"]
+
+
+def test_non_critical_breach_alone_is_not_enough() -> None:
+    obs = observe(code=0.9, chat=0.3)
+    _, actions = run(situation(obs), [obs] * 5)
+    assert actions == []
+
+
+def test_measured_tpot_overrides_the_model() -> None:
+    # α = 0.6 models a speedup > 1, but measured TPOT with speculation is worse than without.
+    obs = Observation(
+        at=T0,
+        window_seconds=60,
+        revision=1,
+        speculation=True,
+        classes={
+            "code": window(0.6, mean_tpot_seconds=0.03),
+            "chat": window(0.6, mean_tpot_seconds=0.03),
+        },
+    )
+    measured = GuardStatus(tpot_without_speculation={"code": 0.025, "chat": 0.025})
+    decision = decide(situation(obs, guard=measured.model_copy(update={"consecutive_bad": 2})))
+    assert [a.action for a in decision.actions] == ["kill_switch_engaged"]
+    assert decision.actions[0].evidence["classes"]["code"]["speedupSource"] == "measured"
+    assert not decide(situation(obs, guard=GuardStatus(consecutive_bad=2))).actions
+
+
+def test_cooldown_trial_and_release_with_hysteresis() -> None:
+    bad, good = observe(0.1, 0.1), observe(0.8, 0.8, tpot=0.008)
+    off = observe(0.8, 0.8, speculation=False)
+    ticks = [bad] * 3 + [off] * 20 + [good] * 6
+    state, actions = run(situation(bad), ticks)
+    assert actions == ["kill_switch_engaged", "trial_started", "kill_switch_released"]
+    assert state.kill_switch.state == "released" and state.kill_switch.failed_trials == 0
+    assert state.guard.tpot_without_speculation == {"code": 0.02, "chat": 0.02}
+
+
+def test_failed_trial_doubles_the_cooldown() -> None:
+    bad = observe(0.1, 0.1)
+    off = observe(0.1, 0.1, speculation=False)
+    state, actions = run(situation(bad), [bad] * 3 + [off] * 20 + [bad] * 3)
+    assert actions == ["kill_switch_engaged", "trial_started", "trial_failed"]
+    assert state.kill_switch.failed_trials == 1
+    due = datetime.fromisoformat(state.kill_switch.next_trial_after or "")
+    assert due - state.now == timedelta(seconds=600)
+
+
+def test_trial_needs_the_stricter_threshold() -> None:
+    # speedup ≈ 1.05: above minSpeedup 1.0 but below 1.0 + releaseMargin 0.1
+    marginal = observe(0.26, 0.26)
+    trial = KillSwitchStatus(state="trial", source="guard", failed_trials=0)
+    decision = decide(situation(marginal, kill_switch=trial, guard=GuardStatus(consecutive_bad=2)))
+    assert [a.action for a in decision.actions] == ["trial_failed"]
+
+
+def test_no_data_is_inconclusive_then_blind_then_restored() -> None:
+    start = situation(None, guard=GuardStatus(consecutive_bad=2, last_data=T0.isoformat()))
+    state, actions = run(start, [None] * 10)  # 135 s of nothing; blindAfterSeconds 120
+    assert actions == ["metrics_blind"]
+    assert state.guard.blind and state.guard.consecutive_bad == 2
+    assert state.kill_switch.state == "released"
+    _, actions = run(state, [observe(0.8, 0.8)])
+    assert actions == ["metrics_restored"]
+
+
+def test_blind_observation_reason_is_reported() -> None:
+    blind = Observation(
+        at=T0, window_seconds=60, revision=1, speculation=True, blind="connection refused"
+    )
+    start = situation(blind, guard=GuardStatus(last_data=(T0 - timedelta(seconds=500)).isoformat()))
+    [action] = decide(start).actions
+    assert action.action == "metrics_blind" and "connection refused" in action.message
+
+
+def test_rollout_in_progress_is_inconclusive() -> None:
+    bad = observe(0.1, 0.1)
+    state, actions = run(situation(bad, settled=False), [bad] * 6)
+    assert actions == [] and state.guard.consecutive_bad == 0
+
+
+def on_probation(**changes: Any) -> Situation:
+    return situation(
+        None, revision=RevisionRecord(number=2, hash="b" * 10, verdict="probation"), **changes
+    )
+
+
+def test_bad_tool_calls_on_probation_roll_back() -> None:
+    broken = observe(0.8, 0.8, tool_calls_valid=70.0, tool_calls_invalid=30.0)
+    state, actions = run(on_probation(), [broken] * 3)
+    assert actions == ["rolled_back"]
+    assert state.revision.verdict == "bad"
+
+
+def test_quality_is_judged_against_the_last_good_revision_too() -> None:
+    slightly_worse = observe(0.8, 0.8, tool_calls_valid=93.0, tool_calls_invalid=7.0)
+    baseline = GuardStatus(baseline=QualityBaseline(tool_call_validity=0.99))
+    _, actions = run(on_probation(guard=baseline), [slightly_worse] * 3)
+    assert actions == ["rolled_back"]
+    _, actions = run(on_probation(), [slightly_worse] * 3)  # above the 0.9 floor, no baseline
+    assert actions == []
+
+
+def test_without_a_good_revision_a_quality_breach_only_alerts() -> None:
+    broken = observe(0.8, 0.8, tool_calls_valid=50.0, tool_calls_invalid=50.0)
+    state, actions = run(on_probation(has_last_good=False), [broken] * 3)
+    assert actions == ["quality_breach"] and state.revision.verdict == "probation"
+
+
+def test_probation_passes_and_records_the_baseline() -> None:
+    fine = observe(0.8, 0.8, tool_calls_valid=99.0, tool_calls_invalid=1.0)
+    state, actions = run(on_probation(policy=policy(probationSeconds=60)), [fine] * 6)
+    assert actions == ["revision_promoted"]
+    assert state.revision.verdict == "good"
+    assert state.guard.baseline and state.guard.baseline.tool_call_validity == 0.99
+
+
+def test_overrides_alert_but_never_act() -> None:
+    bad = observe(0.1, 0.1)
+    state, actions = run(situation(bad, policy=policy(override="annotation")), [bad] * 3)
+    assert actions == ["alert"]
+    assert state.kill_switch.state == "released"
+
+
+def test_dry_run_decides_and_records_but_does_not_act() -> None:
+    bad = observe(0.1, 0.1)
+    start = situation(bad, policy=policy(dryRun=True))
+    decision = decide(replace(start, guard=GuardStatus(consecutive_bad=2)))
+    [action] = decision.actions
+    assert action.action == "kill_switch_engaged" and action.dry_run and not action.acts
+    assert "dry run" in action.message
+    assert decision.kill_switch.state == "released"
+
+
+def test_too_many_actions_latch_flapping() -> None:
+    recent = [(T0 - timedelta(minutes=m)).isoformat() for m in range(1, 7)]
+    bad = observe(0.1, 0.1)
+    decision = decide(situation(bad, guard=GuardStatus(consecutive_bad=2, action_times=recent)))
+    assert [a.action for a in decision.actions] == ["kill_switch_engaged", "flapping"]
+    assert decision.guard.flapping and decision.kill_switch.state == "engaged"
+    off = observe(0.8, 0.8, speculation=False)
+    later = replace(
+        situation(off),
+        guard=decision.guard,
+        kill_switch=decision.kill_switch.model_copy(update={"next_trial_after": T0.isoformat()}),
+        now=T0 + timedelta(hours=2),
+    )
+    assert not decide(later).actions  # latched: no trial
+
+
+def test_decide_is_deterministic() -> None:
+    bad = observe(0.1, 0.1)
+    start = situation(bad, guard=GuardStatus(consecutive_bad=2))
+    assert decide(start) == decide(start)
+
+
+def test_status_classes_and_acceptance_summary() -> None:
+    decision = decide(situation(observe(0.8, 0.6)))
+    classes = {c.name: c for c in decision.classes}
+    assert classes["code"].acceptance_rate == 0.8 and classes["code"].verdict == "good"
+    assert classes["code"].expected_speedup == pytest.approx(
+        expected_speedup(0.8, 4, 0.05), abs=1e-3
+    )
+    assert decision.acceptance == "0.70"
