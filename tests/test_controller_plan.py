@@ -90,9 +90,15 @@ def test_speculation_precedence(
 ) -> None:
     annotations = {"specfleet.dev/kill-switch": annotation} if annotation else {}
     sm = specmodel(annotations, speculative=EAGLE, guard={"mode": mode})
-    status = SpecModelStatus(kill_switch=KillSwitchStatus(state=guard_state))
+    status = SpecModelStatus(kill_switch=KillSwitchStatus(state=guard_state, source="guard"))
     result = plan(sm, status, NOW)
     assert (result.speculation, result.speculation_source) == (expected, source)
+
+
+def test_an_ended_override_hands_the_switch_back_to_the_guard_released() -> None:
+    sm = specmodel(speculative=EAGLE)
+    left_over = SpecModelStatus(kill_switch=KillSwitchStatus(state="engaged", source="annotation"))
+    assert plan(sm, left_over, NOW).speculation is True
 
 
 def test_no_speculative_config_means_no_speculation() -> None:

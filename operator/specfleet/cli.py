@@ -57,6 +57,11 @@ def render_command(filename: Path, plan_file: Path | None) -> None:
 )
 @click.option("--gateway-image", default=DEFAULT_GATEWAY_IMAGE, show_default=True)
 @click.option("--resync-seconds", type=float, default=300.0, show_default=True)
+@click.option(
+    "--prometheus-url", default=None, help="Prometheus the guard reads; no guard without."
+)
+@click.option("--alertmanager-url", default=None, help="Alertmanager for every SpecModel's alerts.")
+@click.option("--guard-tick-seconds", type=float, default=5.0, show_default=True)
 def run_command(namespaces: tuple[str, ...], **options: object) -> None:
     """Run the operator."""
     run(RunOptions(namespaces=list(namespaces), **options))  # type: ignore[arg-type]

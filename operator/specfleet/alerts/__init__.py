@@ -1,1 +1,1 @@
-"""specfleet.alerts."""
+"""Alerts: Kubernetes Events always (controller), Alertmanager v2 and a JSON webhook."""

@@ -89,18 +89,21 @@ def _reconcile(memo: Any, key: Key, indexes: dict[str, Any]) -> None:
 
 
 @kopf.on.startup()
-async def start_resync(memo: Any, **indexes: Any) -> None:
-    memo["resync_task"] = asyncio.create_task(_resync_forever(memo, indexes))
+async def start_loops(memo: Any, **indexes: Any) -> None:
+    memo["tasks"] = [
+        asyncio.create_task(_resync_forever(memo, indexes)),
+        asyncio.create_task(_guard_forever(memo, indexes)),
+    ]
 
 
 @kopf.on.cleanup()
-async def stop_resync(memo: Any, **_: Any) -> None:
-    task = memo.get("resync_task")
-    if task is not None:
+async def stop_loops(memo: Any, **_: Any) -> None:
+    for task in memo.get("tasks", []):
         task.cancel()
 
 
 async def _resync_forever(memo: Any, indexes: dict[str, Any]) -> None:
+    """The level-based safety net: every SpecModel again, from the watches' current view."""
     while True:
         await asyncio.sleep(memo["resync_seconds"])
         specmodel_index: Index = indexes["specmodels"]
@@ -109,3 +112,19 @@ async def _resync_forever(memo: Any, indexes: dict[str, Any]) -> None:
                 await asyncio.to_thread(_reconcile, memo, key, indexes)
             except Exception:  # one broken SpecModel must not stop the others' resync
                 log.exception("resync of %s/%s failed", *key)
+
+
+async def _guard_forever(memo: Any, indexes: dict[str, Any]) -> None:
+    """Guard evaluations: one telemetry batch per tick for every SpecModel that is due."""
+    operator: Operator = memo["operator"]
+    while operator.reader is not None:
+        await asyncio.sleep(memo["guard_tick_seconds"])
+        try:
+            await asyncio.to_thread(
+                operator.guard_tick,
+                indexes["specmodels"],
+                [indexes[name] for name in CHILD_INDEXES],
+                indexes["pods"],
+            )
+        except Exception:  # a failed tick is logged; the next tick tries again
+            log.exception("guard tick failed")

@@ -7,6 +7,7 @@ with exponential backoff; anything else surfaces to the caller, which records it
 
 from __future__ import annotations
 
+import base64
 import logging
 import uuid
 from datetime import UTC, datetime
@@ -105,6 +106,14 @@ class Kube:
         revision = self._apps.read_namespaced_controller_revision(name, namespace)
         data: Body = revision.data
         return data
+
+    @_retry
+    def read_secret(self, namespace: str, name: str, key: str) -> str:
+        secret = self._core.read_namespaced_secret(name, namespace)
+        encoded = (secret.data or {}).get(key)
+        if encoded is None:
+            raise KeyError(f"Secret {namespace}/{name} has no key {key!r}")
+        return base64.b64decode(encoded).decode().strip()
 
     @_retry
     def event(self, involved: Body, kind: str, reason: str, message: str) -> None:

@@ -31,3 +31,27 @@ KILL_SWITCH_ENGAGED = Gauge(
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )
+ALERT_DELIVERIES = Counter(
+    "specfleet_alert_deliveries_total",
+    "Alert deliveries by receiver and result (ok, failed, dropped).",
+    ["receiver", "result"],
+    registry=REGISTRY,
+)
+GUARD_DECISIONS = Counter(
+    "specfleet_guard_decisions_total",
+    "Guard decisions by action (kill_switch_engaged, rolled_back, ...).",
+    ["namespace", "action"],
+    registry=REGISTRY,
+)
+ROLLBACKS = Counter(
+    "specfleet_rollbacks_total",
+    "Rollbacks to the last good revision.",
+    ["namespace", "specmodel"],
+    registry=REGISTRY,
+)
+GUARD_BLIND = Gauge(
+    "specfleet_guard_blind",
+    "1 while the guard of a SpecModel has no metrics.",
+    ["namespace", "specmodel"],
+    registry=REGISTRY,
+)

@@ -1,5 +1,6 @@
-"""The operator's state between events: the API writer, render settings, per-SpecModel locks
-and retry backoff. kopf handlers call `Operator.reconcile`; it never runs on the event loop."""
+"""The operator's state between events: the API writer, render settings, telemetry, alert
+delivery, per-SpecModel locks and retry backoff. kopf handlers call in from worker threads;
+nothing here runs on the event loop."""
 
 from __future__ import annotations
 
@@ -12,11 +13,25 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
+from kubernetes.client.exceptions import ApiException
+
+from specfleet.alerts.model import firing
+from specfleet.alerts.receivers import Alertmanager, Receiver, Webhook
+from specfleet.alerts.sender import AlertSender
 from specfleet.controller import children
 from specfleet.controller.kube import Kube
-from specfleet.controller.metrics import KILL_SWITCH_ENGAGED, RECONCILE_SECONDS, RECONCILES
-from specfleet.controller.reconcile import Live, Outcome, reconcile
+from specfleet.controller.metrics import (
+    GUARD_BLIND,
+    GUARD_DECISIONS,
+    KILL_SWITCH_ENGAGED,
+    RECONCILE_SECONDS,
+    RECONCILES,
+    ROLLBACKS,
+)
+from specfleet.controller.reconcile import GuardTick, Live, Outcome, reconcile
 from specfleet.render import RenderSettings
+from specfleet.telemetry.reader import Target, TelemetryReader
 
 Body = dict[str, Any]
 Key = tuple[str, str]
@@ -25,30 +40,63 @@ Index = Mapping[Key, Iterable[Body]]
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 300.0
+DEFAULT_INTERVAL_SECONDS = 15
 
 
 @dataclass
 class Operator:
     kube: Kube
     settings: RenderSettings = field(default_factory=RenderSettings)
+    reader: TelemetryReader | None = None
+    alerts: AlertSender | None = None
+    receivers: list[Receiver] = field(default_factory=list)
+    """Operator-wide receivers (--alertmanager-url); SpecModels may add their own."""
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     _locks: dict[Key, threading.Lock] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
     _backoff: dict[Key, tuple[float, float]] = field(default_factory=dict)
     """Key -> (next attempt at, current delay) after failed applies: no retry storms."""
+    _http: httpx.Client = field(default_factory=httpx.Client)
 
     def reconcile(
-        self, key: Key, specmodels: Index, child_indexes: list[Index], pods: Index
+        self,
+        key: Key,
+        specmodels: Index,
+        child_indexes: list[Index],
+        pods: Index,
+        tick: GuardTick | None = None,
     ) -> Outcome | None:
         body = next(iter(specmodels.get(key, [])), None)
         if body is None or self._backing_off(key):
             return None
+        live = _live(key, child_indexes, pods)
         with self._lock(key), RECONCILE_SECONDS.time():
-            outcome = reconcile(
-                body, _live(key, child_indexes, pods), self.kube, self.settings, self.clock()
-            )
+            outcome = reconcile(body, live, self.kube, self.settings, self.clock(), tick)
         self._record(key, outcome)
+        self._alert(key, body, outcome)
         return outcome
+
+    def guard_tick(self, specmodels: Index, child_indexes: list[Index], pods: Index) -> None:
+        """Evaluates every SpecModel whose guard interval has passed, with one batch of queries."""
+        if self.reader is None:
+            return
+        now = self.clock()
+        due = [key for key in list(specmodels) if _guard_due(_first(specmodels, key), now)]
+        targets = [t for key in due if (t := _target(key, _first(specmodels, key)))]
+        observations = self.reader.read(targets, now) if targets else {}
+        for key in due:
+            self.reconcile(key, specmodels, child_indexes, pods, GuardTick(observations.get(key)))
+
+    def forget(self, key: Key) -> None:
+        self._backoff.pop(key, None)
+        with self._guard:
+            self._locks.pop(key, None)
+        if self.alerts:
+            self.alerts.update(key, [], self._receivers_of(None))
+            self.alerts.forget(key)
+        for gauge in (KILL_SWITCH_ENGAGED, GUARD_BLIND):
+            with contextlib.suppress(KeyError):
+                gauge.remove(*key)
 
     def _lock(self, key: Key) -> threading.Lock:
         with self._guard:
@@ -71,13 +119,61 @@ class Operator:
         else:
             self._backoff.pop(key, None)
         KILL_SWITCH_ENGAGED.labels(namespace, name).set(1 if _switched_off(outcome) else 0)
+        GUARD_BLIND.labels(namespace, name).set(
+            1 if outcome.status.guard and outcome.status.guard.blind else 0
+        )
+        for action in outcome.actions:
+            if not action.dry_run:
+                GUARD_DECISIONS.labels(namespace, action.action).inc()
+            if action.acts and action.action == "rolled_back":
+                ROLLBACKS.labels(namespace, name).inc()
 
-    def forget(self, key: Key) -> None:
-        self._backoff.pop(key, None)
-        with self._guard:
-            self._locks.pop(key, None)
-        with contextlib.suppress(KeyError):
-            KILL_SWITCH_ENGAGED.remove(*key)
+    def _alert(self, key: Key, body: Body, outcome: Outcome) -> None:
+        if self.alerts is None:
+            return
+        alerts = firing(key[0], key[1], outcome.status, self.clock())
+        self.alerts.update(key, alerts, self._receivers_of(body))
+
+    def _receivers_of(self, body: Body | None) -> list[Receiver]:
+        """The operator's receivers plus the SpecModel's own (URLs from Secrets)."""
+        receivers = list(self.receivers)
+        config = ((body or {}).get("spec", {}).get("guard") or {}).get("alerts") or {}
+        namespace = (body or {}).get("metadata", {}).get("namespace", "")
+        try:
+            manager = config.get("alertmanager") or {}
+            url = manager.get("url")
+            if manager.get("urlSecret"):
+                ref = manager["urlSecret"]
+                url = self.kube.read_secret(namespace, ref["name"], ref["key"])
+            if url:
+                receivers.append(Alertmanager(url, self._http))
+            if config.get("webhookSecret"):
+                ref = config["webhookSecret"]
+                receivers.append(
+                    Webhook(self.kube.read_secret(namespace, ref["name"], ref["key"]), self._http)
+                )
+        except (ApiException, KeyError) as exc:
+            log.warning("alert receivers of %s: %s", namespace, exc)
+        return receivers
+
+
+def _first(index: Index, key: Key) -> Body:
+    return next(iter(index.get(key, [])), {})
+
+
+def _guard_due(body: Body, now: datetime) -> bool:
+    guard = (body.get("spec") or {}).get("guard") or {}
+    interval = guard.get("intervalSeconds", DEFAULT_INTERVAL_SECONDS)
+    last = ((body.get("status") or {}).get("guard") or {}).get("lastEvaluation")
+    return last is None or (now - datetime.fromisoformat(last)).total_seconds() >= interval - 0.5
+
+
+def _target(key: Key, body: Body) -> Target | None:
+    plan = (body.get("status") or {}).get("servingPlan")
+    if not plan:
+        return None
+    window = ((body.get("spec") or {}).get("guard") or {}).get("windowSeconds", 60)
+    return Target(key[0], key[1], window, plan["revision"], plan["speculation"])
 
 
 def _switched_off(outcome: Outcome) -> bool:

@@ -106,4 +106,5 @@ def _speculation(specmodel: SpecModel, status: SpecModelStatus) -> tuple[bool, s
     if mode != "auto":
         return mode == "on", "spec"
     kill_switch = status.kill_switch or KillSwitchStatus()
-    return kill_switch.state != KillSwitchState.ENGAGED, "guard"
+    engaged = kill_switch.state == KillSwitchState.ENGAGED and kill_switch.source == "guard"
+    return not engaged, "guard"

@@ -22,11 +22,13 @@ from specfleet.api import (
     parse_specmodel,
 )
 from specfleet.api.status import RevisionRecord
-from specfleet.controller import children, events
+from specfleet.controller import children, events, guarding
 from specfleet.controller.kube import Kube
 from specfleet.controller.plan import Plan, plan
-from specfleet.controller.status import Observed, invalid_status, next_status
+from specfleet.controller.status import Observed, invalid_status, next_status, rollout
+from specfleet.guard import Action, decide
 from specfleet.render import RenderSettings, ServingPlan, render
+from specfleet.telemetry.model import Observation
 
 Body = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -41,15 +43,28 @@ class Live:
 
 
 @dataclass(frozen=True)
+class GuardTick:
+    """A guard evaluation is due; `observation` is None when telemetry had nothing at all."""
+
+    observation: Observation | None
+
+
+@dataclass(frozen=True)
 class Outcome:
     status: SpecModelStatus
     applied: int
     pruned: int
     error: str | None
+    actions: list[Action] = field(default_factory=list)
 
 
 def reconcile(
-    body: Body, live: Live, kube: Kube, settings: RenderSettings, now: datetime
+    body: Body,
+    live: Live,
+    kube: Kube,
+    settings: RenderSettings,
+    now: datetime,
+    tick: GuardTick | None = None,
 ) -> Outcome:
     previous = _previous_status(body)
     try:
@@ -60,6 +75,10 @@ def reconcile(
         )
         _write_status(kube, body, previous, status)
         return Outcome(status, 0, 0, str(exc))
+    deployment = live.children.get(("Deployment", specmodel.metadata.name))
+    actions: list[Action] = []
+    if tick is not None:
+        previous, actions = _guard(specmodel, previous, deployment, tick, now)
     the_plan = plan(specmodel, previous, now)
     error = None
     applied = pruned = 0
@@ -81,16 +100,35 @@ def reconcile(
     except (ApiException, ValueError) as exc:
         error = _describe(exc)
         log.warning("applying %s failed: %s", specmodel.metadata.name, error)
-    deployment = live.children.get(("Deployment", specmodel.metadata.name))
     observed = Observed(deployment=deployment, pods=live.pods, apply_error=error)
     status = next_status(specmodel, the_plan, observed, previous, now)
-    _write_status(kube, body, previous, status)
+    _write_status(kube, body, _previous_status(body), status)
+    for action in actions:
+        kind = events.NORMAL if action.action == "revision_promoted" else events.WARNING
+        kube.event(body, kind, action.reason, action.message)
     if applied or pruned:
         message = (
             f"applied {applied} and pruned {pruned} children for revision {the_plan.active.number}"
         )
         kube.event(body, events.NORMAL, "ChildrenApplied", message)
-    return Outcome(status, applied, pruned, error)
+    return Outcome(status, applied, pruned, error, actions)
+
+
+def _guard(
+    specmodel: SpecModel,
+    status: SpecModelStatus,
+    deployment: Body | None,
+    tick: GuardTick,
+    now: datetime,
+) -> tuple[SpecModelStatus, list[Action]]:
+    """Runs the guard on the plan as it stands, and folds its decision into status, so the
+    plan computed next already follows it."""
+    current = plan(specmodel, status, now)
+    the_situation = guarding.situation(
+        specmodel, status, current, rollout(deployment), tick.observation, now
+    )
+    decision = decide(the_situation)
+    return guarding.apply_decision(status, current, decision, now), decision.actions
 
 
 def _desired(

@@ -6,14 +6,18 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
+import httpx
 import kopf
 from prometheus_client import start_http_server
 
+from specfleet.alerts.receivers import Alertmanager, Receiver
+from specfleet.alerts.sender import AlertSender
 from specfleet.controller.kube import Kube, api_client
 from specfleet.controller.metrics import REGISTRY
 from specfleet.controller.operator import Operator
 from specfleet.render import RenderSettings
 from specfleet.render.plan import DEFAULT_GATEWAY_IMAGE
+from specfleet.telemetry.reader import TelemetryReader
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,9 @@ class RunOptions:
     gateway_image: str = DEFAULT_GATEWAY_IMAGE
     resync_seconds: float = 300.0
     bind_address: str = "0.0.0.0"
+    prometheus_url: str | None = None
+    alertmanager_url: str | None = None
+    guard_tick_seconds: float = 5.0
 
 
 def settings() -> kopf.OperatorSettings:
@@ -37,6 +44,22 @@ def settings() -> kopf.OperatorSettings:
     result.execution.max_workers = 8
     result.networking.request_timeout = 60
     return result
+
+
+def operator_for(options: RunOptions) -> Operator:
+    http = httpx.Client()
+    receivers: list[Receiver] = []
+    if options.alertmanager_url:
+        receivers.append(Alertmanager(options.alertmanager_url, http))
+    if options.prometheus_url is None:
+        logging.getLogger(__name__).warning("no --prometheus-url: the guard is off")
+    return Operator(
+        Kube(api_client()),
+        RenderSettings(gateway_image=options.gateway_image),
+        reader=TelemetryReader(options.prometheus_url) if options.prometheus_url else None,
+        alerts=AlertSender(),
+        receivers=receivers,
+    )
 
 
 def run(
@@ -54,14 +77,18 @@ def run(
     logging.getLogger().setLevel(options.log_level.upper())
     if options.metrics_port:
         start_http_server(options.metrics_port, addr=options.bind_address, registry=REGISTRY)
-    operator = Operator(Kube(api_client()), RenderSettings(gateway_image=options.gateway_image))
+    operator = operator_for(options)
     kopf.run(
         settings=settings(),
         standalone=True,
         namespaces=options.namespaces,
         clusterwide=not options.namespaces,
         liveness_endpoint=f"http://{options.bind_address}:{options.health_port}/healthz",
-        memo=kopf.Memo(operator=operator, resync_seconds=options.resync_seconds),
+        memo=kopf.Memo(
+            operator=operator,
+            resync_seconds=options.resync_seconds,
+            guard_tick_seconds=options.guard_tick_seconds,
+        ),
         stop_flag=stop_flag,
         ready_flag=ready_flag,
     )

@@ -12,6 +12,7 @@ from typing import Any
 
 from specfleet.api import Condition, ConditionType, Phase, SpecModel, SpecModelStatus
 from specfleet.api.status import (
+    GuardStatus,
     KillSwitchState,
     KillSwitchStatus,
     ReplicaStatus,
@@ -89,7 +90,7 @@ def next_status(
     generation = specmodel.metadata.generation
     conditions = [
         _condition(c, generation, previous, now)
-        for c in _conditions(specmodel, plan, observed, state)
+        for c in _conditions(specmodel, plan, observed, state, previous)
     ]
     return previous.model_copy(
         update={
@@ -144,7 +145,11 @@ RawCondition = tuple[str, str, str, str]
 
 
 def _conditions(
-    specmodel: SpecModel, plan: Plan, observed: Observed, state: Rollout
+    specmodel: SpecModel,
+    plan: Plan,
+    observed: Observed,
+    state: Rollout,
+    previous: SpecModelStatus,
 ) -> list[RawCondition]:
     replicas = state.replicas
     pending = unschedulable(observed.pods)
@@ -175,7 +180,24 @@ def _conditions(
         degraded,
         _speculation_condition(specmodel, plan, state),
         _rolled_back_condition(plan),
+        *_guard_conditions(previous),
     ]
+
+
+def _guard_conditions(status: SpecModelStatus) -> list[RawCondition]:
+    guard = status.guard or GuardStatus()
+    last = {d.reason: d.message for d in status.decisions}
+    blind = (
+        ("MetricsBlind", "True", "NoData", last.get("MetricsBlind", "no metrics"))
+        if guard.blind
+        else ("MetricsBlind", "False", "MetricsFlowing", "")
+    )
+    flapping = (
+        ("Flapping", "True", "TooManyActions", last.get("Flapping", "too many actions"))
+        if guard.flapping
+        else ("Flapping", "False", "Stable", "")
+    )
+    return [blind, flapping]
 
 
 def _speculation_condition(specmodel: SpecModel, plan: Plan, state: Rollout) -> RawCondition:
@@ -244,7 +266,8 @@ def _speculation_summary(specmodel: SpecModel) -> str:
 def _kill_switch(plan: Plan, previous: SpecModelStatus, now: datetime) -> KillSwitchStatus:
     old = previous.kill_switch or KillSwitchStatus()
     if plan.speculation_source in ("guard", "config"):
-        return old
+        # An override that ended hands the switch back to the guard, released.
+        return old if old.source in ("guard", "") else KillSwitchStatus()
     state = KillSwitchState.RELEASED if plan.speculation else KillSwitchState.ENGAGED
     if old.state == state and old.source == plan.speculation_source:
         return old

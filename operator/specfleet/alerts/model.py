@@ -1,0 +1,111 @@
+"""Which alerts a SpecModel fires, as a pure function of its status (level-based: an alert fires
+while its cause holds and resolves when it clears), plus one-shot alerts for guard decisions."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from specfleet.api import SpecModelStatus
+from specfleet.api.status import Decision
+
+ONE_SHOT_SECONDS = 900
+ONE_SHOT_ACTIONS = {"alert", "quality_breach", "trial_failed"}
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    namespace: str
+    specmodel: str
+    severity: str
+    summary: str
+    evidence: dict[str, object] = field(default_factory=dict)
+    starts_at: str | None = None
+    ends_at: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.name, self.namespace, self.specmodel
+
+    def labels(self) -> dict[str, str]:
+        return {
+            "alertname": self.name,
+            "namespace": self.namespace,
+            "specmodel": self.specmodel,
+            "severity": self.severity,
+            "source": "specfleet",
+        }
+
+    def annotations(self) -> dict[str, str]:
+        return {"summary": self.summary, "evidence": json.dumps(self.evidence, sort_keys=True)}
+
+
+def firing(namespace: str, name: str, status: SpecModelStatus, now: datetime) -> list[Alert]:
+    """Alerts that hold now. Their evidence is the last decision that caused each."""
+    last = {d.reason: d for d in status.decisions}
+    conditions = {c.type: c for c in status.conditions if c.status == "True"}
+    alerts = []
+    kill_switch = status.kill_switch
+    if kill_switch and kill_switch.state == "engaged" and kill_switch.source == "guard":
+        alerts.append(
+            _from(
+                namespace,
+                name,
+                "SpecfleetKillSwitchEngaged",
+                kill_switch.reason,
+                last,
+                "SpeculationNotPaying",
+                "TrialFailed",
+                "Flapping",
+            )
+        )
+    for kind, alertname, reason in (
+        ("RolledBack", "SpecfleetRolledBack", "RolledBack"),
+        ("MetricsBlind", "SpecfleetMetricsBlind", "MetricsBlind"),
+        ("Flapping", "SpecfleetFlapping", "Flapping"),
+    ):
+        if kind in conditions:
+            alerts.append(_from(namespace, name, alertname, conditions[kind].message, last, reason))
+    alerts += [
+        _one_shot(namespace, name, d, now)
+        for d in status.decisions
+        if d.action in ONE_SHOT_ACTIONS
+        and now - datetime.fromisoformat(d.time) < timedelta(seconds=ONE_SHOT_SECONDS)
+    ]
+    return alerts
+
+
+def _from(
+    namespace: str,
+    name: str,
+    alertname: str,
+    summary: str,
+    last: dict[str, Decision],
+    *reasons: str,
+) -> Alert:
+    decision = next((last[r] for r in reasons if r in last), None)
+    return Alert(
+        alertname,
+        namespace,
+        name,
+        "warning",
+        summary or (decision.message if decision else alertname),
+        dict(decision.evidence or {}) if decision else {},
+        starts_at=decision.time if decision else None,
+    )
+
+
+def _one_shot(namespace: str, name: str, decision: Decision, now: datetime) -> Alert:
+    ends = datetime.fromisoformat(decision.time) + timedelta(seconds=ONE_SHOT_SECONDS)
+    return Alert(
+        f"Specfleet{decision.reason}",
+        namespace,
+        name,
+        "warning",
+        decision.message,
+        dict(decision.evidence or {}),
+        starts_at=decision.time,
+        ends_at=ends.isoformat(),
+    )

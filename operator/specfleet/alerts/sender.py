@@ -1,0 +1,81 @@
+"""Delivers alerts in the background: never blocks reconciliation, retries with backoff, resends
+firing alerts so Alertmanager keeps them alive, resolves them when they clear."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import httpx
+from tenacity import retry, stop_after_attempt, wait_exponential_jitter
+
+from specfleet.alerts.model import Alert
+from specfleet.alerts.receivers import Receiver
+from specfleet.controller.metrics import ALERT_DELIVERIES
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    receiver: Receiver
+    alerts: list[Alert]
+    resolved: bool
+
+
+class AlertSender:
+    def __init__(self, resend_seconds: float = 60.0, queue_size: int = 1000) -> None:
+        self.resend_seconds = resend_seconds
+        self._queue: queue.Queue[Delivery | None] = queue.Queue(maxsize=queue_size)
+        self._firing: dict[Key, dict[tuple[str, str, str], Alert]] = {}
+        self._sent_at: dict[Key, float] = {}
+        self._thread = threading.Thread(target=self._work, name="alert-sender", daemon=True)
+        self._thread.start()
+
+    def update(self, key: Key, alerts: list[Alert], receivers: list[Receiver]) -> None:
+        """The SpecModel's alerts now; sends what started or cleared, and resends the rest."""
+        old = self._firing.get(key, {})
+        new = {a.key: a for a in alerts}
+        resolved = [a for k, a in old.items() if k not in new]
+        due = time.monotonic() - self._sent_at.get(key, 0.0) >= self.resend_seconds
+        for receiver in receivers:
+            if resolved:
+                self._enqueue(Delivery(receiver, resolved, resolved=True))
+            if new and (due or new.keys() != old.keys()):
+                self._enqueue(Delivery(receiver, list(new.values()), resolved=False))
+        if new and (due or new.keys() != old.keys()):
+            self._sent_at[key] = time.monotonic()
+        self._firing[key] = new
+
+    def forget(self, key: Key) -> None:
+        self._firing.pop(key, None)
+        self._sent_at.pop(key, None)
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _enqueue(self, delivery: Delivery) -> None:
+        try:
+            self._queue.put_nowait(delivery)
+        except queue.Full:
+            ALERT_DELIVERIES.labels(delivery.receiver.name, "dropped").inc()
+            log.warning("alert queue full: dropped a delivery to %s", delivery.receiver.name)
+
+    def _work(self) -> None:
+        while (delivery := self._queue.get()) is not None:
+            try:
+                _deliver(delivery)
+                ALERT_DELIVERIES.labels(delivery.receiver.name, "ok").inc()
+            except (httpx.HTTPError, OSError) as exc:
+                ALERT_DELIVERIES.labels(delivery.receiver.name, "failed").inc()
+                log.warning("alert delivery to %s failed: %s", delivery.receiver.name, exc)
+
+
+@retry(wait=wait_exponential_jitter(initial=0.5, max=8), stop=stop_after_attempt(4), reraise=True)
+def _deliver(delivery: Delivery) -> None:
+    delivery.receiver.send(delivery.alerts, delivery.resolved)

@@ -1,0 +1,92 @@
+"""Between telemetry and status: builds the guard's Situation from what the controller knows and
+folds its Decision back into status. Pure."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from specfleet.api import Decision as DecisionRecord
+from specfleet.api import SpecModel, SpecModelStatus
+from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchStatus
+from specfleet.controller.plan import Plan
+from specfleet.controller.status import Rollout
+from specfleet.guard import Decision, Policy, Situation
+from specfleet.telemetry.model import Observation
+
+
+def situation(
+    specmodel: SpecModel,
+    status: SpecModelStatus,
+    the_plan: Plan,
+    rollout: Rollout,
+    observation: Observation | None,
+    now: datetime,
+) -> Situation:
+    override = (
+        the_plan.speculation_source
+        if the_plan.speculation_source in ("annotation", "spec")
+        else None
+    )
+    return Situation(
+        policy=Policy.of(specmodel, override),
+        guard=status.guard or GuardStatus(),
+        kill_switch=status.kill_switch or KillSwitchStatus(),
+        revision=the_plan.active,
+        has_last_good=any(
+            r.verdict == "good" and r.number != the_plan.active.number for r in the_plan.revisions
+        ),
+        speculation=the_plan.speculation,
+        settled=settled(status, the_plan, rollout, specmodel.spec.guard.window_seconds, now),
+        observation=observation,
+        now=now,
+    )
+
+
+def settled(
+    status: SpecModelStatus, the_plan: Plan, rollout: Rollout, window: int, now: datetime
+) -> bool:
+    """Judge a window only when every pod in it ran the current plan: rollout complete, running
+    the planned speculation, and complete for at least one window."""
+    if not rollout.complete or rollout.speculation_running != the_plan.speculation:
+        return False
+    plan_status = status.serving_plan
+    if plan_status is None or plan_status.revision != the_plan.active.number:
+        return False
+    ready = next((c for c in status.conditions if c.type == "Ready"), None)
+    if ready is None or ready.status != "True" or ready.last_transition_time is None:
+        return False
+    return (now - datetime.fromisoformat(ready.last_transition_time)).total_seconds() >= window
+
+
+def apply_decision(
+    status: SpecModelStatus, the_plan: Plan, decision: Decision, now: datetime
+) -> SpecModelStatus:
+    revisions = [
+        r.model_copy(update={"verdict": decision.verdict})
+        if r.number == the_plan.active.number
+        else r
+        for r in the_plan.revisions
+    ]
+    records = [
+        DecisionRecord(
+            time=now.isoformat(),
+            action=a.action,
+            reason=a.reason,
+            message=a.message,
+            evidence={**a.evidence, **({"dryRun": True} if a.dry_run else {})},
+        )
+        for a in decision.actions
+    ]
+    kill_switch = decision.kill_switch
+    if the_plan.speculation_source in ("annotation", "spec"):
+        kill_switch = status.kill_switch or KillSwitchStatus()
+    return status.model_copy(
+        update={
+            "guard": decision.guard,
+            "kill_switch": kill_switch,
+            "revisions": revisions,
+            "classes": decision.classes or status.classes,
+            "acceptance": decision.acceptance or status.acceptance,
+            "decisions": (status.decisions + records)[-MAX_DECISIONS:],
+        }
+    )

@@ -1,0 +1,164 @@
+"""Reads the gateways' per-class metrics from Prometheus as `Observation`s.
+
+Batched: one fixed set of PromQL queries per window length per tick, grouped by labels, however
+many SpecModels and classes there are. Sync (prometheus-api-client); run it in a thread.
+Prometheus down or a failing query makes every affected Observation blind, never zero.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from requests.exceptions import RequestException
+
+from specfleet.telemetry.model import ClassWindow, Observation
+
+log = logging.getLogger(__name__)
+GROUP = "namespace, specmodel, class, revision, speculation"
+SeriesKey = tuple[str, str, str, str, str]
+"""(namespace, specmodel, class, revision, speculation) as Prometheus labels them."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to read for one SpecModel: its window and the plan its pods should run."""
+
+    namespace: str
+    specmodel: str
+    window_seconds: int
+    revision: int
+    speculation: bool
+
+
+def _increase(metric: str, extra: str = "") -> str:
+    by = f"{GROUP}{', ' + extra if extra else ''}"
+    return f"sum by ({by}) (increase({metric}[{{w}}]))"
+
+
+def _quantile(metric: str) -> str:
+    return f"histogram_quantile(0.95, sum by ({GROUP}, le) (rate({metric}_bucket[{{w}}])))"
+
+
+def _mean(metric: str) -> str:
+    rate = "sum by ({g}) (rate({m}_{s}[{{w}}]))"
+    return (
+        f"{rate.format(g=GROUP, m=metric, s='sum')} / {rate.format(g=GROUP, m=metric, s='count')}"
+    )
+
+
+# field of ClassWindow -> (PromQL template, label that must match, its value)
+QUERIES: dict[str, tuple[str, str | None, str | None]] = {
+    "requests": (_increase("specfleet_requests_total"), None, None),
+    "errors": (_increase("specfleet_requests_total", "outcome"), "outcome", "upstream_error"),
+    "draft_tokens": (_increase("specfleet_spec_draft_tokens_total"), None, None),
+    "accepted_tokens": (_increase("specfleet_spec_accepted_tokens_total"), None, None),
+    "steps": (_increase("specfleet_spec_steps_total"), None, None),
+    "output_tokens": (_increase("specfleet_output_tokens_total"), None, None),
+    "p95_ttft_seconds": (_quantile("specfleet_ttft_seconds"), None, None),
+    "p95_tpot_seconds": (_quantile("specfleet_tpot_seconds"), None, None),
+    "mean_tpot_seconds": (_mean("specfleet_tpot_seconds"), None, None),
+    "tool_calls_valid": (_increase("specfleet_tool_calls_total", "valid"), "valid", "true"),
+    "tool_calls_invalid": (_increase("specfleet_tool_calls_total", "valid"), "valid", "false"),
+    "structured_valid": (_increase("specfleet_structured_outputs_total", "valid"), "valid", "true"),
+    "structured_invalid": (
+        _increase("specfleet_structured_outputs_total", "valid"),
+        "valid",
+        "false",
+    ),
+}
+assert set(QUERIES) == {f.name for f in fields(ClassWindow)}
+
+
+class TelemetryReader:
+    def __init__(self, url: str, timeout_seconds: float = 10.0) -> None:
+        self._prometheus = PrometheusConnect(url=url, disable_ssl=True)
+        self._timeout = timeout_seconds
+        self.queries = 0
+        """PromQL queries sent, for benchmarks and tests."""
+
+    def read(self, targets: list[Target], now: datetime) -> dict[tuple[str, str], Observation]:
+        by_window: dict[int, list[Target]] = defaultdict(list)
+        for target in targets:
+            by_window[target.window_seconds].append(target)
+        result: dict[tuple[str, str], Observation] = {}
+        for window, group in by_window.items():
+            result |= self._read_window(window, group, now)
+        return result
+
+    def _read_window(
+        self, window: int, targets: list[Target], now: datetime
+    ) -> dict[tuple[str, str], Observation]:
+        try:
+            values = self._query_all(window)
+        except (PrometheusApiClientException, RequestException, ValueError) as exc:
+            reason = f"Prometheus query failed: {exc}"[:300]
+            log.warning("%s", reason)
+            return {
+                (t.namespace, t.specmodel): _observation(t, now, {}, blind=reason) for t in targets
+            }
+        return {(t.namespace, t.specmodel): _observation(t, now, values) for t in targets}
+
+    def _query_all(self, window: int) -> dict[str, dict[SeriesKey, float]]:
+        cache: dict[str, list[dict[str, Any]]] = {}
+        values: dict[str, dict[SeriesKey, float]] = {}
+        for name, (template, label, wanted) in QUERIES.items():
+            query = template.format(w=f"{window}s")
+            if query not in cache:
+                self.queries += 1
+                cache[query] = self._prometheus.custom_query(
+                    query, params={"timeout": f"{self._timeout}s"}
+                )
+            values[name] = _series(cache[query], label, wanted)
+        return values
+
+
+def _series(
+    rows: list[dict[str, Any]], label: str | None, wanted: str | None
+) -> dict[SeriesKey, float]:
+    out: dict[SeriesKey, float] = {}
+    for row in rows:
+        metric = row["metric"]
+        if label is not None and metric.get(label) != wanted:
+            continue
+        value = float(row["value"][1])
+        if value != value:  # NaN: a histogram or ratio with no observations in the window
+            continue
+        key = tuple(
+            metric.get(k, "")
+            for k in ("namespace", "specmodel", "class", "revision", "speculation")
+        )
+        out[key] = value
+    return out
+
+
+def _observation(
+    target: Target,
+    now: datetime,
+    values: dict[str, dict[SeriesKey, float]],
+    blind: str | None = None,
+) -> Observation:
+    speculation = "on" if target.speculation else "off"
+    classes: dict[str, dict[str, float]] = defaultdict(dict)
+    for name, series in values.items():
+        for (namespace, specmodel, klass, revision, state), value in series.items():
+            if (namespace, specmodel, revision, state) == (
+                target.namespace,
+                target.specmodel,
+                str(target.revision),
+                speculation,
+            ):
+                classes[klass][name] = value
+    return Observation(
+        at=now,
+        window_seconds=target.window_seconds,
+        revision=target.revision,
+        speculation=target.speculation,
+        classes={klass: ClassWindow(**found) for klass, found in classes.items()},
+        blind=blind,
+    )
