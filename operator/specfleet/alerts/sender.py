@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 import httpx
-from tenacity import retry, stop_after_attempt, wait_exponential_jitter
+from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
 from specfleet.alerts.model import Alert
 from specfleet.alerts.receivers import Receiver
@@ -28,8 +28,15 @@ class Delivery:
 
 
 class AlertSender:
-    def __init__(self, resend_seconds: float = 60.0, queue_size: int = 1000) -> None:
+    def __init__(
+        self, resend_seconds: float = 60.0, queue_size: int = 1000, backoff_seconds: float = 0.5
+    ) -> None:
         self.resend_seconds = resend_seconds
+        self._retrying = Retrying(
+            wait=wait_exponential_jitter(multiplier=backoff_seconds, max=8, jitter=backoff_seconds),
+            stop=stop_after_attempt(4),
+            reraise=True,
+        )
         self._queue: queue.Queue[Delivery | None] = queue.Queue(maxsize=queue_size)
         self._firing: dict[Key, dict[tuple[str, str, str], Alert]] = {}
         self._sent_at: dict[Key, float] = {}
@@ -69,13 +76,8 @@ class AlertSender:
     def _work(self) -> None:
         while (delivery := self._queue.get()) is not None:
             try:
-                _deliver(delivery)
+                self._retrying(delivery.receiver.send, delivery.alerts, delivery.resolved)
                 ALERT_DELIVERIES.labels(delivery.receiver.name, "ok").inc()
             except (httpx.HTTPError, OSError) as exc:
                 ALERT_DELIVERIES.labels(delivery.receiver.name, "failed").inc()
                 log.warning("alert delivery to %s failed: %s", delivery.receiver.name, exc)
-
-
-@retry(wait=wait_exponential_jitter(initial=0.5, max=8), stop=stop_after_attempt(4), reraise=True)
-def _deliver(delivery: Delivery) -> None:
-    delivery.receiver.send(delivery.alerts, delivery.resolved)

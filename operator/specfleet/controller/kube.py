@@ -41,7 +41,7 @@ def _transient(exc: BaseException) -> bool:
 
 _retry = retry(
     retry=retry_if_exception(_transient),
-    wait=wait_exponential_jitter(initial=0.2, max=5),
+    wait=wait_exponential_jitter(multiplier=0.2, max=5),
     stop=stop_after_attempt(5),
     reraise=True,
 )

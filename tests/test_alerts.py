@@ -1,0 +1,176 @@
+"""Alerts: which fire for a status, their wire format, and background delivery over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from specfleet.alerts.model import Alert, firing
+from specfleet.alerts.receivers import Alertmanager, Webhook, slack_message
+from specfleet.alerts.sender import AlertSender
+from specfleet.api import Condition, Decision, SpecModelStatus
+from specfleet.api.status import KillSwitchStatus
+from specfleet.controller.metrics import REGISTRY
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+ENGAGE = Decision(
+    time=NOW.isoformat(),
+    action="kill_switch_engaged",
+    reason="SpeculationNotPaying",
+    message="Speculation off: speedup 0.8",
+    evidence={"speedup": 0.8, "classes": {"code": {"acceptanceRate": 0.2}}},
+)
+
+
+def engaged_status() -> SpecModelStatus:
+    return SpecModelStatus(
+        kill_switch=KillSwitchStatus(
+            state="engaged", source="guard", reason="Speculation off: speedup 0.8"
+        ),
+        decisions=[ENGAGE],
+    )
+
+
+def test_engaged_kill_switch_fires_with_the_numbers() -> None:
+    [alert] = firing("ns", "m", engaged_status(), NOW)
+    assert alert.name == "SpecfleetKillSwitchEngaged"
+    assert alert.labels() == {
+        "alertname": "SpecfleetKillSwitchEngaged",
+        "namespace": "ns",
+        "specmodel": "m",
+        "severity": "warning",
+        "source": "specfleet",
+    }
+    assert json.loads(alert.annotations()["evidence"])["classes"]["code"]["acceptanceRate"] == 0.2
+    assert alert.starts_at == NOW.isoformat()
+
+
+def test_annotation_kill_switch_does_not_alert() -> None:
+    status = SpecModelStatus(kill_switch=KillSwitchStatus(state="engaged", source="annotation"))
+    assert firing("ns", "m", status, NOW) == []
+
+
+def test_conditions_fire_and_one_shots_expire() -> None:
+    status = SpecModelStatus(
+        conditions=[
+            Condition(
+                type="RolledBack", status="True", reason="RolledBackToLastGood", message="rev 2 bad"
+            ),
+            Condition(type="MetricsBlind", status="False", reason="MetricsFlowing"),
+        ],
+        decisions=[
+            Decision(
+                time=NOW.isoformat(), action="alert", reason="SpeculationNotPaying", message="m"
+            )
+        ],
+    )
+    names = {a.name for a in firing("ns", "m", status, NOW)}
+    assert names == {"SpecfleetRolledBack", "SpecfleetSpeculationNotPaying"}
+    later = {a.name for a in firing("ns", "m", status, NOW + timedelta(hours=1))}
+    assert later == {"SpecfleetRolledBack"}
+
+
+def test_slack_message_is_text_first() -> None:
+    alert = Alert(
+        "SpecfleetRolledBack", "ns", "m", "warning", "rev 2 bad", {"toolCallValidity": 0.85}
+    )
+    message = slack_message(alert, resolved=False)
+    assert message["text"].startswith("[FIRING] SpecfleetRolledBack ns/m: rev 2 bad")
+    assert "0.85" in message["text"]
+    assert slack_message(alert, resolved=True)["text"].startswith("[RESOLVED]")
+
+
+class Recorder(BaseHTTPRequestHandler):
+    received: list[tuple[str, Any]] = []
+    failures_left = 0
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if Recorder.failures_left > 0:
+            Recorder.failures_left -= 1
+            self.send_response(503)
+            self.end_headers()
+            return
+        Recorder.received.append((self.path, body))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    Recorder.received, Recorder.failures_left = [], 0
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def wait_for(count: int) -> None:
+    deadline = time.monotonic() + 10
+    while len(Recorder.received) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_alertmanager_v2_firing_resent_and_resolved(server: str) -> None:
+    sender = AlertSender(resend_seconds=0.2)
+    receiver = Alertmanager(server, httpx.Client())
+    alert = firing("ns", "m", engaged_status(), NOW)
+    sender.update(("ns", "m"), alert, [receiver])
+    wait_for(1)
+    path, body = Recorder.received[0]
+    assert path == "/api/v2/alerts"
+    assert body[0]["labels"]["alertname"] == "SpecfleetKillSwitchEngaged"
+    assert "endsAt" not in body[0]
+    sender.update(("ns", "m"), alert, [receiver])  # not due yet: no resend
+    time.sleep(0.3)
+    sender.update(("ns", "m"), alert, [receiver])  # due: resent while firing
+    wait_for(2)
+    sender.update(("ns", "m"), [], [receiver])  # cleared: resolved
+    wait_for(3)
+    assert len(Recorder.received) == 3
+    assert "endsAt" in Recorder.received[2][1][0]
+    sender.close()
+
+
+def test_delivery_retries_with_backoff_then_succeeds(server: str) -> None:
+    Recorder.failures_left = 2
+    sender = AlertSender(backoff_seconds=0.01)
+    sender.update(
+        ("ns", "m"),
+        firing("ns", "m", engaged_status(), NOW),
+        [Webhook(server + "/hook", httpx.Client())],
+    )
+    wait_for(1)
+    assert Recorder.received and Recorder.received[0][1]["text"].startswith("[FIRING]")
+    sender.close()
+
+
+def test_unreachable_receiver_is_counted_not_raised() -> None:
+    before = (
+        REGISTRY.get_sample_value(
+            "specfleet_alert_deliveries_total", {"receiver": "alertmanager", "result": "failed"}
+        )
+        or 0.0
+    )
+    sender = AlertSender(backoff_seconds=0.01)
+    dead = Alertmanager("http://127.0.0.1:9", httpx.Client())
+    started = time.monotonic()
+    sender.update(("ns", "m"), firing("ns", "m", engaged_status(), NOW), [dead])
+    assert time.monotonic() - started < 0.1  # never blocks the caller
+    sender.close(timeout=30)
+    after = REGISTRY.get_sample_value(
+        "specfleet_alert_deliveries_total", {"receiver": "alertmanager", "result": "failed"}
+    )
+    assert after == before + 1
