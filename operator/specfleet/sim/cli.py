@@ -7,9 +7,15 @@ import contextlib
 import json
 import signal
 import sys
+import threading
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from kubernetes import client, config
+
+from specfleet.sim.pods import PodRuntime, SimSettings
 
 if TYPE_CHECKING:
     from specfleet.sim.server import EngineSimulator
@@ -163,3 +169,32 @@ async def _run(sim_: EngineSimulator, host: str, port: int) -> None:
     await stop.wait()
     await sim_.drain()
     await sim_.close()
+
+
+@sim.command("pods")
+@click.option("--namespace", default=None, help="Only this namespace (default: all).")
+@click.option("--scenario", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--time-scale", type=click.FloatRange(min=0, min_open=True), default=1.0)
+@click.option("--epoch", type=float, default=None, help="Unix time of scenario t=0.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/tmp/specfleet-sim-pods"),
+    show_default=True,
+)
+def pods_cmd(
+    namespace: str | None,
+    scenario: Path | None,
+    time_scale: float,
+    epoch: float | None,
+    workdir: Path,
+) -> None:
+    """Run the simulator and gateway for every Running kwok pod of a SpecModel, at its IP."""
+    config.load_kube_config()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    settings = SimSettings(
+        workdir, scenario, time_scale, epoch if epoch is not None else time.time(), namespace
+    )
+    PodRuntime(client.ApiClient(), settings).run(stop)

@@ -1,0 +1,128 @@
+"""A traffic generator for e2e tests and the demo: the scenario's class mix, sent with the real
+`openai` client to the gateways of a SpecModel's Ready pods (kwok pods have loopback IPs; there
+is no kube-proxy, so it balances over the pods itself, like a client-side load balancer)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from kubernetes import client
+from openai import APIError, AsyncOpenAI
+
+from specfleet.sim.scenario import Scenario
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+@dataclass
+class TrafficReport:
+    sent: Counter[str] = field(default_factory=Counter)
+    ok: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Traffic:
+    api: client.ApiClient
+    namespace: str
+    specmodel: str
+    model: str
+    scenario: Scenario
+    epoch: float
+    """Unix time of scenario t=0, shared with the simulated pods."""
+    seed: int = 0
+    report: TrafficReport = field(default_factory=TrafficReport)
+    _targets: list[str] = field(default_factory=list)
+    _next: int = 0
+
+    async def run(self, seconds: float) -> TrafficReport:
+        stop_at = time.time() + seconds
+        rng = random.Random(self.seed)
+        start = time.time() - self.epoch
+        clients: dict[str, AsyncOpenAI] = {}
+        tasks: set[asyncio.Task[None]] = set()
+        refresh = asyncio.create_task(self._refresh_targets(stop_at))
+        for t, klass in self.scenario.arrivals(rng, start, start + seconds):
+            await asyncio.sleep(max(0.0, self.epoch + t - time.time()))
+            target = self._pick()
+            if target is None:
+                self.report.failed[klass] += 1
+                self.report.errors.append("no ready pod")
+                continue
+            openai = clients.setdefault(target, _client(target))
+            task = asyncio.create_task(self._one(openai, klass, rng.random() < 0.5))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        await asyncio.gather(*tasks)
+        refresh.cancel()
+        for openai in clients.values():
+            await openai.close()
+        return self.report
+
+    def _pick(self) -> str | None:
+        if not self._targets:
+            return None
+        self._next = (self._next + 1) % len(self._targets)
+        return self._targets[self._next]
+
+    async def _refresh_targets(self, stop_at: float) -> None:
+        core = client.CoreV1Api(self.api)
+        selector = f"app.kubernetes.io/instance={self.specmodel}"
+        while time.time() < stop_at:
+            pods = await asyncio.to_thread(
+                core.list_namespaced_pod, self.namespace, label_selector=selector
+            )
+            self._targets = [f"http://{p.status.pod_ip}:8080/v1" for p in pods.items if _serving(p)]
+            await asyncio.sleep(0.3)
+
+    async def _one(self, openai: AsyncOpenAI, klass: str, stream: bool) -> None:
+        self.report.sent[klass] += 1
+        profile = self.scenario.classes[klass]
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": f"a {klass} request " * 20}],
+            "max_tokens": 4096,
+            "extra_headers": {"x-specfleet-class": klass},
+        }
+        if profile.tool_call_rate > 0:
+            kwargs["tools"] = TOOLS
+        try:
+            if stream:
+                async for _ in await openai.chat.completions.create(stream=True, **kwargs):
+                    pass
+            else:
+                await openai.chat.completions.create(**kwargs)
+            self.report.ok[klass] += 1
+        except (APIError, httpx.HTTPError) as exc:
+            self.report.failed[klass] += 1
+            self.report.errors.append(f"{klass}: {exc}"[:300])
+
+
+def _serving(pod: client.V1Pod) -> bool:
+    if pod.metadata.deletion_timestamp or not pod.status.pod_ip:
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def _client(base_url: str) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60)

@@ -1,0 +1,180 @@
+"""`specfleet sim pods`: a stand-in kubelet for kwok's fake GPU pods.
+
+kwok pods run no containers. For every Running SpecModel pod with an IP, this starts the engine
+simulator with the pod's own engine command line and the gateway with the pod's own arguments,
+both bound to the pod's IP (kwok gives pods loopback addresses), with the pod's ConfigMap volumes
+written to a local directory. Prometheus then scrapes real gateways found through the real API
+server, and a kill-switch flip (new pods, new args) really changes what is measured. When a pod
+terminates, both processes get SIGTERM and drain, like a kubelet would do.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, watch
+
+log = logging.getLogger(__name__)
+MANAGED = "app.kubernetes.io/managed-by=specfleet"
+ENGINE_PORT = 8000
+Pod = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    workdir: Path
+    scenario: Path | None = None
+    time_scale: float = 1.0
+    epoch: float | None = None
+    namespace: str | None = None
+    drain_seconds: float = 10.0
+
+
+@dataclass
+class PodProcesses:
+    name: str
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def stop(self, drain_seconds: float) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(drain_seconds)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+class PodRuntime:
+    def __init__(self, api: client.ApiClient, settings: SimSettings) -> None:
+        self._core = client.CoreV1Api(api)
+        self.settings = settings
+        self.running: dict[str, PodProcesses] = {}
+        self._lock = threading.Lock()
+
+    def run(self, stop: threading.Event) -> None:
+        """Follows pods until `stop` is set, then stops every process it started."""
+        try:
+            while not stop.is_set():
+                self._watch_once(stop)
+        finally:
+            self.stop_all()
+
+    def _watch_once(self, stop: threading.Event) -> None:
+        stream = watch.Watch()
+        if self.settings.namespace:
+            lister: Any = self._core.list_namespaced_pod
+            kwargs: dict[str, Any] = {"namespace": self.settings.namespace}
+        else:
+            lister, kwargs = self._core.list_pod_for_all_namespaces, {}
+        for event in stream.stream(lister, label_selector=MANAGED, timeout_seconds=5, **kwargs):
+            pod = self._core.api_client.sanitize_for_serialization(event["object"])
+            self.sync(pod, deleted=event["type"] == "DELETED")
+            if stop.is_set():
+                stream.stop()
+
+    def sync(self, pod: Pod, deleted: bool = False) -> None:
+        uid, status = pod["metadata"]["uid"], pod.get("status", {})
+        alive = (
+            not deleted
+            and "deletionTimestamp" not in pod["metadata"]
+            and status.get("phase") == "Running"
+            and bool(status.get("podIP"))
+        )
+        with self._lock:
+            if alive and uid not in self.running:
+                self.running[uid] = self._start(pod)
+                return
+            stopping = None if alive else self.running.pop(uid, None)
+        if stopping is not None:
+            threading.Thread(target=stopping.stop, args=(self.settings.drain_seconds,)).start()
+
+    def stop_all(self) -> None:
+        with self._lock:
+            pods, self.running = list(self.running.values()), {}
+        for pod in pods:
+            pod.stop(self.settings.drain_seconds)
+
+    def _start(self, pod: Pod) -> PodProcesses:
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        ip: str = pod["status"]["podIP"]
+        workdir = self.settings.workdir / namespace / name
+        shutil.rmtree(workdir, ignore_errors=True)
+        mounts = self._write_config_maps(pod, workdir)
+        containers = {c["name"]: c for c in pod["spec"]["containers"]}
+        logs = workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log.info("starting simulator and gateway for pod %s/%s at %s", namespace, name, ip)
+        return PodProcesses(
+            name=f"{namespace}/{name}",
+            processes=[
+                _spawn(self._engine_argv(containers["engine"], ip, mounts), logs / "engine.log"),
+                _spawn(_gateway_argv(containers["gateway"], ip, mounts), logs / "gateway.log"),
+            ],
+        )
+
+    def _engine_argv(self, engine: Pod, ip: str, mounts: dict[str, Path]) -> list[str]:
+        kind = "tensorrt-llm" if (engine.get("command") or [""])[0] == "trtllm-serve" else "vllm"
+        argv = [*_specfleet(), "sim", "engine", "--engine", kind, "--listen", f"{ip}:{ENGINE_PORT}"]
+        argv += ["--time-scale", str(self.settings.time_scale)]
+        if self.settings.epoch is not None:
+            argv += ["--epoch", str(self.settings.epoch)]
+        if self.settings.scenario is not None:
+            argv += ["--scenario", str(self.settings.scenario)]
+        return [*argv, "--", *_local_paths(engine.get("args") or [], mounts)]
+
+    def _write_config_maps(self, pod: Pod, workdir: Path) -> dict[str, Path]:
+        """ConfigMap volumes as local directories; returns mount path -> local directory."""
+        spec, namespace = pod["spec"], pod["metadata"]["namespace"]
+        volumes = {
+            v["name"]: v["configMap"]["name"] for v in spec.get("volumes", []) if "configMap" in v
+        }
+        mounts: dict[str, Path] = {}
+        for container in spec["containers"]:
+            for mount in container.get("volumeMounts", []):
+                if mount["name"] not in volumes:
+                    continue
+                local = workdir / "volumes" / mount["name"]
+                local.mkdir(parents=True, exist_ok=True)
+                config_map = self._core.read_namespaced_config_map(
+                    volumes[mount["name"]], namespace
+                )
+                for key, value in (config_map.data or {}).items():
+                    (local / key).write_text(value)
+                mounts[mount["mountPath"]] = local
+        return mounts
+
+
+def _gateway_argv(gateway: Pod, ip: str, mounts: dict[str, Path]) -> list[str]:
+    args = [a.replace("0.0.0.0", ip).replace("127.0.0.1", ip) for a in gateway.get("args", [])]
+    return [*_specfleet(), *_local_paths(args, mounts)]
+
+
+def _local_paths(args: list[str], mounts: dict[str, Path]) -> list[str]:
+    out = []
+    for arg in args:
+        for mount_path, local in mounts.items():
+            if arg.startswith(mount_path + "/"):
+                arg = str(local) + arg[len(mount_path) :]
+        out.append(arg)
+    return out
+
+
+def _specfleet() -> list[str]:
+    return [str(Path(sys.executable).parent / "specfleet")]
+
+
+def _spawn(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
