@@ -290,6 +290,8 @@ def gateway_container(workload: Workload) -> dict[str, Any]:
             "periodSeconds": 15,
             "failureThreshold": 4,
         },
+        # Keep proxying while endpoints drop the pod; in-flight streams then drain on SIGTERM.
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", "10"]}}},
         "resources": {
             "requests": {"cpu": "250m", "memory": "128Mi"},
             "limits": {"memory": "512Mi"},

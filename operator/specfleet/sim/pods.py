@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ class SimSettings:
     time_scale: float = 1.0
     epoch: float | None = None
     namespace: str | None = None
+    pre_stop_seconds: float = 2.0
     drain_seconds: float = 10.0
 
 
@@ -44,7 +46,9 @@ class PodProcesses:
     name: str
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def stop(self, drain_seconds: float) -> None:
+    def stop(self, pre_stop_seconds: float, drain_seconds: float) -> None:
+        """Like a kubelet: the preStop pause (endpoints drop the pod), SIGTERM, then SIGKILL."""
+        time.sleep(pre_stop_seconds)
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -98,13 +102,14 @@ class PodRuntime:
                 return
             stopping = None if alive else self.running.pop(uid, None)
         if stopping is not None:
-            threading.Thread(target=stopping.stop, args=(self.settings.drain_seconds,)).start()
+            args = (self.settings.pre_stop_seconds, self.settings.drain_seconds)
+            threading.Thread(target=stopping.stop, args=args).start()
 
     def stop_all(self) -> None:
         with self._lock:
             pods, self.running = list(self.running.values()), {}
         for pod in pods:
-            pod.stop(self.settings.drain_seconds)
+            pod.stop(0.0, self.settings.drain_seconds)
 
     def _start(self, pod: Pod) -> PodProcesses:
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
