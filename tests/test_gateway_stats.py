@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from specfleet.gateway.exchange import worth_parsing
 from specfleet.gateway.sse import SseSplitter, data_payload
 from specfleet.gateway.stats import (
     SpecCounts,
@@ -217,3 +218,22 @@ def test_data_payload() -> None:
     assert data_payload(b": keepalive\n\n") is None
     assert data_payload(b"data: a\ndata: b\n\n") is None
     assert json.loads(data_payload(b'data: {"x": 2}\r\n\r\n') or b"") == {"x": 2}
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (b'{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}', False),
+        (b'{"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": null}]}', False),
+        (b'{"choices":[{"delta":{"content":"x"},"avg_decoded_tokens_per_iter":2.0}]}', False),
+        (b'{"choices":[{"index":0,"delta":{"content":"\\"usage\\""}}]}', False),
+        (b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}', True),
+        (b'{"choices": [{"finish_reason": "length"}]}', True),
+        (b'{"choices":[],"usage":{"completion_tokens":3}}', True),
+        (b'{"error":{"message":"x"}}', True),
+    ],
+)  # fmt: skip
+def test_only_chunks_that_can_carry_needed_fields_are_parsed_after_the_first_token(
+    payload: bytes, expected: bool
+) -> None:
+    assert worth_parsing(payload) is expected

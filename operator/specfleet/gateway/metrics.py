@@ -95,48 +95,18 @@ class GatewayMetrics:
         )  # fmt: skip
         for stage in ERROR_STAGES:
             self.errors.labels(stage)
-        self._classes: set[str] = set()
+        self._series: dict[str, _ClassSeries] = {}
 
     def ensure_classes(self, names: Iterable[str]) -> None:
         for name in names:
-            if name not in self._classes:
-                self._init_class(name)
-                self._classes.add(name)
-
-    def _init_class(self, name: str) -> None:
-        for outcome in OUTCOMES:
-            self.requests.labels(name, outcome)
-        for counter in (self.draft_tokens, self.accepted_tokens, self.spec_steps):
-            counter.labels(name)
-        self.output_tokens.labels(name)
-        self.ttft.labels(name)
-        self.tpot.labels(name)
-        for valid in ("true", "false"):
-            self.tool_calls.labels(name, valid)
-            self.structured_outputs.labels(name, valid)
-        for reason in FINISH_REASONS:
-            self.finish_reasons.labels(name, reason)
+            if name not in self._series:
+                self._series[name] = _ClassSeries(self, name)
 
     def record(self, record: RequestRecord) -> None:
-        name = record.class_name
-        self.requests.labels(name, record.outcome).inc()
-        if record.ttft is not None:
-            self.ttft.labels(name).observe(record.ttft)
-        if record.tpot is not None:
-            self.tpot.labels(name).observe(record.tpot)
-        if record.output_tokens:
-            self.output_tokens.labels(name).inc(record.output_tokens)
-        if record.spec is not None:
-            self.draft_tokens.labels(name).inc(record.spec.drafted)
-            self.accepted_tokens.labels(name).inc(record.spec.accepted)
-            self.spec_steps.labels(name).inc(record.spec.steps)
-        for valid in record.verdicts.tool_calls:
-            self.tool_calls.labels(name, "true" if valid else "false").inc()
-        for valid in record.verdicts.structured_outputs:
-            self.structured_outputs.labels(name, "true" if valid else "false").inc()
-        for reason in record.finish_reasons:
-            if reason is not None:
-                self.finish_reasons.labels(name, _reason(reason)).inc()
+        series = self._series.get(record.class_name)
+        if series is None:
+            series = self._series[record.class_name] = _ClassSeries(self, record.class_name)
+        series.record(record)
 
     def error(self, stage: str) -> None:
         self.errors.labels(stage).inc()
@@ -145,5 +115,44 @@ class GatewayMetrics:
         return generate_latest(self.registry)
 
 
-def _reason(reason: str) -> str:
-    return reason if reason in FINISH_REASONS else "other"
+class _ClassSeries:
+    """One class's children of every metric, created (at zero) once: recording a request is
+    then plain attribute access, no label lookups."""
+
+    def __init__(self, metrics: GatewayMetrics, name: str) -> None:
+        self.requests = {o: metrics.requests.labels(name, o) for o in OUTCOMES}
+        self.draft_tokens = metrics.draft_tokens.labels(name)
+        self.accepted_tokens = metrics.accepted_tokens.labels(name)
+        self.spec_steps = metrics.spec_steps.labels(name)
+        self.output_tokens = metrics.output_tokens.labels(name)
+        self.ttft = metrics.ttft.labels(name)
+        self.tpot = metrics.tpot.labels(name)
+        self.tool_calls = {v: metrics.tool_calls.labels(name, _valid(v)) for v in (True, False)}
+        self.structured_outputs = {
+            v: metrics.structured_outputs.labels(name, _valid(v)) for v in (True, False)
+        }
+        self.finish_reasons = {r: metrics.finish_reasons.labels(name, r) for r in FINISH_REASONS}
+
+    def record(self, record: RequestRecord) -> None:
+        self.requests[record.outcome].inc()
+        if record.ttft is not None:
+            self.ttft.observe(record.ttft)
+        if record.tpot is not None:
+            self.tpot.observe(record.tpot)
+        if record.output_tokens:
+            self.output_tokens.inc(record.output_tokens)
+        if record.spec is not None:
+            self.draft_tokens.inc(record.spec.drafted)
+            self.accepted_tokens.inc(record.spec.accepted)
+            self.spec_steps.inc(record.spec.steps)
+        for valid in record.verdicts.tool_calls:
+            self.tool_calls[valid].inc()
+        for valid in record.verdicts.structured_outputs:
+            self.structured_outputs[valid].inc()
+        for reason in record.finish_reasons:
+            if reason is not None:
+                self.finish_reasons.get(reason, self.finish_reasons["other"]).inc()
+
+
+def _valid(value: bool) -> str:
+    return "true" if value else "false"

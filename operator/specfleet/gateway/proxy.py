@@ -21,20 +21,15 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from specfleet.api.gateway import GatewayConfig
-from specfleet.gateway.classify import Classifier, RequestView, wants_json
+from specfleet.gateway.classify import Classifier, RequestView
+from specfleet.gateway.exchange import Exchange, StreamReader, account
 from specfleet.gateway.metrics import GatewayMetrics, RequestRecord
-from specfleet.gateway.quality import judge
-from specfleet.gateway.sse import DONE, SseSplitter, data_payload
-from specfleet.gateway.stats import (
-    ResponseSummary,
-    StreamTally,
-    spec_counts,
-    summarize_body,
-    tpot,
-)
+from specfleet.gateway.sse import SseSplitter
+from specfleet.gateway.stats import summarize_body
 
 log = logging.getLogger(__name__)
 
+WRITE_HEADROOM = 32 * 1024
 INFERENCE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 HOP_BY_HOP = frozenset(
     {
@@ -150,19 +145,6 @@ def outcome_of(status: int) -> str:
     return "client_error" if status < 500 else "upstream_error"
 
 
-@dataclass
-class Exchange:
-    """One inference request in flight."""
-
-    request: web.Request
-    body: dict[str, Any] | None
-    record: RequestRecord
-    started: float
-    k: int | None = None
-    strip_usage: bool = False
-    response: web.StreamResponse | None = None
-
-
 class Proxy:
     def __init__(
         self, config: GatewayConfig, settings: ProxySettings, metrics: GatewayMetrics
@@ -237,7 +219,7 @@ class Proxy:
                 )
                 try:
                     await self._prepare(response, request)
-                    await self._relay_raw(upstream, response)
+                    await self._relay_raw(request, upstream, response)
                 except (ClientGone, UpstreamBroke):
                     upstream.close()
                     self._cut(request)
@@ -246,11 +228,11 @@ class Proxy:
             return upstream_failure(exc)
 
     async def _relay_raw(
-        self, upstream: aiohttp.ClientResponse, response: web.StreamResponse
+        self, request: web.Request, upstream: aiohttp.ClientResponse, response: web.StreamResponse
     ) -> None:
         try:
             async for data in upstream.content.iter_any():
-                await self._write(response, data)
+                await self._write(request, response, data)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamBroke(str(exc)) from exc
         await response.write_eof()
@@ -337,7 +319,7 @@ class Proxy:
         response.content_length = len(data)
         exchange.response = response
         await self._prepare(response, exchange.request)
-        await self._write(response, data)
+        await self._write(exchange.request, response, data)
         await response.write_eof()
         if upstream.status < 300:
             self._account_body(exchange, data)
@@ -361,11 +343,11 @@ class Proxy:
                 if events:
                     out = reader.take(events, time.perf_counter())
                     if out:
-                        await self._write(response, out)
+                        await self._write(exchange.request, response, out)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamBroke(str(exc)) from exc
         if splitter.rest:
-            await self._write(response, splitter.rest)
+            await self._write(exchange.request, response, splitter.rest)
         await response.write_eof()
         reader.finish()
         return response
@@ -407,8 +389,11 @@ class Proxy:
         except ConnectionError as exc:
             raise ClientGone(str(exc)) from exc
 
-    async def _write(self, response: web.StreamResponse, data: bytes) -> None:
+    async def _write(self, request: web.Request, response: web.StreamResponse, data: bytes) -> None:
         try:
+            if _fits(request, data):
+                await response.write(data)  # below the high-water mark: never waits
+                return
             async with asyncio.timeout(self.settings.client_timeout):
                 await response.write(data)
         except TimeoutError as exc:
@@ -431,82 +416,10 @@ class Proxy:
             transport.close()
 
 
-class StreamReader:
-    """Reads a relayed stream's events on the side: times, usage, speculative stats, outputs.
-    Drops the usage chunk the gateway asked for on the client's behalf; relays everything
-    else byte for byte. A failure here stops the reading, never the relay."""
-
-    def __init__(self, exchange: Exchange, metrics: GatewayMetrics) -> None:
-        self.exchange = exchange
-        self.metrics = metrics
-        body = exchange.body or {}
-        self.tally = StreamTally(keep_content=wants_json(body))
-        self.first_token_t: float | None = None
-        self.last_token_t = 0.0
-        self.reading = exchange.body is not None
-
-    def take(self, events: list[bytes], now: float) -> bytes:
-        """The bytes to relay for these events."""
-        if not self.reading and not self.exchange.strip_usage:
-            return b"".join(events)
-        kept: list[bytes] = []
-        for event in events:
-            if self._keep(event, now):
-                kept.append(event)
-        return b"".join(kept)
-
-    def _keep(self, event: bytes, now: float) -> bool:
-        payload = data_payload(event)
-        if payload is None or payload == DONE:
-            return True
-        try:
-            chunk = json.loads(payload)
-        except ValueError:
-            return True
-        drop = self.exchange.strip_usage and _is_usage_chunk(chunk)
-        if self.reading:
-            self._read(chunk, now)
-        return not drop
-
-    def _read(self, chunk: Any, now: float) -> None:
-        try:
-            if self.tally.feed(chunk):
-                if self.first_token_t is None:
-                    self.first_token_t = now
-                self.last_token_t = now
-        except Exception:
-            log.exception("reading a stream chunk failed; relaying the rest unread")
-            self.metrics.error("stream")
-            self.reading = False
-
-    def finish(self) -> None:
-        """Called after the client has the whole stream."""
-        record = self.exchange.record
-        if self.first_token_t is not None:
-            record.ttft = self.first_token_t - self.exchange.started
-        if not self.reading:
-            return
-        summary = self.tally.summary
-        if summary.error:
-            record.outcome = "upstream_error"
-        try:
-            account(self.exchange, summary)
-            if self.first_token_t is not None:
-                record.tpot = tpot(self.first_token_t, self.last_token_t, summary.output_tokens)
-        except Exception:
-            log.exception("reading a stream's statistics failed")
-            self.metrics.error("stream")
-
-
-def account(exchange: Exchange, summary: ResponseSummary) -> None:
-    """Fills the request record from a finished response."""
-    record = exchange.record
-    record.output_tokens = summary.output_tokens
-    record.finish_reasons = summary.finish_reasons()
-    record.spec = spec_counts(summary, exchange.k)
-    if exchange.body is not None:
-        record.verdicts = judge(exchange.body, summary.contents(), summary.tool_calls())
-
-
-def _is_usage_chunk(chunk: Any) -> bool:
-    return isinstance(chunk, dict) and chunk.get("choices") == [] and "usage" in chunk
+def _fits(request: web.Request, data: bytes) -> bool:
+    """Whether writing `data` stays below the transport's high-water mark (64 KiB by default),
+    so the write cannot wait on the client: the common case needs no timeout timer."""
+    transport = request.transport
+    if transport is None:
+        return False
+    return transport.get_write_buffer_size() + len(data) < WRITE_HEADROOM

@@ -1,0 +1,338 @@
+"""What the gateway sidecar costs: the same streaming load against the engine simulator,
+directly and through `specfleet gateway`, at several concurrencies.
+
+Reports, per concurrency:
+- added TTFT p50 / p99 (client-side time to the first content chunk, gateway minus direct);
+- added latency per streamed chunk p50 / p99: the simulator stamps every chunk with
+  CLOCK_MONOTONIC when it writes it (`x_sent_ns`, shared by all processes on the host), the
+  client subtracts it on arrival, so each chunk's one-way latency is measured, not inferred;
+- gateway CPU seconds per 1000 streamed tokens (/proc/<pid>/stat of the gateway process);
+- throughput (output tokens/s from the simulator's own counter) and the ratio at the top
+  concurrency.
+
+Processes: simulator and gateway are subprocesses, the load generator (aiohttp) runs here.
+Run: `.venv/bin/python bench/gateway_overhead.py` (about 1.5 minutes); writes
+bench/results/gateway_overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+ENTRY = [sys.executable, "-c", "from specfleet.cli import main; main()"]
+K = 3
+ENGINE_ARGS = [
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "--served-model-name",
+    "llama",
+    "--max-num-seqs",
+    "256",
+    "--speculative-config",
+    json.dumps({"method": "eagle3", "model": "d/eagle3", "num_speculative_tokens": K}),
+    "--per-request-spec-decode-metrics",
+    "summary",
+]
+GATEWAY_CONFIG = {
+    "specmodel": "bench",
+    "engine": "vllm",
+    "servedName": "llama",
+    "classes": [
+        {"name": "code", "match": {"headers": {"x-team": "code"}}},
+        {"name": "tools", "match": {"hasTools": True}},
+        {"name": "chat"},
+    ],
+    "defaultClass": "chat",
+    "numSpeculativeTokens": K,
+}
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# ------------------------------------------------------------------ simulator subprocess
+
+
+async def serve_sim(port: int, time_scale: float) -> None:
+    """The simulator, with every chunk stamped with its send time."""
+    from specfleet.sim import server as sim_server
+    from specfleet.sim.engine_args import parse_vllm
+
+    original = sim_server._ChunkWriter.send
+
+    async def stamped(self: Any, chunk: dict[str, Any], trailing_space: bool = False) -> None:
+        chunk["x_sent_ns"] = time.monotonic_ns()
+        await original(self, chunk, trailing_space)
+
+    sim_server._ChunkWriter.send = stamped  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    options = sim_server.SimOptions(time_scale=time_scale, seed=1)
+    async with sim_server.serve(parse_vllm(ENGINE_ARGS, env={}), options, port=port):
+        await stop.wait()
+
+
+# ----------------------------------------------------------------------------- load
+
+
+@dataclass
+class Run:
+    ttft: list[float] = field(default_factory=list)
+    chunk_latency: list[float] = field(default_factory=list)
+    requests: int = 0
+    errors: int = 0
+
+
+async def one_stream(session: aiohttp.ClientSession, url: str, max_tokens: int, run: Run) -> None:
+    body = {
+        "model": "llama",
+        "messages": [{"role": "user", "content": "Tell me about speculative decoding."}],
+        "max_tokens": max_tokens,
+        "stream": True,
+    }
+    started = time.perf_counter()
+    first = True
+    async with session.post(url + "/v1/chat/completions", json=body) as response:
+        if response.status != 200:
+            run.errors += 1
+            await response.read()
+            return
+        async for line in response.content:
+            if not line.startswith(b"data: {"):
+                continue
+            arrived = time.monotonic_ns()
+            chunk = json.loads(line[6:])
+            sent = chunk.get("x_sent_ns")
+            if sent:
+                run.chunk_latency.append((arrived - sent) / 1e9)
+            choices = chunk.get("choices") or []
+            if first and choices and (choices[0].get("delta") or {}).get("content"):
+                run.ttft.append(time.perf_counter() - started)
+                first = False
+    run.requests += 1
+
+
+async def load(url: str, concurrency: int, duration: float, max_tokens: int) -> Run:
+    run = Run()
+    deadline = time.perf_counter() + duration
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker() -> None:
+            while time.perf_counter() < deadline:
+                await one_stream(session, url, max_tokens, run)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return run
+
+
+# ------------------------------------------------------------------------ measuring
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+async def generated_tokens(sim_url: str) -> float:
+    async with aiohttp.ClientSession() as session, session.get(sim_url + "/metrics") as r:
+        text = await r.text()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:generation_tokens_total")
+    )
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+@dataclass
+class Measured:
+    seconds: float
+    requests: int
+    errors: int
+    tokens: float
+    tokens_per_s: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    chunk_p50_ms: float
+    chunk_p99_ms: float
+    chunks: int
+    gateway_cpu_s: float
+    simulator_cpu_s: float
+    client_cpu_s: float
+
+
+async def measure(
+    url: str, sim_url: str, pids: tuple[int, int], concurrency: int, args: argparse.Namespace
+) -> Measured:
+    gateway_pid, sim_pid = pids
+    duration, max_tokens = args.duration, args.max_tokens
+    await load(url, concurrency, min(1.0, duration / 4), max_tokens)  # warm-up
+    tokens0, t0 = await generated_tokens(sim_url), time.time()
+    cpu0, sim0, self0 = cpu_seconds(gateway_pid), cpu_seconds(sim_pid), time.process_time()
+    run = await load(url, concurrency, duration, max_tokens)
+    elapsed = time.time() - t0
+    cpu1, sim1, self1 = cpu_seconds(gateway_pid), cpu_seconds(sim_pid), time.process_time()
+    tokens = await generated_tokens(sim_url) - tokens0
+    return Measured(
+        seconds=round(elapsed, 2),
+        requests=run.requests,
+        errors=run.errors,
+        tokens=tokens,
+        tokens_per_s=round(tokens / elapsed, 1),
+        ttft_p50_ms=pct(run.ttft, 50) * 1e3,
+        ttft_p99_ms=pct(run.ttft, 99) * 1e3,
+        chunk_p50_ms=pct(run.chunk_latency, 50) * 1e3,
+        chunk_p99_ms=pct(run.chunk_latency, 99) * 1e3,
+        chunks=len(run.chunk_latency),
+        gateway_cpu_s=round(cpu1 - cpu0, 3),
+        simulator_cpu_s=round(sim1 - sim0, 3),
+        client_cpu_s=round(self1 - self0, 3),
+    )
+
+
+# ---------------------------------------------------------------------- orchestration
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def wait_for(url: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(300):
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(url) as r:
+                    if r.status == 200:
+                        return
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"{url} did not come up")
+
+
+@contextlib.asynccontextmanager
+async def process(argv: list[str], ready_url: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    proc = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        await wait_for(ready_url)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+def summarize(levels: dict[int, dict[str, Measured]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for c, pair in levels.items():
+        direct, gateway = pair["direct"], pair["gateway"]
+        out[str(c)] = {
+            "added_ttft_p50_ms": round(gateway.ttft_p50_ms - direct.ttft_p50_ms, 3),
+            "added_ttft_p99_ms": round(gateway.ttft_p99_ms - direct.ttft_p99_ms, 3),
+            "added_chunk_p50_ms": round(gateway.chunk_p50_ms - direct.chunk_p50_ms, 3),
+            "added_chunk_p99_ms": round(gateway.chunk_p99_ms - direct.chunk_p99_ms, 3),
+            "gateway_cpu_s_per_1000_tokens": round(
+                gateway.gateway_cpu_s / max(gateway.tokens, 1) * 1000, 4
+            ),
+            "throughput_ratio": round(gateway.tokens_per_s / max(direct.tokens_per_s, 1e-9), 4),
+            "direct": asdict(direct),
+            "gateway": asdict(gateway),
+        }
+    return out
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    sim_port, gw_port, metrics_port = free_port(), free_port(), free_port()
+    sim_url, gw_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}"
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "gateway.yaml"
+        config.write_text(yaml.safe_dump(GATEWAY_CONFIG))
+        sim_argv = [sys.executable, __file__, "--serve-sim", str(sim_port)]
+        sim_argv += ["--time-scale", str(args.time_scale)]
+        gw_argv = [*ENTRY, "gateway", "--upstream", sim_url, "--config", str(config)]
+        gw_argv += ["--listen", f"127.0.0.1:{gw_port}"]
+        gw_argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}", "--log-level", "WARNING"]
+        async with (
+            process(sim_argv, sim_url + "/health") as sim,
+            process(gw_argv, f"http://127.0.0.1:{metrics_port}/healthz") as gw,
+        ):
+            levels: dict[int, dict[str, Measured]] = {}
+            for c in args.concurrency:
+                levels[c] = {}
+                for mode, url in (("direct", sim_url), ("gateway", gw_url)):
+                    pids = (gw.pid, sim.pid)
+                    m = await measure(url, sim_url, pids, c, args)
+                    levels[c][mode] = m
+                    print(
+                        f"c={c:<3} {mode:<8} {m.tokens_per_s:>9.0f} tok/s  "
+                        f"TTFT p50 {m.ttft_p50_ms:7.2f} p99 {m.ttft_p99_ms:7.2f} ms  "
+                        f"chunk p50 {m.chunk_p50_ms:6.3f} p99 {m.chunk_p99_ms:6.3f} ms  "
+                        f"CPU s: gateway {m.gateway_cpu_s:5.2f} sim {m.simulator_cpu_s:5.2f} "
+                        f"client {m.client_cpu_s:5.2f}  errors {m.errors}",
+                        flush=True,
+                    )
+    return {
+        "settings": {
+            "time_scale": args.time_scale,
+            "duration_s": args.duration,
+            "max_tokens": args.max_tokens,
+            "cpus": os.cpu_count(),
+            "engine": "specfleet sim (vLLM 0.33.0 wire format), eagle3 k=3",
+        },
+        "levels": summarize(levels),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--time-scale", type=float, default=0.25)
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds per run")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/gateway_overhead.json")
+    parser.add_argument("--serve-sim", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_sim is not None:
+        asyncio.run(serve_sim(args.serve_sim, args.time_scale))
+        return
+    result = asyncio.run(bench(args))
+    print()
+    for c, level in result["levels"].items():
+        print(
+            f"c={c:<3} added TTFT p50 {level['added_ttft_p50_ms']:+.3f} ms, "
+            f"p99 {level['added_ttft_p99_ms']:+.3f} ms; per chunk p50 "
+            f"{level['added_chunk_p50_ms']:+.3f} ms, p99 {level['added_chunk_p99_ms']:+.3f} ms; "
+            f"gateway CPU {level['gateway_cpu_s_per_1000_tokens']:.4f} s / 1000 tokens; "
+            f"throughput ratio {level['throughput_ratio']:.4f}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""One inference request in flight, and the reader that watches its stream go by.
+
+The reader sits in the relay path, so it is built to cost little: it parses every event until
+the first token, then only the events that can carry something it needs (a finish reason,
+usage, an error), unless the request needs the whole output (JSON or tool-call validation).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from specfleet.gateway.classify import has_tools, wants_json
+from specfleet.gateway.metrics import GatewayMetrics, RequestRecord
+from specfleet.gateway.quality import judge
+from specfleet.gateway.sse import DONE, data_payload
+from specfleet.gateway.stats import ResponseSummary, StreamTally, spec_counts, tpot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Exchange:
+    """One inference request in flight."""
+
+    request: web.Request
+    body: dict[str, Any] | None
+    record: RequestRecord
+    started: float
+    k: int | None = None
+    strip_usage: bool = False
+    """The gateway asked for the usage chunk on the client's behalf: remove it."""
+    response: web.StreamResponse | None = None
+
+
+def account(exchange: Exchange, summary: ResponseSummary) -> None:
+    """Fills the request record from a finished response."""
+    record = exchange.record
+    record.output_tokens = summary.output_tokens
+    record.finish_reasons = summary.finish_reasons()
+    record.spec = spec_counts(summary, exchange.k)
+    if exchange.body is not None:
+        record.verdicts = judge(exchange.body, summary.contents(), summary.tool_calls())
+
+
+def worth_parsing(payload: bytes) -> bool:
+    """Whether a chunk after the first token can carry a finish reason, usage (and vLLM's
+    per-request metrics with it) or an error. False positives only cost a parse."""
+    if b'"usage"' in payload or b'"error"' in payload:
+        return True
+    return (
+        b'"finish_reason"' in payload
+        and b'"finish_reason":null' not in payload
+        and b'"finish_reason": null' not in payload
+    )
+
+
+class StreamReader:
+    """Reads a relayed stream's events on the side: times, usage, speculative stats, outputs.
+    Drops the usage chunk the gateway asked for on the client's behalf; relays everything
+    else byte for byte. A failure here stops the reading, never the relay."""
+
+    def __init__(self, exchange: Exchange, metrics: GatewayMetrics) -> None:
+        self.exchange = exchange
+        self.metrics = metrics
+        body = exchange.body or {}
+        keep_content = wants_json(body)
+        self.tally = StreamTally(keep_content=keep_content)
+        self.skim = not keep_content and not has_tools(body)
+        self.first_token_t: float | None = None
+        self.last_token_t = 0.0
+        self.reading = exchange.body is not None
+
+    def take(self, events: list[bytes], now: float) -> bytes:
+        """The bytes to relay for these events."""
+        if not self.reading and not self.exchange.strip_usage:
+            return b"".join(events)
+        kept = [event for event in events if self._keep(event, now)]
+        return b"".join(kept)
+
+    def _keep(self, event: bytes, now: float) -> bool:
+        payload = data_payload(event)
+        if payload is None or payload == DONE:
+            return True
+        if not self.reading:
+            if b'"usage"' not in payload:
+                return True
+        elif self.skim and self.first_token_t is not None and not worth_parsing(payload):
+            self.last_token_t = now  # a plain token chunk
+            return True
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            return True
+        drop = self.exchange.strip_usage and _is_usage_chunk(chunk)
+        if self.reading:
+            self._read(chunk, now)
+        return not drop
+
+    def _read(self, chunk: Any, now: float) -> None:
+        try:
+            if self.tally.feed(chunk):
+                if self.first_token_t is None:
+                    self.first_token_t = now
+                self.last_token_t = now
+        except Exception:
+            log.exception("reading a stream chunk failed; relaying the rest unread")
+            self.metrics.error("stream")
+            self.reading = False
+
+    def finish(self) -> None:
+        """Called after the client has the whole stream."""
+        record = self.exchange.record
+        if self.first_token_t is not None:
+            record.ttft = self.first_token_t - self.exchange.started
+        if not self.reading:
+            return
+        summary = self.tally.summary
+        if summary.error:
+            record.outcome = "upstream_error"
+        try:
+            account(self.exchange, summary)
+            if self.first_token_t is not None:
+                record.tpot = tpot(self.first_token_t, self.last_token_t, summary.output_tokens)
+        except Exception:
+            log.exception("reading a stream's statistics failed")
+            self.metrics.error("stream")
+
+
+def _is_usage_chunk(chunk: Any) -> bool:
+    return isinstance(chunk, dict) and chunk.get("choices") == [] and "usage" in chunk
