@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specfleet.api.gateway import GatewayConfig
 from specfleet.gateway import stats
 from specfleet.gateway.config import load_gateway_config
+from specfleet.gateway.proxy import usage_injection
 from specfleet.gateway.server import GatewayServer, Watch, running
 
 CHAT = "/v1/chat/completions"
@@ -365,3 +366,37 @@ async def test_stop_drains_in_flight_streams_and_refuses_new_requests() -> None:
         await stopping
     assert finished.content.count(b"data: ") == 21  # every event, then [DONE]
     assert upstream.finished == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "expected_options"),
+    [
+        ({"stream": True}, {"include_usage": True, "continuous_usage_stats": False}),
+        (
+            {"stream": True, "stream_options": {"include_usage": 0, "continuous_usage_stats": 1}},
+            {"include_usage": True, "continuous_usage_stats": False},
+        ),
+        (
+            {"stream": True, "stream_options": None},
+            {"include_usage": True, "continuous_usage_stats": False},
+        ),
+        ({"stream": True, "stream_options": {}}, None),  # the engines default it to true
+        ({"stream": True, "stream_options": {"include_usage": True}}, None),
+        ({"stream": False}, None),
+        ({}, None),
+    ],
+)
+def test_usage_is_requested_only_when_the_engine_would_not_send_it(
+    body: dict[str, Any], expected_options: dict[str, Any] | None
+) -> None:
+    raw = b"  " + json.dumps({**body, "messages": [{"content": "{x}"}]}).encode()
+    injected = usage_injection(raw, json.loads(raw))
+    if expected_options is None:
+        assert injected is None
+        return
+    assert injected is not None
+    sent = json.loads(injected)
+    assert sent["stream_options"] == expected_options
+    assert {k: v for k, v in sent.items() if k != "stream_options"} == {
+        k: v for k, v in json.loads(raw).items() if k != "stream_options"
+    }

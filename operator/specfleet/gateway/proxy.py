@@ -120,23 +120,32 @@ def parse_object(raw: bytes) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
-def usage_injection(body: dict[str, Any]) -> dict[str, Any] | None:
+USAGE_OPTIONS = b'"stream_options":{"include_usage":true,"continuous_usage_stats":false},'
+
+
+def usage_injection(raw: bytes, body: dict[str, Any]) -> bytes | None:
     """The body to send upstream when a stream needs its final usage chunk (usage, vLLM's
     per-request metrics) and the engine would not send it; None when nothing changes.
 
     Both engines default `stream_options.include_usage` to true once `stream_options` is
     present, so only an absent `stream_options` or an explicit false/null needs the injection.
     continuous_usage_stats is turned off with it: the engines honour it only together with
-    include_usage, so without the gateway the client would have seen no usage on any chunk."""
+    include_usage, so without the gateway the client would have seen no usage on any chunk.
+    The usual case (no `stream_options`) splices the option in rather than re-encoding what
+    may be a long prompt."""
     if body.get("stream") is not True:
         return None
     options = body.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage", True):
         return None
+    if "stream_options" not in body:
+        start = len(raw) - len(raw.lstrip())
+        if raw[start : start + 1] == b"{":
+            return raw[: start + 1] + USAGE_OPTIONS + raw[start + 1 :]
     new_options = dict(options) if isinstance(options, dict) else {}
     new_options["include_usage"] = True
     new_options["continuous_usage_stats"] = False
-    return {**body, "stream_options": new_options}
+    return json.dumps({**body, "stream_options": new_options}).encode()
 
 
 def outcome_of(status: int) -> str:
@@ -272,9 +281,9 @@ class Proxy:
             return too_large(limit)
         upstream_body = raw
         if body is not None:
-            injected = usage_injection(body)
+            injected = usage_injection(raw, body)
             if injected is not None:
-                upstream_body = json.dumps(injected).encode()
+                upstream_body = injected
                 exchange.strip_usage = True
         try:
             async with self.session.post(
