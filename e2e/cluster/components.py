@@ -1,0 +1,232 @@
+"""The processes of the local cluster, in start order, with their command lines and configs."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+from e2e.cluster import pki
+from e2e.cluster.procs import Daemon
+
+TEMPLATES = Path(__file__).parent / "templates"
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR_PREFIX = "127.10"  # node i gets 127.10.i.0/24: pod IPs a local process can bind to
+GPU_PRODUCTS = (("NVIDIA-H100-80GB-HBM3", 81559), ("NVIDIA-A100-SXM4-80GB", 81920))
+MONITORING = ("webhook", "alertmanager", "prometheus")
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+    kwok: int
+    prometheus: int
+    alertmanager: int
+    webhook: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one local cluster keeps its state, and the binaries it runs."""
+
+    state: Path
+    bin_dir: Path
+    ports: Ports
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.state / "pki"
+
+    @property
+    def api_server_url(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def rules_dir(self) -> Path:
+        return self.state / "prometheus-rules"
+
+    def kubeconfig(self, identity: pki.Identity) -> Path:
+        return self.state / f"{identity.name}.kubeconfig"
+
+    def render(self, template: str, **values: object) -> Path:
+        """Fills templates/<template> with `values` into the state dir; returns the file."""
+        return self.write_config(template, fill(template, **values))
+
+    def write_config(self, name: str, text: str) -> Path:
+        out = self.state / "config" / name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        return out
+
+
+def fill(template: str, **values: object) -> str:
+    return Template((TEMPLATES / template).read_text()).substitute(values)
+
+
+def etcd(layout: Layout) -> Daemon:
+    client = f"http://127.0.0.1:{layout.ports.etcd}"
+    peer = f"http://127.0.0.1:{layout.ports.etcd_peer}"
+    return Daemon(
+        "etcd",
+        [
+            str(layout.bin_dir / "etcd"),
+            "--name=e2e",
+            f"--data-dir={layout.state / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=e2e={peer}",
+            "--auto-compaction-retention=1",
+            "--quota-backend-bytes=2147483648",
+        ],
+    )
+
+
+def apiserver(layout: Layout) -> Daemon:
+    p = layout.pki_dir
+    return Daemon(
+        "kube-apiserver",
+        [
+            str(layout.bin_dir / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{layout.ports.etcd}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={layout.ports.apiserver}",
+            "--advertise-address=127.0.0.1",
+            "--endpoint-reconciler-type=none",
+            f"--tls-cert-file={p / 'apiserver.crt'}",
+            f"--tls-private-key-file={p / 'apiserver.key'}",
+            f"--client-ca-file={p / 'ca.crt'}",
+            f"--service-account-key-file={p / 'sa.pub'}",
+            f"--service-account-signing-key-file={p / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+        ],
+    )
+
+
+def controller_manager(layout: Layout) -> Daemon:
+    p = layout.pki_dir
+    return Daemon(
+        "kube-controller-manager",
+        [
+            str(layout.bin_dir / "kube-controller-manager"),
+            f"--kubeconfig={layout.kubeconfig(pki.CONTROLLER_MANAGER)}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={layout.ports.controller_manager}",
+            "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={p / 'sa.key'}",
+            f"--root-ca-file={p / 'ca.crt'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--kube-api-qps=100",
+            "--kube-api-burst=200",
+        ],
+    )
+
+
+def scheduler(layout: Layout) -> Daemon:
+    return Daemon(
+        "kube-scheduler",
+        [
+            str(layout.bin_dir / "kube-scheduler"),
+            f"--kubeconfig={layout.kubeconfig(pki.SCHEDULER)}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={layout.ports.scheduler}",
+            "--leader-elect=false",
+            "--kube-api-qps=100",
+            "--kube-api-burst=200",
+        ],
+    )
+
+
+def kwok(layout: Layout) -> Daemon:
+    return Daemon(
+        "kwok",
+        [
+            str(layout.bin_dir / "kwok"),
+            f"--kubeconfig={layout.kubeconfig(pki.ADMIN)}",
+            f"--config={layout.bin_dir / 'kwok-stages.yaml'}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            "--node-ip=127.0.0.1",
+            f"--server-address=127.0.0.1:{layout.ports.kwok}",
+            f"--cidr={POD_CIDR_PREFIX}.255.0/24",
+        ],
+    )
+
+
+def webhook(layout: Layout) -> Daemon:
+    return Daemon(
+        "webhook",
+        [
+            sys.executable,
+            str(Path(__file__).parent / "webhook.py"),
+            f"--listen=127.0.0.1:{layout.ports.webhook}",
+            f"--out={webhook_log(layout)}",
+        ],
+    )
+
+
+def webhook_log(layout: Layout) -> Path:
+    return layout.state / "webhook" / "notifications.jsonl"
+
+
+def alertmanager(layout: Layout) -> Daemon:
+    config = layout.render("alertmanager.yml", webhook_port=layout.ports.webhook)
+    return Daemon(
+        "alertmanager",
+        [
+            str(layout.bin_dir / "alertmanager"),
+            f"--config.file={config}",
+            f"--storage.path={layout.state / 'alertmanager'}",
+            f"--web.listen-address=127.0.0.1:{layout.ports.alertmanager}",
+            "--cluster.listen-address=",
+        ],
+    )
+
+
+def prometheus(layout: Layout) -> Daemon:
+    layout.rules_dir.mkdir(parents=True, exist_ok=True)
+    config = layout.render(
+        "prometheus.yml",
+        alertmanager_port=layout.ports.alertmanager,
+        rules_dir=layout.rules_dir,
+        api_server_url=layout.api_server_url,
+        pki=layout.pki_dir,
+    )
+    return Daemon(
+        "prometheus",
+        [
+            str(layout.bin_dir / "prometheus"),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={layout.state / 'prometheus'}",
+            f"--web.listen-address=127.0.0.1:{layout.ports.prometheus}",
+            "--web.enable-lifecycle",
+            "--storage.tsdb.retention.time=1d",
+        ],
+    )
+
+
+def nodes_manifest(layout: Layout, count: int) -> Path:
+    """Fake GPU nodes kwok-gpu-0..count-1: every 4th one an A100, the others H100s."""
+    docs = []
+    for index in range(count):
+        product, memory_mib = GPU_PRODUCTS[1 if index % 4 == 3 else 0]
+        docs.append(
+            fill(
+                "node.yaml",
+                name=f"kwok-gpu-{index}",
+                gpu_product=product,
+                gpu_memory_mib=memory_mib,
+                pod_cidr=f"{POD_CIDR_PREFIX}.{index}.0/24",
+            )
+        )
+    return layout.write_config("nodes.yaml", "---\n".join(docs))

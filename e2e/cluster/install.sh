@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Installs what the local e2e cluster runs and prints one directory holding all of it:
+#  - kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, etcd (k8s/go.mod
+#    pins them) and prometheus, promtool (prometheus/go.mod): built from the Go module proxy
+#    once, cached in ~/.cache/specfleet/bin/ keyed by each module's go.mod and go.sum;
+#  - kwok-stages.yaml: kwok's own default stages (nodes Ready with leases, pods Ready);
+#  - alertmanager: Debian's prometheus-alertmanager, installed if missing; its own system
+#    service is never started (the harness runs its own processes).
+# Usage: e2e/cluster/install.sh   (idempotent; a warm run takes a fraction of a second)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cache="${SPECFLEET_CACHE:-$HOME/.cache/specfleet}"
+apt_packages=(prometheus-alertmanager)
+
+log() { echo "install: $*" >&2; }
+
+# module_version DIR MODULE: the version DIR/go.mod requires of MODULE.
+module_version() {
+  sed -n "s|^\t$2 \(v[^ ]*\).*|\1|p" "$here/$1/go.mod"
+}
+
+module_key() {
+  cat "$here/$1/go.mod" "$here/$1/go.sum" | sha256sum | cut -c1-12
+}
+
+k8s_ldflags() {
+  local version major minor flags=()
+  version="$(module_version k8s k8s.io/kubernetes)"
+  IFS=. read -r major minor _ <<<"${version#v}"
+  for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+    flags+=("-X $pkg.gitVersion=$version" "-X $pkg.gitMajor=$major" "-X $pkg.gitMinor=$minor"
+      "-X $pkg.gitTreeState=clean")
+  done
+  echo "-s -w ${flags[*]}"
+}
+
+# Prometheus's Go module v0.309.1 is Prometheus 3.9.1.
+prometheus_ldflags() {
+  local number patch
+  IFS=. read -r _ number patch <<<"$(module_version prometheus github.com/prometheus/prometheus)"
+  echo "-s -w -X github.com/prometheus/common/version.Version=$((number / 100)).$((number % 100)).$patch"
+}
+
+# build_module DIR LABEL TAGS LDFLAGS [PACKAGE...]: builds every `tool` of DIR/go.mod and the
+# given packages of DIR once; prints the directory holding the binaries.
+build_module() {
+  local dir="$cache/bin/$2-$(module_key "$1")" tmp
+  if [ ! -d "$dir" ]; then
+    log "building the tools of e2e/cluster/$1/go.mod from the Go module proxy (once: $dir)"
+    tmp="$(mktemp -d "$cache/bin/.build.XXXXXX")"
+    (cd "$here/$1" && GOFLAGS=-buildvcs=false go build -trimpath -tags "$3" -ldflags "$4" \
+      -o "$tmp/" tool "${@:5}")
+    mv "$tmp" "$dir"
+  fi
+  echo "$dir"
+}
+
+# kwok_stages FILE: kwok's "fast" stages, from the kwok module k8s/go.mod pins.
+kwok_stages() {
+  local src
+  src="$(cd "$here/k8s" && go mod download -json sigs.k8s.io/kwok | sed -n 's/.*"Dir": "\(.*\)",*/\1/p')"
+  for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+    pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+    echo "---"
+    cat "$src/kustomize/stage/$stage.yaml"
+  done >"$1.tmp"
+  mv "$1.tmp" "$1"
+}
+
+install_apt_packages() {
+  local missing=()
+  for package in "${apt_packages[@]}"; do
+    dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q '^install ok installed$' \
+      || missing+=("$package")
+  done
+  [ "${#missing[@]}" -eq 0 ] && return
+  if [ "$(id -u)" -ne 0 ]; then
+    log "missing Debian packages; as root run: apt-get install --no-install-recommends ${missing[*]}"
+    exit 1
+  fi
+  log "installing Debian packages: ${missing[*]}"
+  with_services_blocked apt_install "${missing[@]}"
+  if [ -d /run/systemd/system ]; then
+    systemctl disable --now prometheus-alertmanager >/dev/null 2>&1 || true
+  fi
+}
+
+apt_install() {
+  apt-get install -y -q --no-install-recommends "$@" >&2 || {
+    apt-get update -q >&2
+    apt-get install -y -q --no-install-recommends "$@" >&2
+  }
+}
+
+# policy-rc.d (exit 101) tells Debian's maintainer scripts not to start services.
+with_services_blocked() {
+  local policy=/usr/sbin/policy-rc.d
+  if [ -e "$policy" ]; then
+    "$@"
+    return
+  fi
+  printf '#!/bin/sh\nexit 101\n' >"$policy"
+  chmod +x "$policy"
+  "$@" || { rm -f "$policy"; return 1; }
+  rm -f "$policy"
+}
+
+main() {
+  install_apt_packages
+  mkdir -p "$cache/bin"
+  exec 9>"$cache/bin/.lock"
+  flock 9
+  local k8s prometheus bin
+  k8s="$(build_module k8s "k8s-$(module_version k8s k8s.io/kubernetes)" "" "$(k8s_ldflags)" \
+    ./etcd)"
+  prometheus="$(build_module prometheus \
+    "prometheus-$(module_version prometheus github.com/prometheus/prometheus)" \
+    remove_all_sd,enable_kubernetes_sd "$(prometheus_ldflags)")"
+  [ -s "$k8s/kwok-stages.yaml" ] || kwok_stages "$k8s/kwok-stages.yaml"
+  bin="$cache/bin/e2e-cluster-$(basename "$k8s")-$(basename "$prometheus")"
+  if [ ! -d "$bin" ]; then
+    mkdir -p "$bin.tmp"
+    ln -sf "$k8s"/* "$prometheus"/* "$bin.tmp/"
+    ln -sf /usr/bin/prometheus-alertmanager "$bin.tmp/alertmanager"
+    mv "$bin.tmp" "$bin"
+  fi
+  echo "$bin"
+}
+
+main "$@"
+exit
