@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,8 +55,10 @@ def in_process(cluster: Cluster, resync_seconds: float = 5.0) -> Iterator[Runnin
     stop, ready = threading.Event(), threading.Event()
     thread = threading.Thread(target=run, args=(options, stop, ready), daemon=True)
     thread.start()
-    if not ready.wait(60):
-        raise TimeoutError("the operator did not start within 60 s")
+    deadline = time.monotonic() + 60
+    while not ready.wait(0.2):
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the operator did not start (see the log above)")
     try:
         yield RunningOperator(metrics_url=f"http://127.0.0.1:{options.metrics_port}/metrics")
     finally:

@@ -88,6 +88,12 @@ def _reconcile(memo: Any, key: Key, indexes: dict[str, Any]) -> None:
     )
 
 
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster credentials, else $KUBECONFIG as it is now (not at import time)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
 @kopf.on.startup()
 async def start_loops(memo: Any, **indexes: Any) -> None:
     memo["tasks"] = [

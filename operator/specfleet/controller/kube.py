@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -51,7 +52,8 @@ def api_client() -> client.ApiClient:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        # The client reads $KUBECONFIG at import time; read it now.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     return client.ApiClient()
 
 

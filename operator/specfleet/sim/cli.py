@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -190,7 +191,7 @@ def pods_cmd(
     workdir: Path,
 ) -> None:
     """Run the simulator and gateway for every Running kwok pod of a SpecModel, at its IP."""
-    config.load_kube_config()
+    config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
