@@ -15,6 +15,7 @@ from specfleet.gateway.cli import gateway
 from specfleet.render import ServingPlan, render
 from specfleet.render.plan import DEFAULT_GATEWAY_IMAGE
 from specfleet.sim.cli import sim
+from specfleet.simulate.cli import simulate_command
 from specfleet.yamlio import YamlError, dump_all, load_documents
 
 EXIT_INVALID = 2
@@ -76,3 +77,4 @@ def _invalid(path: Path, problems: list[str]) -> NoReturn:
 
 main.add_command(sim)
 main.add_command(gateway)
+main.add_command(simulate_command)

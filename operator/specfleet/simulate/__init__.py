@@ -1,0 +1,1 @@
+"""Closed-loop replay of the guard against a simulated fleet (`specfleet simulate`)."""

@@ -1,0 +1,156 @@
+"""Judging the guard's decisions against the truth: detection latency, false and missed actions.
+
+- An *episode* is a stretch of time in which speculation truly does not pay for what the fleet
+  serves (see `truth`). Its detection latency runs from its start to the first
+  `kill_switch_engaged` or `trial_failed`; an episode that starts with the kill switch already
+  engaged needs no detection.
+- A `kill_switch_engaged` / `trial_failed` is false when the truth was never bad (at the
+  threshold it was judged against) in the stretch of windows that led to it; a
+  `kill_switch_released` is false when the truth is bad at that moment; a `rolled_back` is false
+  when the revision rolled back did not truly break a quality limit.
+- Missed: an episode never acted on, a truly bad revision promoted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specfleet.api.spec import GuardSpec
+from specfleet.simulate.replay import GuardedRun, Timebase
+from specfleet.simulate.truth import Truth, quality_breaches, truth_at
+from specfleet.simulate.world import World
+
+DETECTIONS = ("kill_switch_engaged", "trial_failed")
+
+
+@dataclass(frozen=True)
+class Episode:
+    start: float
+    end: float
+    speculation_at_start: bool
+    detected_at: float | None
+    action: str | None
+    requests_per_window: dict[str, float]
+
+    @property
+    def latency(self) -> float | None:
+        return None if self.detected_at is None else self.detected_at - self.start
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "start": self.start,
+            "end": self.end,
+            "speculationAtStart": self.speculation_at_start,
+            "detectedAt": self.detected_at,
+            "action": self.action,
+            "latencySeconds": self.latency,
+            "requestsPerWindow": {k: round(v, 1) for k, v in self.requests_per_window.items()},
+        }
+
+
+class TruthTable:
+    """Truth per slice along the guarded run (cached per world segment and revision)."""
+
+    def __init__(self, world: World, run: GuardedRun, base: Timebase) -> None:
+        self.world, self.run, self.base = world, run, base
+        self._cache: dict[tuple[float, str], Truth] = {}
+
+    def at_slice(self, index: int) -> Truth:
+        t = self.base.time(index)
+        config = self.run.serving[index].config
+        key = (self.world._segment(t), config)
+        if key not in self._cache:
+            self._cache[key] = truth_at(self.world, t, config)
+        return self._cache[key]
+
+    def bad(self, index: int, threshold: float) -> bool:
+        return self.at_slice(index).bad(threshold)
+
+
+def episodes(table: TruthTable, guard: GuardSpec) -> list[Episode]:
+    run = table.run
+    flags = [table.bad(i, guard.min_speedup) for i in range(len(run.serving))]
+    found, start = [], None
+    for i, bad in enumerate([*flags, False]):
+        if bad and start is None:
+            start = i
+        elif not bad and start is not None:
+            found.append(_episode(table, guard, start, i))
+            start = None
+    return found
+
+
+def _episode(table: TruthTable, guard: GuardSpec, first: int, end: int) -> Episode:
+    base, run = table.base, table.run
+    start, stop = base.time(first), base.time(end)
+    grace = stop + guard.window_seconds
+    speculation = run.serving[first].speculation
+    detection = next(
+        (d for d in run.decisions if d["action"] in DETECTIONS and start <= d["t"] <= grace),
+        None,
+    )
+    if not speculation:
+        detection = None  # already off: nothing to detect
+    scenario = table.world.scenario
+    per_window = {
+        n: scenario.rps(start) * p.share * guard.window_seconds for n, p in scenario.classes.items()
+    }
+    return Episode(
+        start=start,
+        end=stop,
+        speculation_at_start=speculation,
+        detected_at=detection["t"] if detection else None,
+        action=detection["action"] if detection else None,
+        requests_per_window=per_window,
+    )
+
+
+def false_actions(table: TruthTable, guard: GuardSpec) -> list[dict[str, Any]]:
+    wrong = []
+    for decision in table.run.decisions:
+        why = _why_false(table, guard, decision)
+        if why:
+            wrong.append({"t": decision["t"], "action": decision["action"], "why": why})
+    return wrong
+
+
+def _why_false(table: TruthTable, guard: GuardSpec, decision: dict[str, Any]) -> str | None:
+    action, t = decision["action"], decision["t"]
+    base = table.base
+    index = min(base.index(t), len(table.run.serving) - 1)
+    if action in DETECTIONS:
+        threshold = guard.min_speedup + (guard.release_margin if action == "trial_failed" else 0)
+        span = guard.window_seconds + (guard.consecutive_breaches - 1) * guard.interval_seconds
+        first = max(base.index(t - span), 0)
+        if not any(table.bad(i, threshold) for i in range(first, max(index, first + 1))):
+            return "speculation truly paid throughout the windows that led to it"
+    if action == "kill_switch_released" and table.bad(index, guard.min_speedup):
+        return "speculation truly did not pay when released"
+    if action == "rolled_back" and not _revision_bad(table, decision):
+        return f"revision {decision['revision']} broke no quality limit"
+    return None
+
+
+def _revision_bad(table: TruthTable, decision: dict[str, Any]) -> bool:
+    world = table.world
+    config = world.by_number(decision["revision"]).config
+    reference = world.by_number(decision["lastGood"]).config if decision["lastGood"] else None
+    return bool(quality_breaches(world, decision["t"], config, reference))
+
+
+def missed(table: TruthTable, found: list[Episode]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {"t": e.start, "what": "speculation did not pay and the guard did not act", **e.to_json()}
+        for e in found
+        if e.detected_at is None and e.speculation_at_start
+    ]
+    for decision in table.run.decisions:
+        if decision["action"] == "revision_promoted" and _revision_bad(table, decision):
+            out.append(
+                {
+                    "t": decision["t"],
+                    "what": f"revision {decision['revision']} promoted despite breaking quality",
+                }
+            )
+    return out

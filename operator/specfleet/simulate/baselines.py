@@ -1,0 +1,47 @@
+"""The policies the guard is compared with: always on, always off (both follow Git's revision
+with the same rollout time as the guarded fleet) and an oracle that switches at once to the
+setting with the best expected goodput among every revision that exists by then."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from specfleet.simulate import physics
+from specfleet.simulate.world import Conditions, Setting, World
+
+Policy = Callable[[float], Setting]
+
+
+def always(world: World, speculation: bool) -> Policy:
+    def choose(t: float) -> Setting:
+        return Setting(world.change_at(t).config, speculation)
+
+    return choose
+
+
+def oracle(world: World) -> Policy:
+    def choose(t: float) -> Setting:
+        candidates = [
+            Setting(r.config, speculation)
+            for r in world.revisions.values()
+            if r.since <= t
+            for speculation in ((True, False) if r.k else (False,))
+        ]
+        return max(candidates, key=lambda s: expected_goodput(world.conditions(t, s)))
+
+    return choose
+
+
+def expected_goodput(conditions: Conditions) -> float:
+    """Valid output tokens per decode-second in expectation (see the package docstring)."""
+    valid = seconds = 0.0
+    for c in conditions.classes:
+        tokens = c.rate * c.output_tokens
+        broken = c.tool_call_rate * (1.0 - c.validity) + (1.0 - c.validity if c.structured else 0.0)
+        valid += tokens * (1.0 - c.error_rate) * max(1.0 - broken, 0.0)
+        seconds += (
+            tokens
+            * conditions.step_seconds
+            / physics.tokens_per_step(c.alpha, conditions.k, c.decay)
+        )
+    return valid / seconds if seconds else 0.0

@@ -1,0 +1,129 @@
+"""What one class did over one slice, sampled in aggregate (never token by token), and the
+windows the guard sees, summed from slices the way Prometheus sums counter increases.
+
+Noise: the slice's requests drafted with acceptance α + spread·z/√n (prompts differ: one
+request's α varies around the class's with standard deviation `spread`); the number of verify
+steps for the slice's decoded tokens has renewal noise; errors, tool calls and invalid outputs
+are binomial. TPOT follows from the realised steps and the step time at the current load.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from specfleet.simulate import physics
+from specfleet.simulate.draws import ClassDraw, binomial
+from specfleet.simulate.world import ClassConditions, Conditions
+from specfleet.telemetry.model import ClassWindow
+
+ALPHA_SPREAD = 0.15
+"""Standard deviation of one request's acceptance around its class's."""
+PLAIN_TPOT_P95 = 1.1
+"""p95 / mean TPOT without speculation (batch composition varies)."""
+
+
+@dataclass(frozen=True)
+class ClassSlice:
+    requests: int = 0
+    errors: int = 0
+    output_tokens: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    steps: int = 0
+    tpot_seconds_total: float = 0.0
+    """Σ over output tokens of their TPOT: mean TPOT = this / output_tokens."""
+    p95_tpot_total: float = 0.0
+    p95_ttft_total: float = 0.0
+    """Output-token-weighted sums of the slice's p95s."""
+    tool_calls_valid: int = 0
+    tool_calls_invalid: int = 0
+    structured_valid: int = 0
+    structured_invalid: int = 0
+    valid_tokens: int = 0
+    """Output tokens of requests that neither failed nor answered with broken JSON."""
+    decode_seconds: float = 0.0
+    """Decode time of every request, failed ones included (they have to be asked again)."""
+
+    def __add__(self, other: ClassSlice) -> ClassSlice:
+        return ClassSlice(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in fields(ClassSlice))
+        )
+
+
+def realize(
+    conditions: Conditions, klass: ClassConditions, draw: ClassDraw, spread: float = ALPHA_SPREAD
+) -> ClassSlice:
+    n = draw.requests
+    errors = binomial(n, klass.error_rate, draw.errors)
+    ok = n - errors
+    tools = binomial(ok, klass.tool_call_rate, draw.tool_calls)
+    tools_bad = binomial(tools, 1.0 - klass.validity, draw.invalid_tool_calls)
+    structured = ok if klass.structured else 0
+    structured_bad = binomial(structured, 1.0 - klass.validity, draw.invalid_structured)
+    tokens = ok * klass.output_tokens
+    steps, accepted, tpot, p95 = _decode(conditions, klass, draw, ok, spread)
+    return ClassSlice(
+        requests=n,
+        errors=errors,
+        output_tokens=tokens,
+        draft_tokens=steps * conditions.k,
+        accepted_tokens=accepted,
+        steps=steps,
+        tpot_seconds_total=tpot * tokens,
+        p95_tpot_total=p95 * tokens,
+        p95_ttft_total=klass.p95_ttft_seconds * tokens,
+        tool_calls_valid=tools - tools_bad,
+        tool_calls_invalid=tools_bad,
+        structured_valid=structured - structured_bad,
+        structured_invalid=structured_bad,
+        valid_tokens=max(ok - tools_bad - structured_bad, 0) * klass.output_tokens,
+        decode_seconds=tpot * n * klass.output_tokens,
+    )
+
+
+def _decode(
+    conditions: Conditions, klass: ClassConditions, draw: ClassDraw, ok: int, spread: float
+) -> tuple[int, int, float, float]:
+    """Verify steps, accepted drafts, mean and p95 TPOT of the slice's successful requests."""
+    k, step = conditions.k, conditions.step_seconds
+    if not k:
+        return 0, 0, step, step * PLAIN_TPOT_P95
+    alpha = _clamp(klass.alpha + spread * draw.alpha_noise / math.sqrt(max(ok, 1)))
+    mean, variance = physics.step_moments(alpha, k, klass.decay)
+    decoded = ok * max(klass.output_tokens - 1, 0)
+    expected = decoded / mean
+    noise = draw.steps_noise * math.sqrt(decoded * variance / mean**3)
+    steps = min(max(round(expected + noise), math.ceil(decoded / (k + 1))), decoded)
+    tpot = step * steps / decoded if decoded else step / mean
+    slow = physics.tokens_per_step(_clamp(alpha - physics.Z95 * spread), k, klass.decay)
+    return steps, decoded - steps, tpot, step / slow
+
+
+def _clamp(alpha: float) -> float:
+    return min(max(alpha, 0.0), 1.0)
+
+
+def window(slices: list[ClassSlice], speculation: bool, tool_calls: bool) -> ClassWindow:
+    """The class's counters summed over a window's slices, as telemetry would report them."""
+    total = sum(slices, ClassSlice())
+    tokens = total.output_tokens
+
+    def per_token(value: float) -> float | None:
+        return value / tokens if tokens else None
+
+    return ClassWindow(
+        requests=float(total.requests),
+        errors=float(total.errors),
+        draft_tokens=float(total.draft_tokens) if speculation else None,
+        accepted_tokens=float(total.accepted_tokens) if speculation else None,
+        steps=float(total.steps) if speculation else None,
+        output_tokens=float(tokens),
+        p95_ttft_seconds=per_token(total.p95_ttft_total),
+        p95_tpot_seconds=per_token(total.p95_tpot_total),
+        mean_tpot_seconds=per_token(total.tpot_seconds_total),
+        tool_calls_valid=float(total.tool_calls_valid) if tool_calls else None,
+        tool_calls_invalid=float(total.tool_calls_invalid) if tool_calls else None,
+        structured_valid=float(total.structured_valid),
+        structured_invalid=float(total.structured_invalid),
+    )

@@ -1,0 +1,156 @@
+"""timeline.png: what the guard saw against the truth, what it did, and what the fleet served.
+
+matplotlib is imported here, lazily: the operator image ships without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from specfleet.simulate.simulation import Result
+
+ACTION_COLORS = {
+    "kill_switch_engaged": "tab:red",
+    "trial_started": "tab:orange",
+    "trial_failed": "darkred",
+    "kill_switch_released": "tab:green",
+    "rolled_back": "tab:purple",
+    "revision_promoted": "tab:blue",
+}
+STATE_COLORS = {"engaged": "tab:red", "trial": "tab:orange"}
+
+
+def draw_timeline(result: Result, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scale, unit = (3600.0, "h") if result.world.scenario.duration_s > 3 * 3600 else (60.0, "min")
+    figure, axes = plt.subplots(
+        4, 1, figsize=(11, 8.5), sharex=True, gridspec_kw={"height_ratios": [3, 3, 2, 1]}
+    )
+    times = [tick.t / scale for tick in result.run.ticks]
+    _acceptance(axes[0], result, times)
+    _speedup(axes[1], result, times)
+    _tpot(axes[2], result, times)
+    _serving(axes[3], result, scale)
+    for axis in axes[:3]:
+        _kill_switch_bands(axis, result, scale)
+        _action_markers(axis, result, scale)
+    axes[3].set_xlabel(f"scenario time ({unit})")
+    axes[0].set_title(
+        f"{result.world.changes[0].specmodel.metadata.name}: guard replay, seed {result.seed}"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=72)
+    plt.close(figure)
+
+
+def _acceptance(axis: Any, result: Result, times: list[float]) -> None:
+    floors = {
+        c.name: c.slo.min_acceptance_rate
+        for c in result.world.changes[0].specmodel.spec.classes
+        if c.slo and c.slo.min_acceptance_rate is not None
+    }
+    for index, name in enumerate(result.world.scenario.classes):
+        color = f"C{index}"
+        observed = [tick.observed_rates.get(name) for tick in result.run.ticks]
+        axis.plot(times, _nan(observed), color=color, lw=1, label=f"{name} observed")
+        truth = [truth.rates.get(name) for truth in result.truths]
+        axis.plot(times, _nan(truth), color=color, lw=1, ls="--", alpha=0.7, label=f"{name} true")
+        if name in floors:
+            axis.axhline(floors[name], color=color, ls=":", lw=1, label=f"{name} floor")
+    axis.set_ylabel("acceptance rate\n(accepted / drafted)")
+    axis.set_ylim(0, 1)
+    axis.legend(loc="upper right", fontsize=7, ncol=3)
+
+
+def _speedup(axis: Any, result: Result, times: list[float]) -> None:
+    ticks, truths = result.run.ticks, result.truths
+    axis.plot(times, _nan([t.speedup for t in ticks]), color="k", lw=1, label="guard's speedup")
+    axis.plot(times, _nan([t.speedup for t in truths]), "k--", lw=1, label="model at true α")
+    axis.plot(
+        times,
+        _nan([t.tpot_speedup for t in truths]),
+        color="tab:brown",
+        lw=1,
+        ls=":",
+        label="true TPOT speedup (load)",
+    )
+    axis.step(times, [t.threshold for t in ticks], "r", lw=1, where="post", label="threshold")
+    axis.set_ylabel("speedup")
+    axis.set_ylim(bottom=0)
+    axis.legend(loc="upper right", fontsize=7, ncol=2)
+
+
+def _tpot(axis: Any, result: Result, times: list[float]) -> None:
+    for index, name in enumerate(result.world.scenario.classes):
+        tpot = [tick.observed_tpot.get(name) for tick in result.run.ticks]
+        ms = [v * 1000 if v is not None else None for v in tpot]
+        axis.plot(times, _nan(ms), color=f"C{index}", lw=1, label=f"{name} mean TPOT")
+    axis.set_ylabel("TPOT (ms)")
+    axis.set_ylim(bottom=0)
+    axis.legend(loc="upper right", fontsize=7)
+
+
+def _serving(axis: Any, result: Result, scale: float) -> None:
+    width = result.base.slice_seconds / scale
+    numbers = [result.world.revisions[s.config].number for s in result.run.serving]
+    for start, end, number in _segments(numbers):
+        span = (start * width, (end - start) * width)
+        axis.broken_barh([span], (0.5, 0.4), color=f"C{(number + 3) % 10}")
+        axis.text(span[0] + span[1] / 2, 0.7, f"rev {number}", ha="center", va="center", fontsize=7)
+    flags = [s.speculation for s in result.run.serving]
+    for start, end, on in _segments(flags):
+        span = (start * width, (end - start) * width)
+        axis.broken_barh([span], (0.0, 0.4), color="tab:green" if on else "lightgray")
+    axis.set_yticks([0.2, 0.7], ["speculation", "revision"], fontsize=7)
+    axis.set_ylim(0, 1)
+    _action_legend(axis, result)
+
+
+def _action_legend(axis: Any, result: Result) -> None:
+    from matplotlib.lines import Line2D
+
+    seen = dict.fromkeys(d["action"] for d in result.run.decisions)
+    handles = [Line2D([], [], color=ACTION_COLORS.get(a, "gray"), label=a) for a in seen]
+    if result.world.scenario.rollouts:
+        handles.append(Line2D([], [], color="gray", ls="--", label="spec rollout"))
+    if handles:
+        axis.legend(
+            handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=4, fontsize=7
+        )
+
+
+def _kill_switch_bands(axis: Any, result: Result, scale: float) -> None:
+    ticks = result.run.ticks
+    states = [tick.kill_switch for tick in ticks]
+    for start, end, state in _segments(states):
+        if state in STATE_COLORS:
+            left = ticks[start].t / scale
+            right = (ticks[end].t if end < len(ticks) else result.world.scenario.duration_s) / scale
+            axis.axvspan(left, right, color=STATE_COLORS[state], alpha=0.1, lw=0)
+
+
+def _action_markers(axis: Any, result: Result, scale: float) -> None:
+    for decision in result.run.decisions:
+        color = ACTION_COLORS.get(decision["action"], "gray")
+        axis.axvline(decision["t"] / scale, color=color, lw=1, alpha=0.8)
+    for rollout in result.world.scenario.rollouts:
+        axis.axvline(rollout.t / scale, color="gray", lw=1, ls="--")
+
+
+def _segments(values: Sequence[Any]) -> Iterator[tuple[int, int, Any]]:
+    """(start, end, value) runs of equal consecutive values."""
+    start = 0
+    for index in range(1, len(values) + 1):
+        if index == len(values) or values[index] != values[start]:
+            yield start, index, values[start]
+            start = index
+
+
+def _nan(values: Sequence[float | None]) -> list[float]:
+    return [float("nan") if v is None else v for v in values]

@@ -1,0 +1,233 @@
+"""The closed loop on a virtual clock: the fleet serves slices, the guard decides every tick, the
+operator plans, the fleet rolls the plan out; and the same scenario with the same draws under
+fixed policies (always on, always off) and an oracle, for goodput comparisons.
+
+Time advances in slices of gcd(tick, window) seconds. Each tick the guard sees the last window
+of slices the current setting served; spec changes from the scenario's rollouts reach the
+operator at their time (rounded up to a slice).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from specfleet.api.spec import GuardSpec
+from specfleet.guard import Decision
+from specfleet.guard.speedup import weighted
+from specfleet.simulate.control import Operator
+from specfleet.simulate.draws import ClassDraw
+from specfleet.simulate.fleet import Fleet
+from specfleet.simulate.outcome import ClassSlice, realize, window
+from specfleet.simulate.world import Setting, World
+from specfleet.telemetry.model import Observation
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Scenario seconds to the guard's wall-clock datetimes."""
+
+    start: datetime = EPOCH
+
+    def at(self, t: float) -> datetime:
+        return self.start + timedelta(seconds=t)
+
+
+@dataclass(frozen=True)
+class Timebase:
+    slice_seconds: int
+    tick_slices: int
+    window_slices: int
+    count: int
+    rollout_seconds: float
+
+    @classmethod
+    def of(cls, duration: float, tick: int, window: int, rollout_seconds: float) -> Timebase:
+        size = math.gcd(tick, window)
+        return cls(size, tick // size, window // size, math.ceil(duration / size), rollout_seconds)
+
+    def time(self, index: int) -> float:
+        return float(index * self.slice_seconds)
+
+    def index(self, t: float) -> int:
+        """The first slice starting at or after t."""
+        return math.ceil(t / self.slice_seconds - 1e-9)
+
+
+@dataclass(frozen=True)
+class Goodput:
+    valid_tokens: float = 0.0
+    decode_seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.valid_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+    def plus(self, slices: dict[str, ClassSlice]) -> Goodput:
+        return Goodput(
+            self.valid_tokens + sum(s.valid_tokens for s in slices.values()),
+            self.decode_seconds + sum(s.decode_seconds for s in slices.values()),
+        )
+
+
+@dataclass(frozen=True)
+class Tick:
+    """What the guard saw and did at one evaluation, for the timeline."""
+
+    t: float
+    serving: Setting
+    settled: bool
+    kill_switch: str
+    observed_rates: dict[str, float | None]
+    observed_tpot: dict[str, float | None]
+    speedup: float | None
+    threshold: float
+
+
+@dataclass
+class GuardedRun:
+    serving: list[Setting] = field(default_factory=list)
+    slices: list[dict[str, ClassSlice]] = field(default_factory=list)
+    ticks: list[Tick] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    goodput: Goodput = Goodput()
+
+
+def replay_guarded(
+    world: World, draws: list[dict[str, ClassDraw]], base: Timebase, clock: Clock, spread: float
+) -> GuardedRun:
+    run = GuardedRun()
+    operator = Operator.start(world.changes[0].specmodel, clock.at(0))
+    fleet = Fleet(serving=operator.target(clock.at(0)))
+    changes = list(world.changes[1:])
+    for i in range(base.count + 1):
+        t = base.time(i)
+        fleet = fleet.advance(t)
+        if i and i % base.tick_slices == 0:
+            operator, fleet = _tick(world, run, operator, fleet, base, clock, i)
+        while changes and base.index(changes[0].t) <= i:
+            operator = operator.with_spec(changes.pop(0).specmodel, clock.at(t))
+            fleet = fleet.request(operator.target(clock.at(t)), t, base.rollout_seconds)
+        if i < base.count:
+            conditions = world.conditions(t, fleet.serving)
+            served = {
+                c.name: realize(conditions, c, draws[i][c.name], spread) for c in conditions.classes
+            }
+            run.serving.append(fleet.serving)
+            run.slices.append(served)
+            run.goodput = run.goodput.plus(served)
+    return run
+
+
+def _tick(
+    world: World,
+    run: GuardedRun,
+    operator: Operator,
+    fleet: Fleet,
+    base: Timebase,
+    clock: Clock,
+    i: int,
+) -> tuple[Operator, Fleet]:
+    t, now = base.time(i), clock.at(base.time(i))
+    observation = observe(world, run.slices, i, fleet, base, now)
+    settled = fleet.settled and fleet.serving == operator.target(now)
+    situation = operator.situation(observation, fleet.serving.speculation, settled, now)
+    last_good = [
+        r.number
+        for r in operator.status.revisions
+        if r.verdict == "good" and r.number != situation.revision.number
+    ]
+    operator, decision = operator.decided(situation)
+    run.ticks.append(_record(t, fleet, observation, decision, situation.policy.guard))
+    for action in decision.actions:
+        run.decisions.append(
+            {
+                "t": t,
+                "time": now.isoformat(),
+                "action": action.action,
+                "reason": action.reason,
+                "message": action.message,
+                "evidence": action.evidence,
+                "dryRun": action.dry_run,
+                "revision": situation.revision.number,
+                "speculation": fleet.serving.speculation,
+                "lastGood": last_good[-1] if last_good else None,
+            }
+        )
+    return operator, fleet.request(operator.target(now), t, base.rollout_seconds)
+
+
+def observe(
+    world: World,
+    slices: list[dict[str, ClassSlice]],
+    end: int,
+    fleet: Fleet,
+    base: Timebase,
+    now: datetime,
+) -> Observation:
+    """The last window as telemetry reports it: only slices the current setting served."""
+    first = max(end - base.window_slices, base.index(fleet.switched_at), 0)
+    serving = fleet.serving
+    classes = {
+        name: window(
+            [s[name] for s in slices[first:end]],
+            serving.speculation,
+            profile.tool_call_rate > 0,
+        )
+        for name, profile in world.scenario.classes.items()
+    }
+    return Observation(
+        at=now,
+        window_seconds=base.window_slices * base.slice_seconds,
+        revision=world.revisions[serving.config].number,
+        speculation=serving.speculation,
+        classes=classes,
+    )
+
+
+def _record(
+    t: float, fleet: Fleet, observation: Observation, decision: Decision, guard: GuardSpec
+) -> Tick:
+    tokens = {n: w.output_tokens or 0.0 for n, w in observation.classes.items()}
+    speedups = {c.name: c.expected_speedup for c in decision.classes if c.expected_speedup}
+    trial = decision.kill_switch.state == "trial"
+    return Tick(
+        t=t,
+        serving=fleet.serving,
+        settled=fleet.settled,
+        kill_switch=str(decision.kill_switch.state),
+        observed_rates={n: w.acceptance_rate for n, w in observation.classes.items()},
+        observed_tpot={n: w.mean_tpot_seconds for n, w in observation.classes.items()},
+        speedup=weighted({n: s for n, s in speedups.items() if s is not None}, tokens),
+        threshold=guard.min_speedup + (guard.release_margin if trial else 0.0),
+    )
+
+
+def replay_fixed(
+    world: World,
+    draws: list[dict[str, ClassDraw]],
+    base: Timebase,
+    choose: Callable[[float], Setting],
+    spread: float,
+    rollout_seconds: float | None = None,
+) -> Goodput:
+    """Goodput of a fixed policy: `choose(t)` is the setting wanted at t, rolled out in
+    `rollout_seconds` (None: switched at once)."""
+    goodput = Goodput()
+    fleet = Fleet(serving=choose(0.0))
+    for i in range(base.count):
+        t = base.time(i)
+        if rollout_seconds is None:
+            fleet = Fleet(serving=choose(t))
+        else:
+            fleet = fleet.request(choose(t), t, rollout_seconds).advance(t)
+        conditions = world.conditions(t, fleet.serving)
+        goodput = goodput.plus(
+            {c.name: realize(conditions, c, draws[i][c.name], spread) for c in conditions.classes}
+        )
+    return goodput

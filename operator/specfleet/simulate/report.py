@@ -1,0 +1,134 @@
+"""decisions.json, summary.json and the printed summary of a replay."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specfleet.simulate.replay import Goodput
+from specfleet.simulate.simulation import Result
+
+GOODPUT_DEFINITION = (
+    "valid output tokens per decode-second: output tokens of requests that neither failed nor "
+    "answered with an invalid tool call or broken JSON, divided by the decode time of every "
+    "request (output tokens x mean TPOT of its slice, failed requests included)"
+)
+
+
+def decisions(result: Result) -> list[dict[str, Any]]:
+    return [_jsonable(d) for d in result.run.decisions]
+
+
+def summary(result: Result) -> dict[str, Any]:
+    world, guard = result.world, result.guard
+    latencies = [e.latency for e in result.episodes if e.latency is not None]
+    return {
+        "specmodel": world.changes[0].specmodel.metadata.name,
+        "seed": result.seed,
+        "durationSeconds": world.scenario.duration_s,
+        "tickSeconds": guard.interval_seconds,
+        "windowSeconds": guard.window_seconds,
+        "sliceSeconds": result.base.slice_seconds,
+        "rolloutSeconds": result.base.rollout_seconds,
+        "actions": [
+            {"t": d["t"], "action": d["action"], "reason": d["reason"]}
+            for d in result.run.decisions
+        ],
+        "actingActions": len(result.acting),
+        "episodes": [e.to_json() for e in result.episodes],
+        "detectionLatencySeconds": latencies,
+        "maxDetectionLatencySeconds": max(latencies) if latencies else None,
+        "rollbacks": rollbacks(result),
+        "falseActions": result.false_actions,
+        "missed": result.missed,
+        "goodput": goodput(result.goodput),
+        "revisions": [
+            {"number": r.number, "config": r.config, "since": r.since, "k": r.k}
+            for r in world.revisions.values()
+        ],
+        "notes": list(world.notes),
+    }
+
+
+def goodput(runs: dict[str, Goodput]) -> dict[str, Any]:
+    guarded = runs["guarded"].rate
+    out: dict[str, Any] = {"definition": GOODPUT_DEFINITION}
+    for name, run in runs.items():
+        out[name] = {
+            "validTokens": round(run.valid_tokens),
+            "decodeSeconds": round(run.decode_seconds, 1),
+            "tokensPerDecodeSecond": round(run.rate, 3),
+        }
+    out["ratios"] = {
+        f"guardedVs{name.title().replace('_', '')}": round(guarded / run.rate, 4)
+        for name, run in runs.items()
+        if name != "guarded" and run.rate
+    }
+    return out
+
+
+def rollbacks(result: Result) -> list[dict[str, Any]]:
+    """Each rollback with the time since the bad revision began serving."""
+    out = []
+    for d in result.run.decisions:
+        if d["action"] != "rolled_back":
+            continue
+        config = result.world.by_number(d["revision"]).config
+        first = next(i for i, s in enumerate(result.run.serving) if s.config == config)
+        since = result.base.time(first)
+        out.append(
+            {
+                "t": d["t"],
+                "revision": d["revision"],
+                "servingSince": since,
+                "latencySeconds": d["t"] - since,
+            }
+        )
+    return out
+
+
+def write(result: Result, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "decisions.json").write_text(json.dumps(decisions(result), indent=2) + "\n")
+    (out / "summary.json").write_text(json.dumps(summary(result), indent=2) + "\n")
+
+
+def text(result: Result) -> str:
+    data = summary(result)
+    lines = [
+        f"{data['specmodel']}: {data['durationSeconds']:.0f}s simulated, seed {data['seed']}, "
+        f"tick {data['tickSeconds']}s, window {data['windowSeconds']}s",
+        "actions:" if data["actions"] else "actions: none",
+    ]
+    lines += [f"  t={a['t']:>7.0f}s  {a['action']:<22} {a['reason']}" for a in data["actions"]]
+    for e in result.episodes:
+        found = f"detected at t={e.detected_at:.0f}s ({e.action}), latency {e.latency:.0f}s"
+        if not e.speculation_at_start:
+            found = "speculation already off"
+        elif e.detected_at is None:
+            found = "not acted on"
+        lines.append(f"speculation not paying t={e.start:.0f}-{e.end:.0f}s: {found}")
+    lines += [
+        f"rollback of revision {r['revision']}: {r['latencySeconds']:.0f}s after it began serving"
+        for r in data["rollbacks"]
+    ]
+    lines.append(f"false actions: {len(data['falseActions'])}, missed: {len(data['missed'])}")
+    lines += [f"  false t={f['t']:.0f}s {f['action']}: {f['why']}" for f in data["falseActions"]]
+    lines += [f"  missed t={m['t']:.0f}s: {m['what']}" for m in data["missed"]]
+    lines.append("goodput (valid output tokens per decode-second):")
+    for name in ("guarded", "always_on", "always_off", "oracle"):
+        lines.append(f"  {name:<11} {data['goodput'][name]['tokensPerDecodeSecond']:9.2f}")
+    ratios = data["goodput"]["ratios"]
+    lines.append(
+        "  guarded / oracle {:.3f}, / always-on {:.3f}, / always-off {:.3f}".format(
+            ratios.get("guardedVsOracle", 0),
+            ratios.get("guardedVsAlwaysOn", 0),
+            ratios.get("guardedVsAlwaysOff", 0),
+        )
+    )
+    return "\n".join(lines)
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))

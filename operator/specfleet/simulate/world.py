@@ -1,0 +1,165 @@
+"""The simulated world: the scenario, the revisions its rollouts create, and the conditions the
+fleet serves under for a setting (revision, speculation on or off) at a time.
+
+A rollout whose spec patch changes the engine config creates a revision; its `effects` belong
+to that revision and apply only while the fleet serves it (a rollback ends them). A rollout
+that leaves the engine config alone (an empty or guard-only patch) changes the environment:
+its effects apply to every revision from its time on, and a rollback cannot undo them.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from specfleet.api import SpecModel
+from specfleet.sim.scenario import Effects, Scenario
+from specfleet.sim.timing import TimingModel
+from specfleet.simulate import physics
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the fleet runs: a revision (by engine-config hash) with speculation on or off."""
+
+    config: str
+    speculation: bool
+
+
+@dataclass(frozen=True)
+class Revision:
+    config: str
+    number: int
+    """In order of first appearance, as `controller.plan` numbers them."""
+    since: float
+    """Scenario time the spec first asked for it."""
+    k: int
+    method: str | None
+    max_batch: int
+    effects: Effects
+
+
+@dataclass(frozen=True)
+class SpecChange:
+    """The SpecModel as Git declares it from time `t` on."""
+
+    t: float
+    specmodel: SpecModel
+    config: str
+
+
+@dataclass(frozen=True)
+class ClassConditions:
+    name: str
+    rate: float
+    """Requests per second."""
+    alpha: float
+    decay: float
+    output_tokens: int
+    tool_call_rate: float
+    structured: bool
+    validity: float
+    error_rate: float
+    p95_ttft_seconds: float
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """The fleet at one moment under one setting, in expectation."""
+
+    classes: tuple[ClassConditions, ...]
+    k: int
+    """Draft tokens per step; 0 with speculation off."""
+    step_seconds: float
+    """One verify step at the current load, the revision's tpot_factor included."""
+    batch: float
+
+
+@dataclass(frozen=True)
+class World:
+    scenario: Scenario
+    timing: TimingModel
+    changes: tuple[SpecChange, ...]
+    revisions: dict[str, Revision]
+    environment: tuple[tuple[float, Effects], ...] = ()
+    structured: frozenset[str] = frozenset()
+    """SpecModel classes that ask for JSON (`match.jsonResponse: true`): every answer is a
+    structured output."""
+    notes: tuple[str, ...] = ()
+    _cache: dict[tuple[float, Setting], Conditions] = field(default_factory=dict, compare=False)
+
+    def change_at(self, t: float) -> SpecChange:
+        return [c for c in self.changes if c.t <= t][-1]
+
+    def specmodel_at(self, t: float) -> SpecModel:
+        return self.change_at(t).specmodel
+
+    def by_number(self, number: int) -> Revision:
+        return next(r for r in self.revisions.values() if r.number == number)
+
+    def effects(self, t: float, config: str) -> Effects:
+        effects = Effects()
+        for since, change in self.environment:
+            if since <= t:
+                effects = effects.merged(change)
+        return effects.merged(self.revisions[config].effects)
+
+    def conditions(self, t: float, setting: Setting) -> Conditions:
+        key = (self._segment(t), setting)
+        if key not in self._cache:
+            self._cache[key] = self._conditions(t, setting)
+        return self._cache[key]
+
+    def _segment(self, t: float) -> float:
+        """The latest time at or before t at which anything in the world changes."""
+        index = bisect.bisect_right(self._breakpoints, t) - 1
+        return self._breakpoints[index] if index >= 0 else 0.0
+
+    @cached_property
+    def _breakpoints(self) -> list[float]:
+        points = {c.t for c in self.changes} | {s for s, _ in self.environment}
+        points |= {p[0] for p in self.scenario.traffic_rps.points}
+        for profile in self.scenario.classes.values():
+            points |= {p[0] for p in profile.acceptance.points + profile.output_tokens.points}
+        return sorted(points)
+
+    def _conditions(self, t: float, setting: Setting) -> Conditions:
+        revision = self.revisions[setting.config]
+        effects = self.effects(t, setting.config)
+        k = revision.k if setting.speculation else 0
+        cost = self.timing.cost(revision.method) if k else 0.0
+        classes = [self._class(name, t, effects) for name in self.scenario.classes]
+        replicas = max(self.specmodel_at(t).spec.pod.replicas, 1)
+        demand = sum(
+            c.rate * c.output_tokens / physics.tokens_per_step(c.alpha, k, c.decay) for c in classes
+        )
+        demand *= effects.tpot_factor / replicas
+        batch = physics.concurrency(self.timing, demand, k, cost, revision.max_batch)
+        step = physics.step_seconds(self.timing, batch, k, cost) * effects.tpot_factor
+        prompts = {n: p.prompt_tokens for n, p in self.scenario.classes.items()}
+        ttft = {
+            n: physics.ttft_seconds(self.timing, prompts[n], step, effects.ttft_factor)
+            for n in prompts
+        }
+        return Conditions(tuple(_with_ttft(c, ttft[c.name]) for c in classes), k, step, batch)
+
+    def _class(self, name: str, t: float, effects: Effects) -> ClassConditions:
+        profile = self.scenario.classes[name]
+        validity = effects.tool_call_validity
+        return ClassConditions(
+            name=name,
+            rate=self.scenario.rps(t) * profile.share,
+            alpha=min(self.scenario.acceptance(name, t) * effects.acceptance_factor, 1.0),
+            decay=profile.position_decay,
+            output_tokens=self.scenario.output_tokens(name, t),
+            tool_call_rate=profile.tool_call_rate,
+            structured=name in self.structured,
+            validity=profile.tool_call_validity if validity is None else validity,
+            error_rate=effects.error_rate,
+            p95_ttft_seconds=0.0,
+        )
+
+
+def _with_ttft(conditions: ClassConditions, ttft: float) -> ClassConditions:
+    return replace(conditions, p95_ttft_seconds=ttft)
