@@ -309,7 +309,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--time-scale", type=float, default=0.25)
+    parser.add_argument("--time-scale", type=float, default=0.5)
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per run")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])

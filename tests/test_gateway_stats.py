@@ -98,10 +98,18 @@ def test_stream_tool_call_deltas_are_joined_per_call() -> None:
     assert [(c.name, c.arguments) for c in calls] == [("f", '{"city": "x"}'), ("g", "{}")]
 
 
-def test_stream_error_event_is_noticed() -> None:
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"error": {"message": "boom", "code": 500}},  # vLLM
+        {"object": "error", "message": "boom", "type": "InternalServerError", "code": 500},
+    ],
+)
+def test_stream_error_event_is_noticed(event: dict[str, Any]) -> None:
     tally = StreamTally(keep_content=False)
-    tally.feed({"error": {"message": "boom", "code": 500}})
+    tally.feed(event)
     assert tally.summary.error
+    assert summarize_body(event).error
 
 
 def trt_choice(**extra: Any) -> dict[str, Any]:

@@ -50,7 +50,7 @@ def account(exchange: Exchange, summary: ResponseSummary) -> None:
 def worth_parsing(payload: bytes) -> bool:
     """Whether a chunk after the first token can carry a finish reason, usage (and vLLM's
     per-request metrics with it) or an error. False positives only cost a parse."""
-    if b'"usage"' in payload or b'"error"' in payload:
+    if b'"usage"' in payload or b'"error"' in payload:  # also TensorRT-LLM's "object":"error"
         return True
     return (
         b'"finish_reason"' in payload

@@ -89,7 +89,8 @@ def upstream_failure(exc: BaseException) -> web.Response:
 
 
 def upstream_headers(headers: Mapping[str, str], identity: bool) -> CIMultiDict[str]:
-    out = _without_hop_by_hop(headers, {"host", "content-length"})
+    # Expect: aiohttp already answered the client's 100-continue; the engine gets the body.
+    out = _without_hop_by_hop(headers, {"host", "content-length", "expect"})
     if identity:  # the gateway must read what the engine says
         out["Accept-Encoding"] = "identity"
     return out

@@ -81,7 +81,7 @@ def summarize_body(body: Any) -> ResponseSummary:
     summary = ResponseSummary()
     if not isinstance(body, dict):
         return summary
-    summary.error = "error" in body and "choices" not in body
+    summary.error = is_error(body)
     for raw in _dicts(body.get("choices")):
         out = summary.choice(_int(raw.get("index"), 0))
         message = raw.get("message")
@@ -108,7 +108,7 @@ class StreamTally:
     def feed(self, chunk: Any) -> bool:
         if not isinstance(chunk, dict):
             return False
-        if "error" in chunk and "choices" not in chunk:
+        if is_error(chunk):
             self.summary.error = True
             return False
         bearing = False
@@ -137,6 +137,11 @@ class StreamTally:
                 out.content.append(text)
         _read_choice_tail(out, raw)
         return bearing
+
+
+def is_error(body: dict[str, Any]) -> bool:
+    """vLLM's `{"error": {...}}` or TensorRT-LLM's flat `{"object": "error", ...}`."""
+    return "choices" not in body and ("error" in body or body.get("object") == "error")
 
 
 def _add_tool_call_delta(out: ChoiceOutput, call: Any, position: int) -> None:
