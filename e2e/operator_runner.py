@@ -43,7 +43,12 @@ class RunningOperator:
 
 
 @contextmanager
-def in_process(cluster: Cluster, resync_seconds: float = 5.0) -> Iterator[RunningOperator]:
+def in_process(
+    cluster: Cluster,
+    resync_seconds: float = 5.0,
+    prometheus_url: str | None = None,
+    alertmanager_url: str | None = None,
+) -> Iterator[RunningOperator]:
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
     options = RunOptions(
         metrics_port=free_port(),
@@ -51,6 +56,9 @@ def in_process(cluster: Cluster, resync_seconds: float = 5.0) -> Iterator[Runnin
         bind_address="127.0.0.1",
         resync_seconds=resync_seconds,
         gateway_image="specfleet:e2e",
+        prometheus_url=prometheus_url,
+        alertmanager_url=alertmanager_url,
+        guard_tick_seconds=1.0,
     )
     stop, ready = threading.Event(), threading.Event()
     thread = threading.Thread(target=run, args=(options, stop, ready), daemon=True)

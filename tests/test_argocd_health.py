@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from lupa.lua51 import LuaRuntime
 
+from argocd_lua import SCRIPT, health
 from conftest import ROOT, specmodel_doc
 from specfleet.api import SpecModelStatus, parse_specmodel
 from specfleet.api.status import KillSwitchStatus
@@ -18,24 +18,7 @@ from specfleet.controller.plan import plan
 from specfleet.controller.status import Observed, next_status
 
 FILES = ROOT / "charts/specfleet/files"
-SCRIPT = (FILES / "argocd-health.lua").read_text()
 CASES = yaml.safe_load((FILES / "argocd-health/health_test.yaml").read_text())["tests"]
-
-
-def health(obj: dict[str, Any], script: str = SCRIPT) -> dict[str, str]:
-    lua = LuaRuntime(unpack_returned_tuples=True)
-    assert lua.execute("return _VERSION") == "Lua 5.1"
-    lua.globals().obj = _to_lua(lua, obj)
-    result = lua.execute(script)
-    return {"status": result["status"], "message": result["message"]}
-
-
-def _to_lua(lua: LuaRuntime, value: Any) -> Any:
-    if isinstance(value, dict):
-        return lua.table_from({k: _to_lua(lua, v) for k, v in value.items()})
-    if isinstance(value, list):
-        return lua.table_from([_to_lua(lua, v) for v in value])
-    return value
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: Path(c["inputPath"]).stem)

@@ -16,6 +16,7 @@ from typing import Any
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.exceptions import RequestException
+from urllib3.util.retry import Retry
 
 from specfleet.telemetry.model import ClassWindow, Observation
 
@@ -77,7 +78,11 @@ assert set(QUERIES) == {f.name for f in fields(ClassWindow)}
 
 class TelemetryReader:
     def __init__(self, url: str, timeout_seconds: float = 10.0) -> None:
-        self._prometheus = PrometheusConnect(url=url, disable_ssl=True)
+        # One quick retry: a tick that cannot read is blind, and the next tick tries again.
+        retry = Retry(total=1, backoff_factor=0.2, status_forcelist=(502, 503, 504))
+        self._prometheus = PrometheusConnect(
+            url=url, disable_ssl=True, retry=retry, timeout=int(timeout_seconds)
+        )
         self._timeout = timeout_seconds
         self.queries = 0
         """PromQL queries sent, for benchmarks and tests."""

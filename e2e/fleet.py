@@ -1,0 +1,88 @@
+"""A simulated GPU fleet for e2e tests: the operator (with the guard reading the real
+Prometheus and alerting the real Alertmanager), `specfleet sim pods` running the simulator and
+gateway of every kwok pod, and a traffic generator."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.cluster.harness import LocalCluster
+from e2e.traffic import Traffic, TrafficReport
+from specfleet.sim.scenario import Scenario, parse_scenario
+
+
+@dataclass
+class Fleet:
+    cluster: LocalCluster
+    namespace: str
+    scenario: Scenario
+    epoch: float
+
+    def traffic(self, specmodel: str, model: str, seconds: float, seed: int = 0) -> TrafficReport:
+        api = self.cluster.api_client()
+        try:
+            traffic = Traffic(
+                api, self.namespace, specmodel, model, self.scenario, self.epoch, seed
+            )
+            return asyncio.run(traffic.run(seconds))
+        finally:
+            api.close()
+
+    def traffic_in_background(
+        self, specmodel: str, model: str, seconds: float
+    ) -> tuple[threading.Thread, list[TrafficReport]]:
+        reports: list[TrafficReport] = []
+        thread = threading.Thread(
+            target=lambda: reports.append(self.traffic(specmodel, model, seconds)), daemon=True
+        )
+        thread.start()
+        return thread, reports
+
+    def scenario_time(self) -> float:
+        return time.time() - self.epoch
+
+
+@contextmanager
+def simulated_pods(
+    cluster: LocalCluster, namespace: str, scenario: dict[str, Any], workdir: Path
+) -> Iterator[Fleet]:
+    """`specfleet sim pods` for one namespace, sharing the scenario clock with the traffic."""
+    path = workdir / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    epoch = time.time()
+    argv = [
+        str(Path(sys.executable).parent / "specfleet"),
+        "sim",
+        "pods",
+        "--namespace",
+        namespace,
+        "--scenario",
+        str(path),
+        "--epoch",
+        str(epoch),
+        "--workdir",
+        str(workdir / "pods"),
+    ]
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    with (workdir / "sim-pods.log").open("w") as log:
+        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield Fleet(cluster, namespace, parse_scenario(scenario), epoch)
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()

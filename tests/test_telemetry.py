@@ -1,0 +1,39 @@
+"""The telemetry reader's contract that needs no Prometheus: no data is blind, never zero."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from specfleet.telemetry.model import ClassWindow
+from specfleet.telemetry.reader import QUERIES, Target, TelemetryReader
+
+
+def test_unreachable_prometheus_is_blind_not_zero() -> None:
+    reader = TelemetryReader("http://127.0.0.1:9")
+    observation = reader.read([Target("ns", "m", 60, 1, True)], datetime.now(UTC))[("ns", "m")]
+    assert observation.blind is not None and "Prometheus" in observation.blind
+    assert observation.classes == {}
+
+
+def test_one_query_set_per_window_length() -> None:
+    templates = {template.format(w="60s") for template, _, _ in QUERIES.values()}
+    assert len(templates) == 11
+    assert all("sum by (namespace, specmodel, class, revision, speculation" in t for t in templates)
+
+
+def test_ratios_come_from_counter_increases() -> None:
+    window = ClassWindow(
+        requests=100,
+        errors=2,
+        draft_tokens=400,
+        accepted_tokens=300,
+        steps=100,
+        tool_calls_valid=9,
+        tool_calls_invalid=1,
+    )
+    assert window.acceptance_rate == 0.75
+    assert window.mean_acceptance_length == 4.0
+    assert window.tool_call_validity == 0.9
+    assert window.error_rate == 0.02
+    assert ClassWindow(requests=0).error_rate is None
+    assert ClassWindow().acceptance_rate is None
