@@ -1,0 +1,155 @@
+"""Operator scale on the local cluster: N SpecModels (default 100, 500, 1000), each one engine
+pod with one GPU on kwok nodes. Measures the time until every SpecModel is Ready, the operator's
+writes per SpecModel at creation and in steady state, and the operator process's RSS and CPU.
+
+Run on demand: .venv/bin/python bench/operator_scale.py [--counts 100,500,1000]
+Prints a table and writes bench/results/operator_scale.json. Uses a running local cluster
+(`make cluster-up`) or starts one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from e2e.cluster import components, harness  # noqa: E402
+from e2e.cluster.harness import LocalCluster  # noqa: E402
+from e2e.operator_runner import free_port  # noqa: E402
+
+GPUS_PER_NODE = 8
+STEADY_SECONDS = 60
+
+
+def specmodel(index: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "specfleet.dev/v1alpha1",
+        "kind": "SpecModel",
+        "metadata": {"name": f"m{index:04d}"},
+        "spec": {
+            "engine": {"name": "vllm"},
+            "model": {"source": "meta-llama/Llama-3.1-8B-Instruct"},
+            "speculative": {"method": "ngram"},
+        },
+    }
+
+
+def writes(metrics_url: str) -> float:
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("specfleet_api_writes_total{")
+    )
+
+
+def process_usage(pid: int) -> tuple[float, float]:
+    """(RSS MiB, CPU seconds) of a process."""
+    rss_kib = next(
+        int(line.split()[1])
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if line.startswith("VmRSS:")
+    )
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return rss_kib / 1024, (int(fields[11]) + int(fields[12])) / ticks
+
+
+def ready_count(cluster: LocalCluster, namespace: str) -> int:
+    items = cluster.kubectl_json("get", "sm", "-n", namespace)["items"]
+    return sum(1 for i in items if i.get("status", {}).get("phase") == "Ready")
+
+
+def create(cluster: LocalCluster, namespace: str, count: int) -> None:
+    for start in range(0, count, 100):
+        docs = [specmodel(i) for i in range(start, min(count, start + 100))]
+        cluster.kubectl(
+            "apply", "--server-side", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(docs)
+        )
+
+
+def measure(cluster: LocalCluster, count: int, metrics_url: str, pid: int) -> dict[str, Any]:
+    namespace = f"bench-{count}"
+    cluster.kubectl("create", "namespace", namespace)
+    before = writes(metrics_url)
+    _, cpu_before = process_usage(pid)
+    started = time.monotonic()
+    create(cluster, namespace, count)
+    while ready_count(cluster, namespace) < count:
+        if time.monotonic() - started > 900:
+            raise TimeoutError(f"{ready_count(cluster, namespace)}/{count} Ready after 15 minutes")
+        time.sleep(2)
+    seconds = time.monotonic() - started
+    at_create = writes(metrics_url) - before
+    time.sleep(STEADY_SECONDS)
+    steady = writes(metrics_url) - before - at_create
+    rss, cpu = process_usage(pid)
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+    return {
+        "specmodels": count,
+        "seconds_to_all_ready": round(seconds, 1),
+        "writes_per_specmodel_at_create": round(at_create / count, 2),
+        "writes_per_minute_steady": round(steady * 60 / STEADY_SECONDS, 1),
+        "operator_rss_mib": round(rss, 1),
+        "operator_cpu_seconds": round(cpu - cpu_before, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", default="100,500,1000")
+    args = parser.parse_args()
+    counts = [int(c) for c in args.counts.split(",")]
+    cluster = harness.running() or harness.up()
+    nodes = math.ceil(max(counts) / GPUS_PER_NODE) + 4
+    cluster.kubectl("apply", "-f", str(components.nodes_manifest(cluster.layout, nodes)))
+    cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/specmodel.yaml"))
+    metrics, health = free_port(), free_port()
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    argv = [
+        str(Path(sys.executable).parent / "specfleet"),
+        "run",
+        f"--metrics-port={metrics}",
+        f"--health-port={health}",
+        "--log-level=warning",
+        "--resync-seconds=30",
+    ]
+    operator = subprocess.Popen(argv, env=env)
+    try:
+        time.sleep(5)
+        results = [
+            measure(cluster, count, f"http://127.0.0.1:{metrics}/metrics", operator.pid)
+            for count in counts
+        ]
+    finally:
+        operator.terminate()
+        operator.wait(30)
+    print(
+        f"{'SpecModels':>10} {'to Ready s':>10} {'writes/SM':>10} {'steady w/min':>12} {'RSS MiB':>8} {'CPU s':>6}"
+    )
+    for r in results:
+        print(
+            f"{r['specmodels']:>10} {r['seconds_to_all_ready']:>10} {r['writes_per_specmodel_at_create']:>10} "
+            f"{r['writes_per_minute_steady']:>12} {r['operator_rss_mib']:>8} {r['operator_cpu_seconds']:>6}"
+        )
+    out = ROOT / "bench/results/operator_scale.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
