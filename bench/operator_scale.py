@@ -137,14 +137,10 @@ def main() -> None:
     finally:
         operator.terminate()
         operator.wait(30)
-    print(
-        f"{'SpecModels':>10} {'to Ready s':>10} {'writes/SM':>10} {'steady w/min':>12} {'RSS MiB':>8} {'CPU s':>6}"
-    )
-    for r in results:
-        print(
-            f"{r['specmodels']:>10} {r['seconds_to_all_ready']:>10} {r['writes_per_specmodel_at_create']:>10} "
-            f"{r['writes_per_minute_steady']:>12} {r['operator_rss_mib']:>8} {r['operator_cpu_seconds']:>6}"
-        )
+    columns = list(results[0])
+    print("  ".join(f"{c:>30}" for c in columns))
+    for result in results:
+        print("  ".join(f"{result[c]:>30}" for c in columns))
     out = ROOT / "bench/results/operator_scale.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
