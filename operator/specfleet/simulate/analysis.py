@@ -32,6 +32,8 @@ class Episode:
     detected_at: float | None
     action: str | None
     requests_per_window: dict[str, float]
+    detectable: bool
+    """Some class has at least minRequests per window in expectation."""
 
     @property
     def latency(self) -> float | None:
@@ -46,6 +48,7 @@ class Episode:
             "action": self.action,
             "latencySeconds": self.latency,
             "requestsPerWindow": {k: round(v, 1) for k, v in self.requests_per_window.items()},
+            "detectable": self.detectable,
         }
 
 
@@ -103,6 +106,7 @@ def _episode(table: TruthTable, guard: GuardSpec, first: int, end: int) -> Episo
         detected_at=detection["t"] if detection else None,
         action=detection["action"] if detection else None,
         requests_per_window=per_window,
+        detectable=max(per_window.values(), default=0.0) >= guard.min_requests,
     )
 
 

@@ -1,6 +1,7 @@
 """The policies the guard is compared with: always on, always off (both follow Git's revision
 with the same rollout time as the guarded fleet) and an oracle that switches at once to the
-setting with the best expected goodput among every revision that exists by then."""
+setting with the best expected goodput among those that meet every class's quality SLO, over
+every revision that exists by then (if none meets them, the best of all)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def oracle(world: World) -> Policy:
             if r.since <= t
             for speculation in ((True, False) if r.k else (False,))
         ]
-        return max(candidates, key=lambda s: expected_goodput(world.conditions(t, s)))
+        compliant = [s for s in candidates if _meets_slos(world.conditions(t, s))]
+        return max(compliant or candidates, key=lambda s: expected_goodput(world.conditions(t, s)))
 
     return choose
 
@@ -38,10 +40,15 @@ def expected_goodput(conditions: Conditions) -> float:
     for c in conditions.classes:
         tokens = c.rate * c.output_tokens
         broken = c.tool_call_rate * (1.0 - c.validity) + (1.0 - c.validity if c.structured else 0.0)
-        valid += tokens * (1.0 - c.error_rate) * max(1.0 - broken, 0.0)
+        if c.meets_slo:
+            valid += tokens * (1.0 - c.error_rate) * max(1.0 - broken, 0.0)
         seconds += (
             tokens
             * conditions.step_seconds
             / physics.tokens_per_step(c.alpha, conditions.k, c.decay)
         )
     return valid / seconds if seconds else 0.0
+
+
+def _meets_slos(conditions: Conditions) -> bool:
+    return all(c.meets_slo for c in conditions.classes if c.rate > 0)

@@ -41,7 +41,8 @@ class ClassSlice:
     structured_valid: int = 0
     structured_invalid: int = 0
     valid_tokens: int = 0
-    """Output tokens of requests that neither failed nor answered with broken JSON."""
+    """Output tokens of requests that neither failed nor answered with broken JSON, from a
+    class served within its quality SLOs."""
     decode_seconds: float = 0.0
     """Decode time of every request, failed ones included (they have to be asked again)."""
 
@@ -77,9 +78,14 @@ def realize(
         tool_calls_invalid=tools_bad,
         structured_valid=structured - structured_bad,
         structured_invalid=structured_bad,
-        valid_tokens=max(ok - tools_bad - structured_bad, 0) * klass.output_tokens,
+        valid_tokens=_valid(ok - tools_bad - structured_bad, klass),
         decode_seconds=tpot * n * klass.output_tokens,
     )
+
+
+def _valid(requests: int, klass: ClassConditions) -> int:
+    """Goodput tokens: none from a class served below its quality SLO."""
+    return max(requests, 0) * klass.output_tokens if klass.meets_slo else 0
 
 
 def _decode(

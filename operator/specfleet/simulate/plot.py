@@ -29,18 +29,26 @@ def draw_timeline(result: Result, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     scale, unit = (3600.0, "h") if result.world.scenario.duration_s > 3 * 3600 else (60.0, "min")
+    quality = any(v is not None for t in result.run.ticks for v in t.observed_validity.values())
+    ratios = [3, 3, 2, 2, 1] if quality else [3, 3, 2, 1]
     figure, axes = plt.subplots(
-        4, 1, figsize=(11, 8.5), sharex=True, gridspec_kw={"height_ratios": [3, 3, 2, 1]}
+        len(ratios),
+        1,
+        figsize=(11, 8.5 + 1.5 * quality),
+        sharex=True,
+        gridspec_kw={"height_ratios": ratios},
     )
     times = [tick.t / scale for tick in result.run.ticks]
     _acceptance(axes[0], result, times)
     _speedup(axes[1], result, times)
     _tpot(axes[2], result, times)
-    _serving(axes[3], result, scale)
-    for axis in axes[:3]:
+    if quality:
+        _validity(axes[3], result, times)
+    _serving(axes[-1], result, scale)
+    for axis in axes[:-1]:
         _kill_switch_bands(axis, result, scale)
         _action_markers(axis, result, scale)
-    axes[3].set_xlabel(f"scenario time ({unit})")
+    axes[-1].set_xlabel(f"scenario time ({unit})")
     axes[0].set_title(
         f"{result.world.changes[0].specmodel.metadata.name}: guard replay, seed {result.seed}"
     )
@@ -94,6 +102,27 @@ def _tpot(axis: Any, result: Result, times: list[float]) -> None:
     axis.set_ylabel("TPOT (ms)")
     axis.set_ylim(bottom=0)
     axis.legend(loc="upper right", fontsize=7)
+
+
+def _validity(axis: Any, result: Result, times: list[float]) -> None:
+    floors = {
+        c.name: min(
+            f
+            for f in (c.slo.min_tool_call_validity, c.slo.min_structured_output_validity)
+            if f is not None
+        )
+        for c in result.world.changes[0].specmodel.spec.classes
+        if c.slo and (c.slo.min_tool_call_validity or c.slo.min_structured_output_validity)
+    }
+    for index, name in enumerate(result.world.scenario.classes):
+        values = [tick.observed_validity.get(name) for tick in result.run.ticks]
+        if all(v is None for v in values):
+            continue
+        axis.plot(times, _nan(values), color=f"C{index}", lw=1, label=f"{name} valid share")
+        if name in floors:
+            axis.axhline(floors[name], color=f"C{index}", ls=":", lw=1, label=f"{name} floor")
+    axis.set_ylabel("tool-call / JSON\nvalidity")
+    axis.legend(loc="lower right", fontsize=7, ncol=2)
 
 
 def _serving(axis: Any, result: Result, scale: float) -> None:

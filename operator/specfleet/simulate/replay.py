@@ -22,7 +22,7 @@ from specfleet.simulate.control import Operator
 from specfleet.simulate.draws import ClassDraw
 from specfleet.simulate.fleet import Fleet
 from specfleet.simulate.outcome import ClassSlice, realize, window
-from specfleet.simulate.world import Setting, World
+from specfleet.simulate.world import Conditions, Setting, World
 from specfleet.telemetry.model import Observation
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -63,15 +63,21 @@ class Timebase:
 class Goodput:
     valid_tokens: float = 0.0
     decode_seconds: float = 0.0
+    slo_violation_seconds: float = 0.0
+    """Scenario seconds in which a class with traffic was served below its quality SLO."""
 
     @property
     def rate(self) -> float:
         return self.valid_tokens / self.decode_seconds if self.decode_seconds else 0.0
 
-    def plus(self, slices: dict[str, ClassSlice]) -> Goodput:
+    def plus(
+        self, slices: dict[str, ClassSlice], conditions: Conditions, seconds: float
+    ) -> Goodput:
+        violating = any(not c.meets_slo and c.rate > 0 for c in conditions.classes)
         return Goodput(
             self.valid_tokens + sum(s.valid_tokens for s in slices.values()),
             self.decode_seconds + sum(s.decode_seconds for s in slices.values()),
+            self.slo_violation_seconds + (seconds if violating else 0.0),
         )
 
 
@@ -85,6 +91,7 @@ class Tick:
     kill_switch: str
     observed_rates: dict[str, float | None]
     observed_tpot: dict[str, float | None]
+    observed_validity: dict[str, float | None]
     speedup: float | None
     threshold: float
 
@@ -120,7 +127,7 @@ def replay_guarded(
             }
             run.serving.append(fleet.serving)
             run.slices.append(served)
-            run.goodput = run.goodput.plus(served)
+            run.goodput = run.goodput.plus(served, conditions, base.slice_seconds)
     return run
 
 
@@ -203,9 +210,18 @@ def _record(
         kill_switch=str(decision.kill_switch.state),
         observed_rates={n: w.acceptance_rate for n, w in observation.classes.items()},
         observed_tpot={n: w.mean_tpot_seconds for n, w in observation.classes.items()},
+        observed_validity={
+            n: _validity(w.tool_call_validity, w.structured_output_validity)
+            for n, w in observation.classes.items()
+        },
         speedup=weighted({n: s for n, s in speedups.items() if s is not None}, tokens),
         threshold=guard.min_speedup + (guard.release_margin if trial else 0.0),
     )
+
+
+def _validity(tool_calls: float | None, structured: float | None) -> float | None:
+    values = [v for v in (tool_calls, structured) if v is not None]
+    return min(values) if values else None
 
 
 def replay_fixed(
@@ -227,7 +243,8 @@ def replay_fixed(
         else:
             fleet = fleet.request(choose(t), t, rollout_seconds).advance(t)
         conditions = world.conditions(t, fleet.serving)
-        goodput = goodput.plus(
-            {c.name: realize(conditions, c, draws[i][c.name], spread) for c in conditions.classes}
-        )
+        served = {
+            c.name: realize(conditions, c, draws[i][c.name], spread) for c in conditions.classes
+        }
+        goodput = goodput.plus(served, conditions, base.slice_seconds)
     return goodput

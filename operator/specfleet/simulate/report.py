@@ -59,6 +59,7 @@ def goodput(runs: dict[str, Goodput]) -> dict[str, Any]:
             "validTokens": round(run.valid_tokens),
             "decodeSeconds": round(run.decode_seconds, 1),
             "tokensPerDecodeSecond": round(run.rate, 3),
+            "sloViolationSeconds": run.slo_violation_seconds,
         }
     out["ratios"] = {
         f"guardedVs{name.title().replace('_', '')}": round(guarded / run.rate, 4)
@@ -103,11 +104,18 @@ def text(result: Result) -> str:
     ]
     lines += [f"  t={a['t']:>7.0f}s  {a['action']:<22} {a['reason']}" for a in data["actions"]]
     for e in result.episodes:
-        found = f"detected at t={e.detected_at:.0f}s ({e.action}), latency {e.latency:.0f}s"
         if not e.speculation_at_start:
             found = "speculation already off"
+        elif e.detected_at is None and not e.detectable:
+            most = max(e.requests_per_window.values(), default=0.0)
+            found = (
+                f"not acted on: undetectable, ≤{most:.0f} requests per class per window "
+                f"< minRequests {result.guard.min_requests}"
+            )
         elif e.detected_at is None:
             found = "not acted on"
+        else:
+            found = f"detected at t={e.detected_at:.0f}s ({e.action}), latency {e.latency:.0f}s"
         lines.append(f"speculation not paying t={e.start:.0f}-{e.end:.0f}s: {found}")
     lines += [
         f"rollback of revision {r['revision']}: {r['latencySeconds']:.0f}s after it began serving"
@@ -118,7 +126,10 @@ def text(result: Result) -> str:
     lines += [f"  missed t={m['t']:.0f}s: {m['what']}" for m in data["missed"]]
     lines.append("goodput (valid output tokens per decode-second):")
     for name in ("guarded", "always_on", "always_off", "oracle"):
-        lines.append(f"  {name:<11} {data['goodput'][name]['tokensPerDecodeSecond']:9.2f}")
+        run = data["goodput"][name]
+        violation = run["sloViolationSeconds"]
+        note = f"  (quality SLO violated for {violation:.0f}s)" if violation else ""
+        lines.append(f"  {name:<11} {run['tokensPerDecodeSecond']:9.2f}{note}")
     ratios = data["goodput"]["ratios"]
     lines.append(
         "  guarded / oracle {:.3f}, / always-on {:.3f}, / always-off {:.3f}".format(

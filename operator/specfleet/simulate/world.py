@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from specfleet.api import SpecModel
+from specfleet.api.spec import ClassSlo
 from specfleet.sim.scenario import Effects, Scenario
 from specfleet.sim.timing import TimingModel
 from specfleet.simulate import physics
@@ -62,6 +63,9 @@ class ClassConditions:
     validity: float
     error_rate: float
     p95_ttft_seconds: float
+    meets_slo: bool = True
+    """The served validity meets the class's quality SLOs (minToolCallValidity for a class
+    that calls tools, minStructuredOutputValidity for one that answers JSON)."""
 
 
 @dataclass(frozen=True)
@@ -129,8 +133,10 @@ class World:
         effects = self.effects(t, setting.config)
         k = revision.k if setting.speculation else 0
         cost = self.timing.cost(revision.method) if k else 0.0
-        classes = [self._class(name, t, effects) for name in self.scenario.classes]
-        replicas = max(self.specmodel_at(t).spec.pod.replicas, 1)
+        specmodel = self.specmodel_at(t)
+        slos = {c.name: c.slo for c in specmodel.spec.classes}
+        classes = [self._class(name, t, effects, slos.get(name)) for name in self.scenario.classes]
+        replicas = max(specmodel.spec.pod.replicas, 1)
         demand = sum(
             c.rate * c.output_tokens / physics.tokens_per_step(c.alpha, k, c.decay) for c in classes
         )
@@ -144,9 +150,16 @@ class World:
         }
         return Conditions(tuple(_with_ttft(c, ttft[c.name]) for c in classes), k, step, batch)
 
-    def _class(self, name: str, t: float, effects: Effects) -> ClassConditions:
+    def _class(
+        self, name: str, t: float, effects: Effects, slo: ClassSlo | None
+    ) -> ClassConditions:
         profile = self.scenario.classes[name]
         validity = effects.tool_call_validity
+        validity = profile.tool_call_validity if validity is None else validity
+        floors = [
+            slo.min_tool_call_validity if slo and profile.tool_call_rate > 0 else None,
+            slo.min_structured_output_validity if slo and name in self.structured else None,
+        ]
         return ClassConditions(
             name=name,
             rate=self.scenario.rps(t) * profile.share,
@@ -155,9 +168,10 @@ class World:
             output_tokens=self.scenario.output_tokens(name, t),
             tool_call_rate=profile.tool_call_rate,
             structured=name in self.structured,
-            validity=profile.tool_call_validity if validity is None else validity,
+            validity=validity,
             error_rate=effects.error_rate,
             p95_ttft_seconds=0.0,
+            meets_slo=all(validity >= f for f in floors if f is not None),
         )
 
 
