@@ -75,6 +75,15 @@ class Upstream:
     async def _slow(self, request: web.Request, raw: bytes) -> Any:
         return await self._stream(request, raw, pause=0.02)
 
+    async def _flood(self, request: web.Request, raw: bytes) -> Any:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        event = chunk("x" * 65000)
+        for _ in range(600):  # ~40 MB: more than the socket buffers of both hops hold
+            await response.write(event)
+        self.finished += 1
+        return response
+
     async def _hang(self, request: web.Request, raw: bytes) -> Any:
         await asyncio.sleep(30)
 
@@ -227,6 +236,39 @@ async def test_a_client_disconnect_while_waiting_cancels_the_engine_request() ->
                 break
             await asyncio.sleep(0.02)
         assert upstream.cancelled == 1
+        assert await requests_total(gw, "chat", "cancelled") == 1
+
+
+async def test_a_client_that_stops_sending_its_body_is_dropped() -> None:
+    async with gateway(client_timeout=0.3) as (upstream, gw):
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"
+        )
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 3) == b""  # closed, nothing sent
+        writer.close()
+        assert upstream.bodies == []
+        assert await requests_total(gw, "chat", "cancelled") == 1
+
+
+async def test_a_client_that_stops_reading_is_dropped_and_the_engine_request_cancelled() -> None:
+    async with gateway(client_timeout=0.3) as (upstream, gw):
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        request = b'{"messages": [], "stream": true}'
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-script: flood\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(request), request)
+        )
+        await writer.drain()
+        await reader.read(100)  # the response starts; then the client stops reading
+        for _ in range(100):
+            if upstream.cancelled:
+                break
+            await asyncio.sleep(0.05)
+        writer.close()
+        assert upstream.cancelled == 1
+        assert upstream.finished == 0
         assert await requests_total(gw, "chat", "cancelled") == 1
 
 

@@ -245,7 +245,7 @@ class Proxy:
                 await self._write(request, response, data)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamBroke(str(exc)) from exc
-        await response.write_eof()
+        await self._end(response)
 
     # -- inference --
 
@@ -330,7 +330,7 @@ class Proxy:
         exchange.response = response
         await self._prepare(response, exchange.request)
         await self._write(exchange.request, response, data)
-        await response.write_eof()
+        await self._end(response)
         if upstream.status < 300:
             self._account_body(exchange, data)
         return response
@@ -358,7 +358,7 @@ class Proxy:
             raise UpstreamBroke(str(exc)) from exc
         if splitter.rest:
             await self._write(exchange.request, response, splitter.rest)
-        await response.write_eof()
+        await self._end(response)
         reader.finish()
         return response
 
@@ -396,6 +396,12 @@ class Proxy:
     async def _prepare(self, response: web.StreamResponse, request: web.Request) -> None:
         try:
             await response.prepare(request)
+        except ConnectionError as exc:
+            raise ClientGone(str(exc)) from exc
+
+    async def _end(self, response: web.StreamResponse) -> None:
+        try:
+            await response.write_eof()
         except ConnectionError as exc:
             raise ClientGone(str(exc)) from exc
 
