@@ -117,7 +117,7 @@ async def scrape(url: str) -> str:
 
 # ------------------------------------------------------------------------------ identity
 
-VOLATILE = re.compile(rb'((?:chatcmpl|cmpl)(?:-tool)?-)[0-9a-f]{32}|("created":)\d+')
+VOLATILE = re.compile(rb'((?:chatcmpl|cmpl|modelperm)(?:-tool)?-)[0-9a-f]{32}|("created":)\d+')
 
 
 def normalized(raw: bytes) -> bytes:
@@ -165,6 +165,9 @@ async def test_the_client_sees_exactly_what_the_engine_sends(name: str) -> None:
                 a.headers["content-type"],
             )
             assert normalized(b.content) == normalized(a.content), body
+        async with httpx.AsyncClient() as http:
+            a, b = await http.get(direct.url + "/v1/models"), await http.get(gw.url + "/v1/models")
+        assert (b.status_code, normalized(b.content)) == (200, normalized(a.content))
 
 
 @pytest.mark.parametrize("name", ["vllm", "tensorrt-llm"])
