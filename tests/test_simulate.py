@@ -1,0 +1,106 @@
+"""`specfleet simulate` end to end: the real guard in a closed loop on the example scenarios."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specfleet.sim.scenario import load_scenario, parse_scenario
+from specfleet.simulate.inputs import build_world, load_specmodel_document, load_world
+from specfleet.simulate.simulation import Result, SimulationSettings, simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "examples/scenarios"
+LLAMA = ROOT / "examples/llama-3.1-8b-eagle3-fp8.yaml"
+DETECTION_BOUND = 90.0
+
+
+def run(scenario: str, specmodel: Path = LLAMA, **settings: Any) -> Result:
+    world = load_world(specmodel, SCENARIOS / f"{scenario}.yaml")
+    return simulate(world, SimulationSettings(**settings))
+
+
+def actions(result: Result) -> list[tuple[float, str]]:
+    return [(d["t"], d["action"]) for d in result.run.decisions]
+
+
+@pytest.fixture(scope="module")
+def collapse() -> Result:
+    return run("acceptance-collapse")
+
+
+def test_collapse_engages_the_kill_switch_within_the_detection_bound(collapse: Result) -> None:
+    engaged = [t for t, a in actions(collapse) if a == "kill_switch_engaged"]
+    assert engaged and 600 < engaged[0] <= 600 + DETECTION_BOUND
+    [episode] = collapse.episodes
+    assert (episode.start, episode.end) == (600.0, 1500.0)
+    assert episode.latency is not None and episode.latency <= DETECTION_BOUND
+    assert collapse.false_actions == [] and collapse.missed == []
+
+
+def test_collapse_releases_after_recovery_and_speculation_runs_again(collapse: Result) -> None:
+    timeline = actions(collapse)
+    released = [t for t, a in timeline if a == "kill_switch_released"]
+    assert len(released) == 1 and released[0] > 1500
+    trial = max(t for t, a in timeline if a == "trial_started" and t < released[0])
+    assert trial > 1500  # the trial that succeeded started after the recovery
+    assert all(a != "trial_failed" or t < 1500 for t, a in timeline)
+    assert collapse.run.serving[-1].speculation
+    off = [s.speculation for s in collapse.run.serving[750 // 15 : 1000 // 15]]
+    assert not any(off)  # the fleet really stopped drafting once the switch rolled out
+
+
+def test_collapse_goodput_beats_both_fixed_policies(collapse: Result) -> None:
+    rates = {name: g.rate for name, g in collapse.goodput.items()}
+    assert rates["guarded"] > max(rates["always_on"], rates["always_off"])
+    assert rates["oracle"] >= rates["guarded"]
+
+
+def test_bad_quantization_rolls_back_and_the_revision_effects_stop() -> None:
+    result = run("bad-quantization", SCENARIOS / "bad-quantization.specmodel.yaml")
+    timeline = actions(result)
+    assert [a for _, a in timeline] == ["revision_promoted", "rolled_back"]
+    promoted, rolled_back = (t for t, _ in timeline)
+    assert promoted < 300 < rolled_back <= 300 + 60 + DETECTION_BOUND
+    numbers = [result.world.revisions[s.config].number for s in result.run.serving]
+    assert numbers[-1] == 1 and 2 in numbers
+    validity = {tick.t: tick.observed_validity["tools"] for tick in result.run.ticks}
+    on_bad = [v for t, v in validity.items() if 360 < t <= rolled_back and v is not None]
+    after = [v for t, v in validity.items() if t > rolled_back + 120 and v is not None]
+    assert on_bad and max(on_bad) < 0.92
+    assert after and min(after) > 0.95
+    assert result.goodput["guarded"].slo_violation_seconds < 200
+    assert result.goodput["always_on"].slo_violation_seconds > 1000
+
+
+def test_noisy_healthy_two_hours_takes_no_action() -> None:
+    document = yaml.safe_load((SCENARIOS / "noisy-healthy-24h.yaml").read_text())
+    document["duration_s"] = 2 * 3600
+    specmodel = load_specmodel_document(SCENARIOS / "noisy-healthy-24h.specmodel.yaml")
+    result = simulate(build_world(specmodel, parse_scenario(document)))
+    assert result.acting == [] and result.episodes == []
+    assert [a for _, a in actions(result)] == ["revision_promoted"]
+
+
+def test_low_traffic_is_inconclusive_and_never_acts() -> None:
+    result = run("low-traffic")
+    assert result.acting == []
+    [episode] = result.episodes
+    assert not episode.detectable and episode.detected_at is None
+    assert all(tick.speedup is None for tick in result.run.ticks)  # no conclusive class, ever
+
+
+def test_same_seed_same_decisions_other_seed_other_draws() -> None:
+    first = run("bad-quantization", SCENARIOS / "bad-quantization.specmodel.yaml")
+    again = run("bad-quantization", SCENARIOS / "bad-quantization.specmodel.yaml")
+    assert first.run.decisions == again.run.decisions
+    assert first.goodput == again.goodput
+    other = run("bad-quantization", SCENARIOS / "bad-quantization.specmodel.yaml", seed=99)
+    assert other.run.ticks[5].observed_rates != first.run.ticks[5].observed_rates
+
+
+def test_the_scenario_seed_is_the_default(collapse: Result) -> None:
+    assert collapse.seed == load_scenario(SCENARIOS / "acceptance-collapse.yaml").seed == 7

@@ -1,0 +1,121 @@
+"""The replay's pieces: fleet physics, common random numbers, rollouts, revisions and windows."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specfleet.sim.acceptance import draw, expected_acceptance_length
+from specfleet.sim.scenario import parse_scenario
+from specfleet.sim.timing import TimingModel
+from specfleet.simulate import physics
+from specfleet.simulate.draws import ClassDraw, binomial, poisson
+from specfleet.simulate.fleet import Fleet
+from specfleet.simulate.inputs import build_world, load_specmodel_document
+from specfleet.simulate.outcome import realize, window
+from specfleet.simulate.world import Setting, World
+
+LLAMA = Path(__file__).resolve().parent.parent / "examples/llama-3.1-8b-eagle3-fp8.yaml"
+
+
+def world(**scenario: Any) -> World:
+    base = {
+        "duration_s": 600,
+        "traffic_rps": 4,
+        "classes": {"code": {"share": 1.0, "acceptance": 0.8, "output_tokens": 200}},
+    }
+    return build_world(load_specmodel_document(LLAMA), parse_scenario(base | scenario))
+
+
+def test_tokens_per_step_match_the_simulator() -> None:
+    for alpha in (0.0, 0.3, 0.8, 1.0):
+        assert physics.tokens_per_step(alpha, 4) == pytest.approx(
+            expected_acceptance_length(alpha, 4)
+        )
+    rng = random.Random(1)
+    sampled = sum(1 + draw(0.7, 5, rng, 0.9) for _ in range(40_000)) / 40_000
+    assert physics.tokens_per_step(0.7, 5, 0.9) == pytest.approx(sampled, rel=0.01)
+
+
+def test_engine_acceptance_rate_is_accepted_over_drafted_not_alpha() -> None:
+    assert physics.engine_acceptance_rate(0.8, 4) == pytest.approx((3.3616 - 1) / 4)
+    assert physics.engine_acceptance_rate(0.4, 4) < 0.17
+    assert physics.engine_acceptance_rate(0.5, 0) == 0.0
+
+
+def test_concurrency_solves_littles_law() -> None:
+    timing = TimingModel()
+    demand = 4 * 300 / 2.3 / 2  # rps · tokens / E / replicas
+    batch = physics.concurrency(timing, demand, 4, 0.06, 256)
+    assert batch == pytest.approx(demand * physics.step_seconds(timing, batch, 4, 0.06))
+    assert physics.concurrency(timing, 1e6, 4, 0.06, 256) == 256  # saturated
+    assert physics.concurrency(timing, 1e-6, 0, 0.0, 256) == 1.0
+
+
+def test_poisson_and_binomial_quantiles() -> None:
+    grid = [(i + 0.5) / 2000 for i in range(2000)]
+    assert sum(poisson(12.0, u) for u in grid) / len(grid) == pytest.approx(12.0, rel=0.01)
+    assert sum(poisson(900.0, u) for u in grid) / len(grid) == pytest.approx(900.0, rel=0.01)
+    assert sum(binomial(50, 0.2, u) for u in grid) / len(grid) == pytest.approx(10.0, rel=0.01)
+    assert binomial(50, 0.0, 0.99) == 0 and binomial(50, 1.0, 0.01) == 50
+    assert binomial(5000, 0.7, 0.5) == pytest.approx(3500, abs=2)
+
+
+def test_common_random_numbers_never_favour_the_worse_setting() -> None:
+    for u in (0.05, 0.3, 0.7, 0.95):
+        assert binomial(100, 0.15, u) >= binomial(100, 0.01, u)
+        assert poisson(30.0, u) >= poisson(20.0, u)
+
+
+def test_fleet_rollouts_take_time_and_the_latest_target_wins() -> None:
+    on, off, other = Setting("a", True), Setting("a", False), Setting("b", True)
+    fleet = Fleet(serving=on).request(off, 100.0, 60.0)
+    assert not fleet.settled and fleet.advance(159.0).serving == on
+    assert fleet.advance(160.0) == Fleet(serving=off, switched_at=160.0)
+    restarted = fleet.request(other, 130.0, 60.0)
+    assert restarted.ready_at == 190.0 and restarted.pending == other
+    assert fleet.request(on, 120.0, 60.0).settled  # back to what serves: cancelled
+
+
+def test_revision_effects_follow_the_revision_environment_effects_everyone() -> None:
+    rollouts = [
+        {"t": 100, "spec": {}, "effects": {"error_rate": 0.02}},
+        {
+            "t": 200,
+            "spec": {"quantization": {"weights": "none"}},
+            "effects": {"tool_call_validity": 0.5, "tpot_factor": 0.8},
+        },
+    ]
+    w = world(rollouts=rollouts)
+    first, second = (r.config for r in sorted(w.revisions.values(), key=lambda r: r.number))
+    assert len(w.revisions) == 2 and w.changes[-1].config == second
+    assert w.effects(50, first).error_rate == 0.0
+    assert w.effects(150, first).error_rate == 0.02
+    assert w.effects(300, first).tool_call_validity is None  # rolled back: its effects end
+    assert w.effects(300, second).tool_call_validity == 0.5
+    assert w.effects(300, second).error_rate == 0.02
+    fast = w.conditions(300, Setting(second, True)).step_seconds
+    assert fast < w.conditions(300, Setting(first, True)).step_seconds
+
+
+def test_a_slice_counts_like_the_engines() -> None:
+    w = world()
+    config = w.changes[0].config
+    noise = ClassDraw(400, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5)
+    on = w.conditions(0, Setting(config, True))
+    served = realize(on, on.classes[0], noise)
+    assert served.draft_tokens == 4 * served.steps
+    assert served.accepted_tokens / served.draft_tokens == pytest.approx(
+        physics.engine_acceptance_rate(0.8, 4), abs=0.01
+    )
+    off = w.conditions(0, Setting(config, False))
+    plain = realize(off, off.classes[0], noise)
+    assert plain.draft_tokens == 0 and plain.output_tokens == served.output_tokens
+    observed_on = window([served], True, False)
+    observed_off = window([plain], False, False)
+    assert observed_off.draft_tokens is None and observed_on.tool_calls_valid is None
+    assert observed_on.mean_tpot_seconds and observed_off.mean_tpot_seconds
+    assert observed_on.mean_tpot_seconds < observed_off.mean_tpot_seconds
