@@ -67,7 +67,6 @@ class GatewayServer:
         self.shutdown_grace = shutdown_grace
         self.port = 0
         self.metrics_port = 0
-
         self._runners: list[web.AppRunner] = []
         self._watcher: asyncio.Task[None] | None = None
 
