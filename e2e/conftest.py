@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import signal
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -38,10 +40,16 @@ def cluster() -> Iterator[Cluster]:
     if already_running is not None:
         yield already_running
         return
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         yield harness.up()
     finally:
         harness.down()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM ends the session like Ctrl-C does: with the teardown that stops the cluster."""
+    raise KeyboardInterrupt
 
 
 @pytest.fixture(scope="session")

@@ -247,7 +247,9 @@ def test_prometheus_rules_fire_through_alertmanager(local_cluster: LocalCluster)
 def test_prometheus_stops_and_starts_on_the_same_port(local_cluster: LocalCluster) -> None:
     url = f"{local_cluster.prometheus_url}/-/ready"
     local_cluster.stop_prometheus()
-    with pytest.raises(httpx.ConnectError):
-        httpx.get(url)
-    local_cluster.start_prometheus()
+    try:
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url)
+    finally:
+        local_cluster.start_prometheus()
     assert httpx.get(url).status_code == 200

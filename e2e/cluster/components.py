@@ -11,7 +11,8 @@ from e2e.cluster import pki
 from e2e.cluster.procs import Daemon
 
 TEMPLATES = Path(__file__).parent / "templates"
-SERVICE_CIDR = "10.96.0.0/16"
+# No kube-proxy runs: ClusterIPs route nowhere, so keep them on loopback like everything else.
+SERVICE_CIDR = "127.96.0.0/16"
 POD_CIDR_PREFIX = "127.10"  # node i gets 127.10.i.0/24: pod IPs a local process can bind to
 GPU_PRODUCTS = (("NVIDIA-H100-80GB-HBM3", 81559), ("NVIDIA-A100-SXM4-80GB", 81920))
 MONITORING = ("webhook", "alertmanager", "prometheus")
@@ -125,7 +126,6 @@ def controller_manager(layout: Layout) -> Daemon:
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={p / 'sa.key'}",
             f"--root-ca-file={p / 'ca.crt'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--kube-api-qps=100",
             "--kube-api-burst=200",
         ],

@@ -16,9 +16,11 @@ from typing import Any
 
 
 def read_notifications(path: Path) -> list[dict[str, Any]]:
+    """The notifications in `path`, skipping a last line still being written."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+    complete_lines = path.read_text().split("\n")[:-1]
+    return [json.loads(line) for line in complete_lines if line]
 
 
 def make_handler(out: Path) -> type[BaseHTTPRequestHandler]:
