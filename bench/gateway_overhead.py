@@ -95,6 +95,13 @@ class Run:
     chunk_latency: list[float] = field(default_factory=list)
     requests: int = 0
     errors: int = 0
+    max_tokens: int = 128
+
+    def merge(self, other: Run) -> None:
+        self.ttft += other.ttft
+        self.chunk_latency += other.chunk_latency
+        self.requests += other.requests
+        self.errors += other.errors
 
 
 async def one_stream(session: aiohttp.ClientSession, url: str, max_tokens: int, run: Run) -> None:
@@ -127,7 +134,7 @@ async def one_stream(session: aiohttp.ClientSession, url: str, max_tokens: int, 
 
 
 async def load(url: str, concurrency: int, duration: float, max_tokens: int) -> Run:
-    run = Run()
+    run = Run(max_tokens=max_tokens)
     deadline = time.perf_counter() + duration
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -166,6 +173,18 @@ def pct(values: list[float], q: float) -> float:
 
 
 @dataclass
+class Sample:
+    """One mode's pooled observations over its rounds."""
+
+    run: Run = field(default_factory=Run)
+    seconds: float = 0.0
+    tokens: float = 0.0
+    gateway_cpu_s: float = 0.0
+    simulator_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
+
+
+@dataclass
 class Measured:
     seconds: float
     requests: int
@@ -181,34 +200,42 @@ class Measured:
     simulator_cpu_s: float
     client_cpu_s: float
 
+    @classmethod
+    def of(cls, sample: Sample) -> Measured:
+        run = sample.run
+        return cls(
+            seconds=round(sample.seconds, 2),
+            requests=run.requests,
+            errors=run.errors,
+            tokens=sample.tokens,
+            tokens_per_s=round(sample.tokens / sample.seconds, 1),
+            ttft_p50_ms=pct(run.ttft, 50) * 1e3,
+            ttft_p99_ms=pct(run.ttft, 99) * 1e3,
+            chunk_p50_ms=pct(run.chunk_latency, 50) * 1e3,
+            chunk_p99_ms=pct(run.chunk_latency, 99) * 1e3,
+            chunks=len(run.chunk_latency),
+            gateway_cpu_s=round(sample.gateway_cpu_s, 3),
+            simulator_cpu_s=round(sample.simulator_cpu_s, 3),
+            client_cpu_s=round(sample.client_cpu_s, 3),
+        )
 
-async def measure(
-    url: str, sim_url: str, pids: tuple[int, int], concurrency: int, args: argparse.Namespace
-) -> Measured:
+
+async def measure_round(
+    url: str, sim_url: str, pids: tuple[int, int], concurrency: int, seconds: float, into: Sample
+) -> None:
+    """One timed run, added to `into` (warm the pool first: the first requests connect)."""
     gateway_pid, sim_pid = pids
-    duration, max_tokens = args.duration, args.max_tokens
-    await load(url, concurrency, min(1.0, duration / 4), max_tokens)  # warm-up
+    max_tokens = into.run.max_tokens
+    await load(url, concurrency, min(0.5, seconds / 4), max_tokens)
     tokens0, t0 = await generated_tokens(sim_url), time.time()
     cpu0, sim0, self0 = cpu_seconds(gateway_pid), cpu_seconds(sim_pid), time.process_time()
-    run = await load(url, concurrency, duration, max_tokens)
-    elapsed = time.time() - t0
-    cpu1, sim1, self1 = cpu_seconds(gateway_pid), cpu_seconds(sim_pid), time.process_time()
-    tokens = await generated_tokens(sim_url) - tokens0
-    return Measured(
-        seconds=round(elapsed, 2),
-        requests=run.requests,
-        errors=run.errors,
-        tokens=tokens,
-        tokens_per_s=round(tokens / elapsed, 1),
-        ttft_p50_ms=pct(run.ttft, 50) * 1e3,
-        ttft_p99_ms=pct(run.ttft, 99) * 1e3,
-        chunk_p50_ms=pct(run.chunk_latency, 50) * 1e3,
-        chunk_p99_ms=pct(run.chunk_latency, 99) * 1e3,
-        chunks=len(run.chunk_latency),
-        gateway_cpu_s=round(cpu1 - cpu0, 3),
-        simulator_cpu_s=round(sim1 - sim0, 3),
-        client_cpu_s=round(self1 - self0, 3),
-    )
+    run = await load(url, concurrency, seconds, max_tokens)
+    into.seconds += time.time() - t0
+    into.gateway_cpu_s += cpu_seconds(gateway_pid) - cpu0
+    into.simulator_cpu_s += cpu_seconds(sim_pid) - sim0
+    into.client_cpu_s += time.process_time() - self0
+    into.tokens += await generated_tokens(sim_url) - tokens0
+    into.run.merge(run)
 
 
 # ---------------------------------------------------------------------- orchestration
@@ -281,12 +308,17 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             process(gw_argv, f"http://127.0.0.1:{metrics_port}/healthz") as gw,
         ):
             levels: dict[int, dict[str, Measured]] = {}
+            modes = (("direct", sim_url), ("gateway", gw_url))
             for c in args.concurrency:
-                levels[c] = {}
-                for mode, url in (("direct", sim_url), ("gateway", gw_url)):
-                    pids = (gw.pid, sim.pid)
-                    m = await measure(url, sim_url, pids, c, args)
-                    levels[c][mode] = m
+                samples = {mode: Sample(run=Run(max_tokens=args.max_tokens)) for mode, _ in modes}
+                # Alternate the modes so drift on a shared machine hits both alike.
+                for _ in range(args.rounds):
+                    for mode, url in modes:
+                        seconds = args.duration / args.rounds
+                        pids = (gw.pid, sim.pid)
+                        await measure_round(url, sim_url, pids, c, seconds, samples[mode])
+                levels[c] = {mode: Measured.of(sample) for mode, sample in samples.items()}
+                for mode, m in levels[c].items():
                     print(
                         f"c={c:<3} {mode:<8} {m.tokens_per_s:>9.0f} tok/s  "
                         f"TTFT p50 {m.ttft_p50_ms:7.2f} p99 {m.ttft_p99_ms:7.2f} ms  "
@@ -299,6 +331,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "settings": {
             "time_scale": args.time_scale,
             "duration_s": args.duration,
+            "rounds": args.rounds,
+            "load_average": os.getloadavg(),
             "max_tokens": args.max_tokens,
             "cpus": os.cpu_count(),
             "engine": "specfleet sim (vLLM 0.33.0 wire format), eagle3 k=3",
@@ -310,7 +344,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--time-scale", type=float, default=0.5)
-    parser.add_argument("--duration", type=float, default=8.0, help="seconds per run")
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds per mode and level")
+    parser.add_argument("--rounds", type=int, default=2, help="direct/gateway alternations")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/gateway_overhead.json")
