@@ -104,7 +104,7 @@ class LocalCluster(Cluster):
     def reload_prometheus(self) -> None:
         """Re-reads the config and the rule files (POST /-/reload)."""
         request = urllib.request.Request(f"{self.prometheus_url}/-/reload", method="POST")
-        with urllib.request.urlopen(request, timeout=10):
+        with health.opener().open(request, timeout=10):
             pass
 
 

@@ -15,13 +15,17 @@ from e2e.cluster.components import Layout
 Probe = Callable[[], bool]
 
 
-def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
-    """True if `url` answers 200 (no proxy from the environment is ever used)."""
-    opener = urllib.request.build_opener(
+def opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
+    """An HTTP opener that never uses a proxy from the environment (everything is loopback)."""
+    return urllib.request.build_opener(
         urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
     )
+
+
+def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    """True if `url` answers 200."""
     try:
-        with opener.open(url, timeout=2) as response:
+        with opener(context).open(url, timeout=2) as response:
             return bool(response.status == 200)
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
