@@ -34,9 +34,10 @@ e2e: setup helm-bin
 
 test: lint typecheck unit e2e ## the test command (.ci/run calls it)
 
-crd: setup ## regenerate the CRD and the chart's copy from the models
+crd: setup ## regenerate the CRD, the chart's copy and the field reference from the models
 	$(VENV)/bin/specfleet crd > crds/specmodel.yaml
 	cp crds/specmodel.yaml charts/specfleet/crds/specmodel.yaml
+	$(VENV)/bin/specfleet reference > docs/specmodel-reference.md
 
 golden: setup ## rewrite golden files after a reviewed renderer change
 	SPECFLEET_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/test_render_golden.py

@@ -9,6 +9,7 @@ import yaml
 
 from conftest import ROOT
 from specfleet.api.crd import crd, crd_yaml
+from specfleet.api.reference import markdown
 
 GENERATED_COPIES = [ROOT / "crds/specmodel.yaml", ROOT / "charts/specfleet/crds/specmodel.yaml"]
 NOT_STRUCTURAL = {"$ref", "anyOf", "oneOf", "allOf", "$defs", "title", "const"}
@@ -75,6 +76,12 @@ def test_cel_rules_carry_messages_and_field_paths() -> None:
     assert len(rules) >= 10
     for rule in rules:
         assert rule["message"] and rule["rule"]
+
+
+def test_committed_reference_equals_generated() -> None:
+    committed = (ROOT / "docs/specmodel-reference.md").read_text()
+    assert committed == markdown(), "docs/specmodel-reference.md is stale: run `make crd`"
+    assert "`spec.speculative.numSpeculativeTokens`" in committed
 
 
 def test_crd_yaml_parses_back_to_the_same_object() -> None:

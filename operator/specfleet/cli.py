@@ -10,6 +10,7 @@ import click
 
 from specfleet.api import InvalidSpecModel, parse_specmodel
 from specfleet.api.crd import crd_yaml
+from specfleet.api.reference import markdown
 from specfleet.controller.run import RunOptions, run
 from specfleet.gateway.cli import gateway
 from specfleet.render import ServingPlan, render
@@ -31,6 +32,12 @@ def main() -> None:
 def crd() -> None:
     """Print the SpecModel CRD generated from the API models."""
     click.echo(crd_yaml(), nl=False)
+
+
+@main.command()
+def reference() -> None:
+    """Print the SpecModel field reference (Markdown), generated from the API models."""
+    click.echo(markdown(), nl=False)
 
 
 @main.command("render")
