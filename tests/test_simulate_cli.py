@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import struct
 from pathlib import Path
 
@@ -129,3 +131,8 @@ def test_bad_specmodel_exits_2_naming_the_field(tmp_path: Path) -> None:
     specmodel.write_text(yaml.safe_dump(document))
     refused(simulate(tmp_path, SHORT_COLLAPSE, specmodel), "spec.guard.intervalSecs")
     refused(simulate(tmp_path, SHORT_COLLAPSE, tmp_path / "missing.yaml"), "missing.yaml")
+
+
+def test_the_cli_imports_without_matplotlib() -> None:
+    code = "import sys, specfleet.cli; sys.exit('matplotlib' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

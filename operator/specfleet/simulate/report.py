@@ -125,15 +125,17 @@ def text(result: Result) -> str:
     lines += [f"  false t={f['t']:.0f}s {f['action']}: {f['why']}" for f in data["falseActions"]]
     lines += [f"  missed t={m['t']:.0f}s: {m['what']}" for m in data["missed"]]
     lines.append("goodput (valid output tokens per decode-second):")
-    for name in ("guarded", "always_on", "always_off", "oracle"):
+    for name in ("guarded", "always_on", "always_off", "oracle", "oracle_rollout"):
         run = data["goodput"][name]
         violation = run["sloViolationSeconds"]
         note = f"  (quality SLO violated for {violation:.0f}s)" if violation else ""
-        lines.append(f"  {name:<11} {run['tokensPerDecodeSecond']:9.2f}{note}")
+        lines.append(f"  {name:<14} {run['tokensPerDecodeSecond']:9.2f}{note}")
     ratios = data["goodput"]["ratios"]
     lines.append(
-        "  guarded / oracle {:.3f}, / always-on {:.3f}, / always-off {:.3f}".format(
+        "  guarded / oracle {:.3f} (/ oracle with rollouts {:.3f}), / always-on {:.3f}, "
+        "/ always-off {:.3f}".format(
             ratios.get("guardedVsOracle", 0),
+            ratios.get("guardedVsOracleRollout", 0),
             ratios.get("guardedVsAlwaysOn", 0),
             ratios.get("guardedVsAlwaysOff", 0),
         )

@@ -89,6 +89,9 @@ def simulate(world: World, settings: SimulationSettings | None = None) -> Result
             world, draws, base, baselines.always(world, False), spread, settings.rollout_seconds
         ),
         "oracle": replay_fixed(world, draws, base, baselines.oracle(world), spread),
+        "oracle_rollout": replay_fixed(
+            world, draws, base, baselines.oracle(world), spread, settings.rollout_seconds
+        ),
     }
     table = analysis.TruthTable(world, run, base)
     found = analysis.episodes(table, guard)

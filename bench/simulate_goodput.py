@@ -1,0 +1,176 @@
+"""The guard against its alternatives on every example scenario: goodput of the guarded replay
+versus always-on, always-off and an oracle (same scenario, same draws), detection latency, false
+and missed actions; detection latency over many seeds; and what-if guard settings.
+
+Goodput: valid output tokens per decode-second (see `specfleet.simulate`).
+
+Run: `.venv/bin/python bench/simulate_goodput.py [--seeds 20] [--write-examples]` (about a
+minute); writes bench/results/simulate_goodput.json. `--write-examples` also rewrites the
+committed decisions.json / summary.json / timeline.png under examples/scenarios/<name>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specfleet.sim.scenario import parse_scenario
+from specfleet.simulate import report
+from specfleet.simulate.inputs import build_world, load_specmodel_document, load_world
+from specfleet.simulate.simulation import Result, SimulationSettings, simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "examples/scenarios"
+LLAMA = ROOT / "examples/llama-3.1-8b-eagle3-fp8.yaml"
+DAILY = SCENARIOS / "noisy-healthy-24h.specmodel.yaml"
+EXAMPLES = {
+    "acceptance-collapse": LLAMA,
+    "bad-quantization": SCENARIOS / "bad-quantization.specmodel.yaml",
+    "noisy-healthy-24h": DAILY,
+    "low-acceptance": LLAMA,
+    "high-load": DAILY,
+    "low-traffic": LLAMA,
+    "moderate-acceptance": LLAMA,
+}
+WHAT_IF = {
+    "defaults": {},
+    "cooldownSeconds 120": {"cooldownSeconds": 120},
+    "consecutiveBreaches 2": {"consecutiveBreaches": 2},
+    "maxCooldownSeconds 600": {"maxCooldownSeconds": 600},
+}
+
+
+def row(name: str, result: Result, wall: float) -> dict[str, Any]:
+    goodput = {k: round(g.rate, 2) for k, g in result.goodput.items()}
+    latencies = [e.latency for e in result.episodes if e.latency is not None]
+    return {
+        "scenario": name,
+        "actions": [f"{d['t']:.0f}s {d['action']}" for d in result.run.decisions],
+        "acting": len(result.acting),
+        "detectionLatencySeconds": latencies,
+        "rollbackLatencySeconds": [r["latencySeconds"] for r in report.rollbacks(result)],
+        "falseActions": len(result.false_actions),
+        "missed": len(result.missed),
+        "goodput": goodput,
+        "vsOracle": round(goodput["guarded"] / goodput["oracle"], 3),
+        "vsOracleRollout": round(goodput["guarded"] / goodput["oracle_rollout"], 3),
+        "vsAlwaysOn": round(goodput["guarded"] / goodput["always_on"], 3),
+        "vsAlwaysOff": round(goodput["guarded"] / goodput["always_off"], 3),
+        "notBelowBoth": goodput["guarded"] >= min(goodput["always_on"], goodput["always_off"]),
+        "wallSeconds": round(wall, 2),
+    }
+
+
+def examples(write: bool) -> list[dict[str, Any]]:
+    rows = []
+    for name, specmodel in EXAMPLES.items():
+        began = time.perf_counter()
+        result = simulate(load_world(specmodel, SCENARIOS / f"{name}.yaml"))
+        rows.append(row(name, result, time.perf_counter() - began))
+        if write:
+            from specfleet.simulate.plot import draw_timeline
+
+            report.write(result, SCENARIOS / name)
+            draw_timeline(result, SCENARIOS / name / "timeline.png")
+    return rows
+
+
+def collapse_at(rps_per_class: float, seeds: int, guard: dict[str, Any]) -> dict[str, Any]:
+    """Detection latency of the acceptance collapse over many seeds."""
+    document = yaml.safe_load((SCENARIOS / "acceptance-collapse.yaml").read_text())
+    document["traffic_rps"] = 2 * rps_per_class
+    specmodel = load_specmodel_document(LLAMA)
+    specmodel["spec"]["guard"] = {**specmodel["spec"].get("guard", {}), **guard}
+    world = build_world(specmodel, parse_scenario(document))
+    latencies, ratios, false = [], [], 0
+    for seed in range(seeds):
+        result = simulate(world, SimulationSettings(seed=seed))
+        latencies += [e.latency for e in result.episodes if e.latency is not None]
+        ratios.append(result.goodput["guarded"].rate / result.goodput["oracle"].rate)
+        false += len(result.false_actions)
+    return {
+        "rpsPerClass": rps_per_class,
+        "seeds": seeds,
+        "guard": guard,
+        "detected": len(latencies),
+        "latencySeconds": {
+            "min": min(latencies, default=None),
+            "median": statistics.median(latencies) if latencies else None,
+            "max": max(latencies, default=None),
+        },
+        "falseActions": false,
+        "vsOracle": {"min": round(min(ratios), 3), "mean": round(statistics.fmean(ratios), 3)},
+    }
+
+
+def what_if(name: str, guard: dict[str, Any]) -> dict[str, Any]:
+    specmodel = load_specmodel_document(EXAMPLES[name])
+    specmodel["spec"]["guard"] = {**specmodel["spec"].get("guard", {}), **guard}
+    scenario = parse_scenario(yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text()))
+    result = simulate(build_world(specmodel, scenario))
+    return row(name, result, 0.0) | {"guard": guard}
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(
+        f"{'scenario':<21}{'acting':>7}{'detect s':>9}{'rollback s':>11}{'false':>6}{'missed':>7}"
+        f"{'guarded':>9}{'on':>8}{'off':>8}{'oracle':>8}{'/oracle':>8}{'/orc+ro':>8}"
+        f"{'/on':>7}{'/off':>7}"
+    )
+    for r in rows:
+        g = r["goodput"]
+        detect = ",".join(f"{x:.0f}" for x in r["detectionLatencySeconds"]) or "-"
+        rollback = ",".join(f"{x:.0f}" for x in r["rollbackLatencySeconds"]) or "-"
+        print(
+            f"{r['scenario']:<21}{r['acting']:>7}{detect:>9}{rollback:>11}{r['falseActions']:>6}"
+            f"{r['missed']:>7}{g['guarded']:>9.2f}{g['always_on']:>8.2f}{g['always_off']:>8.2f}"
+            f"{g['oracle']:>8.2f}{r['vsOracle']:>8.3f}{r['vsOracleRollout']:>8.3f}"
+            f"{r['vsAlwaysOn']:>7.3f}{r['vsAlwaysOff']:>7.3f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--write-examples", action="store_true")
+    args = parser.parse_args()
+    rows = examples(args.write_examples)
+    print("goodput: valid output tokens per decode-second; latency: detection (rollback)")
+    print_table(rows)
+    sweeps = [collapse_at(rps, args.seeds, {}) for rps in (2.0, 4.0)]
+    print(f"\nacceptance collapse over {args.seeds} seeds (detection latency, guarded / oracle):")
+    for s in sweeps:
+        lat = s["latencySeconds"]
+        print(
+            f"  {s['rpsPerClass']} req/s per class: detected {s['detected']}/{s['seeds']}, "
+            f"latency min {lat['min']} median {lat['median']} max {lat['max']} s, "
+            f"false actions {s['falseActions']}, vs oracle min {s['vsOracle']['min']} "
+            f"mean {s['vsOracle']['mean']}"
+        )
+    variants = [
+        what_if(name, guard)
+        for name in ("acceptance-collapse", "low-acceptance", "noisy-healthy-24h")
+        for guard in WHAT_IF.values()
+    ]
+    print("\nwhat if (guard settings changed in the SpecModel):")
+    for v in variants:
+        print(
+            f"  {v['scenario']:<21} {json.dumps(v['guard']):<30} acting {v['acting']:>2}, "
+            f"false {v['falseActions']}, guarded / oracle {v['vsOracle']:.3f}, "
+            f"latency {v['detectionLatencySeconds']}"
+        )
+    out = ROOT / "bench/results/simulate_goodput.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    results = {"examples": rows, "collapseSeeds": sweeps, "whatIf": variants}
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
