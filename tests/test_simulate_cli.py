@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
-import struct
 from pathlib import Path
 
 import pytest
