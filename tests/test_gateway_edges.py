@@ -4,6 +4,7 @@ pass-through, reload and graceful stop."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import time
 from collections.abc import AsyncIterator
@@ -320,6 +321,9 @@ async def test_health_and_unknown_paths_pass_through_with_status_and_headers() -
         assert r.headers["x-got-hop"] == ""  # hop-by-hop headers are not forwarded...
         assert "keep-alive" not in r.headers  # ...in either direction
         assert await requests_total(gw, "chat", "ok") == 0  # pass-through is not inference
+        gzipped = gzip.compress(b"squeezed")
+        r = await http.post(gw.url + "/x", content=gzipped, headers={"Content-Encoding": "gzip"})
+        assert r.content == b"nope:squeezed"
 
 
 async def test_bookkeeping_failures_never_touch_the_response(

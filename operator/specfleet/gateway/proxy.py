@@ -89,8 +89,9 @@ def upstream_failure(exc: BaseException) -> web.Response:
 
 
 def upstream_headers(headers: Mapping[str, str], identity: bool) -> CIMultiDict[str]:
-    # Expect: aiohttp already answered the client's 100-continue; the engine gets the body.
-    out = _without_hop_by_hop(headers, {"host", "content-length", "expect"})
+    # aiohttp has already answered `Expect: 100-continue` and decompressed the body.
+    dropped = {"host", "content-length", "expect", "content-encoding"}
+    out = _without_hop_by_hop(headers, dropped)
     if identity:  # the gateway must read what the engine says
         out["Accept-Encoding"] = "identity"
     return out
