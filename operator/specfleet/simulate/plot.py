@@ -6,10 +6,13 @@ matplotlib is imported here, lazily: the operator image ships without it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specfleet.simulate.replay import Tick
 from specfleet.simulate.simulation import Result
+from specfleet.simulate.truth import Truth
 
 ACTION_COLORS = {
     "kill_switch_engaged": "tab:red",
@@ -20,6 +23,8 @@ ACTION_COLORS = {
     "revision_promoted": "tab:blue",
 }
 STATE_COLORS = {"engaged": "tab:red", "trial": "tab:orange"}
+MAX_POINTS = 1500
+"""Longer runs draw every n-th tick (bands and action markers stay exact)."""
 
 
 def draw_timeline(result: Result, path: Path) -> None:
@@ -38,12 +43,13 @@ def draw_timeline(result: Result, path: Path) -> None:
         sharex=True,
         gridspec_kw={"height_ratios": ratios},
     )
-    times = [tick.t / scale for tick in result.run.ticks]
-    _acceptance(axes[0], result, times)
-    _speedup(axes[1], result, times)
-    _tpot(axes[2], result, times)
+    stride = max(1, len(result.run.ticks) // MAX_POINTS)
+    view = Points(result.run.ticks[::stride], result.truths[::stride], scale)
+    _acceptance(axes[0], result, view)
+    _speedup(axes[1], view)
+    _tpot(axes[2], result, view)
     if quality:
-        _validity(axes[3], result, times)
+        _validity(axes[3], result, view)
     _serving(axes[-1], result, scale)
     for axis in axes[:-1]:
         _kill_switch_bands(axis, result, scale)
@@ -57,7 +63,21 @@ def draw_timeline(result: Result, path: Path) -> None:
     plt.close(figure)
 
 
-def _acceptance(axis: Any, result: Result, times: list[float]) -> None:
+@dataclass(frozen=True)
+class Points:
+    """The ticks drawn (every one, or every n-th of a long run) and their truths."""
+
+    ticks: list[Tick]
+    truths: list[Truth]
+    scale: float
+
+    @property
+    def times(self) -> list[float]:
+        return [tick.t / self.scale for tick in self.ticks]
+
+
+def _acceptance(axis: Any, result: Result, view: Points) -> None:
+    times = view.times
     floors = {
         c.name: c.slo.min_acceptance_rate
         for c in result.world.changes[0].specmodel.spec.classes
@@ -65,9 +85,9 @@ def _acceptance(axis: Any, result: Result, times: list[float]) -> None:
     }
     for index, name in enumerate(result.world.scenario.classes):
         color = f"C{index}"
-        observed = [tick.observed_rates.get(name) for tick in result.run.ticks]
+        observed = [tick.observed_rates.get(name) for tick in view.ticks]
         axis.plot(times, _nan(observed), color=color, lw=1, label=f"{name} observed")
-        truth = [truth.rates.get(name) for truth in result.truths]
+        truth = [truth.rates.get(name) for truth in view.truths]
         axis.plot(times, _nan(truth), color=color, lw=1, ls="--", alpha=0.7, label=f"{name} true")
         if name in floors:
             axis.axhline(floors[name], color=color, ls=":", lw=1, label=f"{name} floor")
@@ -76,8 +96,8 @@ def _acceptance(axis: Any, result: Result, times: list[float]) -> None:
     axis.legend(loc="upper right", fontsize=7, ncol=3)
 
 
-def _speedup(axis: Any, result: Result, times: list[float]) -> None:
-    ticks, truths = result.run.ticks, result.truths
+def _speedup(axis: Any, view: Points) -> None:
+    ticks, truths, times = view.ticks, view.truths, view.times
     axis.plot(times, _nan([t.speedup for t in ticks]), color="k", lw=1, label="guard's speedup")
     axis.plot(times, _nan([t.speedup for t in truths]), "k--", lw=1, label="model at true α")
     axis.plot(
@@ -94,9 +114,10 @@ def _speedup(axis: Any, result: Result, times: list[float]) -> None:
     axis.legend(loc="upper right", fontsize=7, ncol=2)
 
 
-def _tpot(axis: Any, result: Result, times: list[float]) -> None:
+def _tpot(axis: Any, result: Result, view: Points) -> None:
+    times = view.times
     for index, name in enumerate(result.world.scenario.classes):
-        tpot = [tick.observed_tpot.get(name) for tick in result.run.ticks]
+        tpot = [tick.observed_tpot.get(name) for tick in view.ticks]
         ms = [v * 1000 if v is not None else None for v in tpot]
         axis.plot(times, _nan(ms), color=f"C{index}", lw=1, label=f"{name} mean TPOT")
     axis.set_ylabel("TPOT (ms)")
@@ -104,7 +125,8 @@ def _tpot(axis: Any, result: Result, times: list[float]) -> None:
     axis.legend(loc="upper right", fontsize=7)
 
 
-def _validity(axis: Any, result: Result, times: list[float]) -> None:
+def _validity(axis: Any, result: Result, view: Points) -> None:
+    times = view.times
     floors = {
         c.name: min(
             f
@@ -115,7 +137,7 @@ def _validity(axis: Any, result: Result, times: list[float]) -> None:
         if c.slo and (c.slo.min_tool_call_validity or c.slo.min_structured_output_validity)
     }
     for index, name in enumerate(result.world.scenario.classes):
-        values = [tick.observed_validity.get(name) for tick in result.run.ticks]
+        values = [tick.observed_validity.get(name) for tick in view.ticks]
         if all(v is None for v in values):
             continue
         axis.plot(times, _nan(values), color=f"C{index}", lw=1, label=f"{name} valid share")

@@ -40,6 +40,8 @@ def summary(result: Result) -> dict[str, Any]:
         "detectionLatencySeconds": latencies,
         "maxDetectionLatencySeconds": max(latencies) if latencies else None,
         "rollbacks": rollbacks(result),
+        "trueTpotSpeedup": _range([t.tpot_speedup for t in result.truths]),
+        "guardSpeedup": _range([t.speedup for t in result.run.ticks]),
         "falseActions": result.false_actions,
         "missed": result.missed,
         "goodput": goodput(result.goodput),
@@ -141,6 +143,12 @@ def text(result: Result) -> str:
         )
     )
     return "\n".join(lines)
+
+
+def _range(values: list[float | None]) -> dict[str, float] | None:
+    """Min and max of the known values (per tick), rounded."""
+    known = [v for v in values if v is not None]
+    return {"min": round(min(known), 3), "max": round(max(known), 3)} if known else None
 
 
 def _jsonable(value: Any) -> Any:
