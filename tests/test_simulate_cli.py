@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner, Result
+from PIL import Image
 
 from specfleet.cli import main
 
@@ -85,11 +86,17 @@ def test_summary_json_and_printed_summary(written: tuple[Path, Result]) -> None:
 
 
 def test_timeline_is_a_non_trivial_png(written: tuple[Path, Result]) -> None:
-    png = (written[0] / "timeline.png").read_bytes()
+    path = written[0] / "timeline.png"
+    png = path.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", png[16:24])
     assert width >= 600 and height >= 400
-    assert 20_000 < len(png) < 300_000
+    assert 10_000 < len(png) < 200_000
+    image = Image.open(path).convert("RGB")
+    colours = image.getcolors(maxcolors=1 << 16) or []
+    assert len(colours) > 20  # lines, bands and markers, not a blank canvas
+    band = image.getpixel((width // 2, height // 6))  # the kill switch's red band mid-run
+    assert band[0] > band[1] and band[0] > band[2]
 
 
 def test_tick_option_changes_the_evaluation_interval(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from specfleet.simulate.draws import ClassDraw, binomial, poisson
 from specfleet.simulate.fleet import Fleet
 from specfleet.simulate.inputs import build_world, load_specmodel_document
 from specfleet.simulate.outcome import realize, window
+from specfleet.simulate.plot import Points
 from specfleet.simulate.world import Setting, World
 
 LLAMA = Path(__file__).resolve().parent.parent / "examples/llama-3.1-8b-eagle3-fp8.yaml"
@@ -119,3 +120,10 @@ def test_a_slice_counts_like_the_engines() -> None:
     assert observed_off.draft_tokens is None and observed_on.tool_calls_valid is None
     assert observed_on.mean_tpot_seconds and observed_off.mean_tpot_seconds
     assert observed_on.mean_tpot_seconds < observed_off.mean_tpot_seconds
+
+
+def test_long_timelines_draw_block_means() -> None:
+    view = Points([], [], 60.0, stride=3)
+    assert view.line([1.0, None, 3.0, None, None, None, 5.0]) == pytest.approx(
+        [2.0, float("nan"), 5.0], nan_ok=True
+    )

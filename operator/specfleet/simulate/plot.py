@@ -5,6 +5,7 @@ matplotlib is imported here, lazily: the operator image ships without it.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,8 @@ ACTION_COLORS = {
     "revision_promoted": "tab:blue",
 }
 STATE_COLORS = {"engaged": "tab:red", "trial": "tab:orange"}
-MAX_POINTS = 1500
-"""Longer runs draw every n-th tick (bands and action markers stay exact)."""
+MAX_POINTS = 720
+"""Longer runs draw block means (see `Points`)."""
 
 
 def draw_timeline(result: Result, path: Path) -> None:
@@ -44,7 +45,7 @@ def draw_timeline(result: Result, path: Path) -> None:
         gridspec_kw={"height_ratios": ratios},
     )
     stride = max(1, len(result.run.ticks) // MAX_POINTS)
-    view = Points(result.run.ticks[::stride], result.truths[::stride], scale)
+    view = Points(result.run.ticks, result.truths, scale, stride)
     _acceptance(axes[0], result, view)
     _speedup(axes[1], view)
     _tpot(axes[2], result, view)
@@ -59,21 +60,40 @@ def draw_timeline(result: Result, path: Path) -> None:
         f"{result.world.changes[0].specmodel.metadata.name}: guard replay, seed {result.seed}"
     )
     figure.tight_layout()
-    figure.savefig(path, dpi=72)
+    _save(figure, path)
     plt.close(figure)
+
+
+def _save(figure: Any, path: Path) -> None:
+    """A palette PNG: a line chart needs few colours, and the file is about half the size."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=72)
+    image = Image.open(buffer).convert("RGB").quantize(colors=128)
+    image.save(path, format="PNG", optimize=True)
 
 
 @dataclass(frozen=True)
 class Points:
-    """The ticks drawn (every one, or every n-th of a long run) and their truths."""
+    """The ticks and their truths, drawn one point per tick or, for a long run, one per block
+    of `stride` ticks (the block's mean: bands and action markers stay exact)."""
 
     ticks: list[Tick]
     truths: list[Truth]
     scale: float
+    stride: int = 1
 
     @property
     def times(self) -> list[float]:
-        return [tick.t / self.scale for tick in self.ticks]
+        return [tick.t / self.scale for tick in self.ticks[:: self.stride]]
+
+    def line(self, values: Sequence[float | None]) -> list[float]:
+        out = []
+        for start in range(0, len(values), self.stride):
+            known = [v for v in values[start : start + self.stride] if v is not None]
+            out.append(sum(known) / len(known) if known else float("nan"))
+        return out
 
 
 def _acceptance(axis: Any, result: Result, view: Points) -> None:
@@ -86,9 +106,11 @@ def _acceptance(axis: Any, result: Result, view: Points) -> None:
     for index, name in enumerate(result.world.scenario.classes):
         color = f"C{index}"
         observed = [tick.observed_rates.get(name) for tick in view.ticks]
-        axis.plot(times, _nan(observed), color=color, lw=1, label=f"{name} observed")
+        axis.plot(times, view.line(observed), color=color, lw=1, label=f"{name} observed")
         truth = [truth.rates.get(name) for truth in view.truths]
-        axis.plot(times, _nan(truth), color=color, lw=1, ls="--", alpha=0.7, label=f"{name} true")
+        axis.plot(
+            times, view.line(truth), color=color, lw=1, ls="--", alpha=0.7, label=f"{name} true"
+        )
         if name in floors:
             axis.axhline(floors[name], color=color, ls=":", lw=1, label=f"{name} floor")
     axis.set_ylabel("acceptance rate\n(accepted / drafted)")
@@ -98,17 +120,21 @@ def _acceptance(axis: Any, result: Result, view: Points) -> None:
 
 def _speedup(axis: Any, view: Points) -> None:
     ticks, truths, times = view.ticks, view.truths, view.times
-    axis.plot(times, _nan([t.speedup for t in ticks]), color="k", lw=1, label="guard's speedup")
-    axis.plot(times, _nan([t.speedup for t in truths]), "k--", lw=1, label="model at true α")
+    axis.plot(
+        times, view.line([t.speedup for t in ticks]), color="k", lw=1, label="guard's speedup"
+    )
+    axis.plot(times, view.line([t.speedup for t in truths]), "k--", lw=1, label="model at true α")
     axis.plot(
         times,
-        _nan([t.tpot_speedup for t in truths]),
+        view.line([t.tpot_speedup for t in truths]),
         color="tab:brown",
         lw=1,
         ls=":",
         label="true TPOT speedup (load)",
     )
-    axis.step(times, [t.threshold for t in ticks], "r", lw=1, where="post", label="threshold")
+    axis.step(
+        times, view.line([t.threshold for t in ticks]), "r", lw=1, where="post", label="threshold"
+    )
     axis.set_ylabel("speedup")
     axis.set_ylim(bottom=0)
     axis.legend(loc="upper right", fontsize=7, ncol=2)
@@ -119,7 +145,7 @@ def _tpot(axis: Any, result: Result, view: Points) -> None:
     for index, name in enumerate(result.world.scenario.classes):
         tpot = [tick.observed_tpot.get(name) for tick in view.ticks]
         ms = [v * 1000 if v is not None else None for v in tpot]
-        axis.plot(times, _nan(ms), color=f"C{index}", lw=1, label=f"{name} mean TPOT")
+        axis.plot(times, view.line(ms), color=f"C{index}", lw=1, label=f"{name} mean TPOT")
     axis.set_ylabel("TPOT (ms)")
     axis.set_ylim(bottom=0)
     axis.legend(loc="upper right", fontsize=7)
@@ -140,7 +166,7 @@ def _validity(axis: Any, result: Result, view: Points) -> None:
         values = [tick.observed_validity.get(name) for tick in view.ticks]
         if all(v is None for v in values):
             continue
-        axis.plot(times, _nan(values), color=f"C{index}", lw=1, label=f"{name} valid share")
+        axis.plot(times, view.line(values), color=f"C{index}", lw=1, label=f"{name} valid share")
         if name in floors:
             axis.axhline(floors[name], color=f"C{index}", ls=":", lw=1, label=f"{name} floor")
     axis.set_ylabel("tool-call / JSON\nvalidity")
@@ -201,7 +227,3 @@ def _segments(values: Sequence[Any]) -> Iterator[tuple[int, int, Any]]:
         if index == len(values) or values[index] != values[start]:
             yield start, index, values[start]
             start = index
-
-
-def _nan(values: Sequence[float | None]) -> list[float]:
-    return [float("nan") if v is None else v for v in values]
