@@ -4,8 +4,8 @@ and missed actions; detection latency over many seeds; and what-if guard setting
 
 Goodput: valid output tokens per decode-second (see `specfleet.simulate`).
 
-Run: `.venv/bin/python bench/simulate_goodput.py [--seeds 20] [--write-examples]` (about a
-minute); writes bench/results/simulate_goodput.json. `--write-examples` also rewrites the
+Run: `.venv/bin/python bench/simulate_goodput.py [--seeds 20] [--write-examples]` (about two
+minutes); writes bench/results/simulate_goodput.json. `--write-examples` also rewrites the
 committed decisions.json / summary.json / timeline.png under examples/scenarios/<name>/.
 """
 
@@ -81,31 +81,41 @@ def examples(write: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def collapse_at(rps_per_class: float, seeds: int, guard: dict[str, Any]) -> dict[str, Any]:
-    """Detection latency of the acceptance collapse over many seeds."""
-    document = yaml.safe_load((SCENARIOS / "acceptance-collapse.yaml").read_text())
-    document["traffic_rps"] = 2 * rps_per_class
-    specmodel = load_specmodel_document(LLAMA)
-    specmodel["spec"]["guard"] = {**specmodel["spec"].get("guard", {}), **guard}
+def seed_sweep(
+    name: str, seeds: int, traffic_rps: float | None = None, guard: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Detection / rollback latency, false actions and guarded / oracle over many seeds."""
+    document = yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text())
+    if traffic_rps is not None:
+        document["traffic_rps"] = traffic_rps
+    specmodel = load_specmodel_document(EXAMPLES[name])
+    specmodel["spec"]["guard"] = {**specmodel["spec"].get("guard", {}), **(guard or {})}
     world = build_world(specmodel, parse_scenario(document))
-    latencies, ratios, false = [], [], 0
+    latencies, rollbacks, ratios, false = [], [], [], 0
     for seed in range(seeds):
         result = simulate(world, SimulationSettings(seed=seed))
         latencies += [e.latency for e in result.episodes if e.latency is not None]
+        rollbacks += [r["latencySeconds"] for r in report.rollbacks(result)]
         ratios.append(result.goodput["guarded"].rate / result.goodput["oracle"].rate)
         false += len(result.false_actions)
     return {
-        "rpsPerClass": rps_per_class,
+        "scenario": name,
+        "trafficRps": traffic_rps,
         "seeds": seeds,
-        "guard": guard,
         "detected": len(latencies),
-        "latencySeconds": {
-            "min": min(latencies, default=None),
-            "median": statistics.median(latencies) if latencies else None,
-            "max": max(latencies, default=None),
-        },
+        "latencySeconds": _spread(latencies),
+        "rollbacks": len(rollbacks),
+        "rollbackLatencySeconds": _spread(rollbacks),
         "falseActions": false,
         "vsOracle": {"min": round(min(ratios), 3), "mean": round(statistics.fmean(ratios), 3)},
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float | None]:
+    return {
+        "min": min(values, default=None),
+        "median": statistics.median(values) if values else None,
+        "max": max(values, default=None),
     }
 
 
@@ -143,15 +153,21 @@ def main() -> None:
     rows = examples(args.write_examples)
     print("goodput: valid output tokens per decode-second; latency: detection (rollback)")
     print_table(rows)
-    sweeps = [collapse_at(rps, args.seeds, {}) for rps in (2.0, 4.0)]
-    print(f"\nacceptance collapse over {args.seeds} seeds (detection latency, guarded / oracle):")
+    sweeps = [
+        seed_sweep("acceptance-collapse", args.seeds, traffic_rps=4.0),
+        seed_sweep("acceptance-collapse", args.seeds, traffic_rps=8.0),
+        seed_sweep("bad-quantization", args.seeds),
+        seed_sweep("noisy-healthy-24h", max(args.seeds // 4, 1)),
+    ]
+    print("\nover seeds (latency min/median/max s, guarded / oracle min and mean):")
     for s in sweeps:
-        lat = s["latencySeconds"]
+        lat, back = s["latencySeconds"], s["rollbackLatencySeconds"]
+        rps = f" at {s['trafficRps']} req/s total" if s["trafficRps"] else ""
         print(
-            f"  {s['rpsPerClass']} req/s per class: detected {s['detected']}/{s['seeds']}, "
-            f"latency min {lat['min']} median {lat['median']} max {lat['max']} s, "
-            f"false actions {s['falseActions']}, vs oracle min {s['vsOracle']['min']} "
-            f"mean {s['vsOracle']['mean']}"
+            f"  {s['scenario']}{rps}, {s['seeds']} seeds: detected {s['detected']} "
+            f"({lat['min']}/{lat['median']}/{lat['max']}), rolled back {s['rollbacks']} "
+            f"({back['min']}/{back['median']}/{back['max']}), false actions "
+            f"{s['falseActions']}, vs oracle {s['vsOracle']['min']} / {s['vsOracle']['mean']}"
         )
     variants = [
         what_if(name, guard)
@@ -167,7 +183,7 @@ def main() -> None:
         )
     out = ROOT / "bench/results/simulate_goodput.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    results = {"examples": rows, "collapseSeeds": sweeps, "whatIf": variants}
+    results = {"examples": rows, "seeds": sweeps, "whatIf": variants}
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
 

@@ -7,7 +7,7 @@
 - A `kill_switch_engaged` / `trial_failed` is false when the truth was never bad (at the
   threshold it was judged against) in the stretch of windows that led to it; a
   `kill_switch_released` is false when the truth is bad at that moment; a `rolled_back` is false
-  when the revision rolled back did not truly break a quality limit.
+  (or `quality_breach` alert) when the revision did not truly break a quality limit.
 - Missed: an episode never acted on, a truly bad revision promoted.
 """
 
@@ -131,7 +131,7 @@ def _why_false(table: TruthTable, guard: GuardSpec, decision: dict[str, Any]) ->
             return "speculation truly paid throughout the windows that led to it"
     if action == "kill_switch_released" and table.bad(index, guard.min_speedup):
         return "speculation truly did not pay when released"
-    if action == "rolled_back" and not _revision_bad(table, decision):
+    if action in ("rolled_back", "quality_breach") and not _revision_bad(table, decision):
         return f"revision {decision['revision']} broke no quality limit"
     return None
 
