@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from specfleet.api.spec import GuardSpec
-from specfleet.guard import Decision
+from specfleet.guard import Action, Decision
 from specfleet.guard.speedup import weighted
 from specfleet.simulate.control import Operator
 from specfleet.simulate.draws import ClassDraw
@@ -144,29 +144,38 @@ def _tick(
     observation = observe(world, run.slices, i, fleet, base, now)
     settled = fleet.settled and fleet.serving == operator.target(now)
     situation = operator.situation(observation, fleet.serving.speculation, settled, now)
-    last_good = [
-        r.number
-        for r in operator.status.revisions
-        if r.verdict == "good" and r.number != situation.revision.number
-    ]
+    last_good = _last_good(operator, situation.revision.number)
     operator, decision = operator.decided(situation)
     run.ticks.append(_record(t, fleet, observation, decision, situation.policy.guard))
-    for action in decision.actions:
-        run.decisions.append(
-            {
-                "t": t,
-                "time": now.isoformat(),
-                "action": action.action,
-                "reason": action.reason,
-                "message": action.message,
-                "evidence": action.evidence,
-                "dryRun": action.dry_run,
-                "revision": situation.revision.number,
-                "speculation": fleet.serving.speculation,
-                "lastGood": last_good[-1] if last_good else None,
-            }
-        )
+    context = {
+        "revision": situation.revision.number,
+        "speculation": fleet.serving.speculation,
+        "lastGood": last_good,
+    }
+    run.decisions += [_decision(t, now, action, context) for action in decision.actions]
     return operator, fleet.request(operator.target(now), t, base.rollout_seconds)
+
+
+def _last_good(operator: Operator, active: int) -> int | None:
+    """The newest good revision other than the active one: what a rollback would serve."""
+    good = [
+        r.number for r in operator.status.revisions if r.verdict == "good" and r.number != active
+    ]
+    return good[-1] if good else None
+
+
+def _decision(t: float, now: datetime, action: Action, context: dict[str, Any]) -> dict[str, Any]:
+    """One line of decisions.json."""
+    return {
+        "t": t,
+        "time": now.isoformat(),
+        "action": action.action,
+        "reason": action.reason,
+        "message": action.message,
+        "evidence": action.evidence,
+        "dryRun": action.dry_run,
+        **context,
+    }
 
 
 def observe(
