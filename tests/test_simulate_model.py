@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from specfleet.api.status import KillSwitchState, KillSwitchStatus
 from specfleet.sim.acceptance import draw, expected_acceptance_length
 from specfleet.sim.scenario import parse_scenario
 from specfleet.sim.timing import TimingModel
 from specfleet.simulate import physics
+from specfleet.simulate.control import Operator
 from specfleet.simulate.draws import ClassDraw, binomial, poisson
 from specfleet.simulate.fleet import Fleet
 from specfleet.simulate.inputs import build_world, load_specmodel_document
 from specfleet.simulate.outcome import realize, window
 from specfleet.simulate.plot import Points
 from specfleet.simulate.world import Setting, World
+from specfleet.telemetry.model import Observation
 
 LLAMA = Path(__file__).resolve().parent.parent / "examples/llama-3.1-8b-eagle3-fp8.yaml"
 
@@ -75,10 +80,33 @@ def test_fleet_rollouts_take_time_and_the_latest_target_wins() -> None:
     on, off, other = Setting("a", True), Setting("a", False), Setting("b", True)
     fleet = Fleet(serving=on).request(off, 100.0, 60.0)
     assert not fleet.settled and fleet.advance(159.0).serving == on
-    assert fleet.advance(160.0) == Fleet(serving=off, switched_at=160.0)
+    assert fleet.advance(160.0) == Fleet(serving=off, switched_at=160.0, generation=2)
     restarted = fleet.request(other, 130.0, 60.0)
     assert restarted.ready_at == 190.0 and restarted.pending == other
+    assert restarted.generation == 3  # every plan change is a new Deployment generation
     assert fleet.request(on, 120.0, 60.0).settled  # back to what serves: cancelled
+    assert fleet.request(off, 120.0, 60.0) is fleet  # the same target again: nothing to do
+
+
+def test_the_operator_judges_only_a_full_window_after_the_rollout() -> None:
+    w = world()
+    config = w.changes[0].config
+    specmodel = w.changes[0].specmodel
+    fleet = Fleet(serving=Setting(config, True))
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    operator = Operator.start(specmodel, fleet, start - timedelta(hours=1))
+    observation = Observation(at=start, window_seconds=60, revision=1, speculation=True)
+    assert operator.situation(observation, fleet, start).settled
+    engaged = KillSwitchStatus(state=KillSwitchState.ENGAGED, source="guard")
+    operator = replace(operator, status=operator.status.model_copy(update={"kill_switch": engaged}))
+    moving = fleet.request(operator.target(start), 0.0, 60.0)
+    assert moving.pending == Setting(config, False)
+    operator = operator.reconciled(moving, start)
+    assert not operator.situation(observation, moving, start + timedelta(seconds=30)).settled
+    done = moving.advance(60.0)
+    operator = operator.reconciled(done, start + timedelta(seconds=60))
+    assert not operator.situation(observation, done, start + timedelta(seconds=105)).settled
+    assert operator.situation(observation, done, start + timedelta(seconds=120)).settled
 
 
 def test_revision_effects_follow_the_revision_environment_effects_everyone() -> None:

@@ -4,11 +4,13 @@
         [--rollout-seconds 60] [--no-plot]
 
 On a virtual clock the fleet serves the scenario (the format `specfleet sim engine` reads) in
-slices; every tick `guard.decide` judges the last window, built per class the way telemetry
-builds it; `controller.plan` turns spec + status into the serving plan; a plan change (kill
-switch, trial, rollback, new revision) reaches the fleet after `rollout_seconds`, and until then
-the guard sees `settled=False`. What the fleet serves follows the plan: speculation off means no
-drafts and plain-decoding TPOT; a revision's rollout effects apply only while it serves.
+slices; every tick the operator's own path (`controller.guarding.situation`, `guard.decide`,
+`controller.guarding.apply_decision`, `controller.plan`, `controller.status.next_status`) judges
+the last window, built per class the way telemetry builds it; a plan change (kill switch,
+trial, rollback, new revision) reaches the fleet after `rollout_seconds`, and the guard judges
+again only a whole window after the rollout completed (`settled`). What the fleet serves follows
+the plan: speculation off means no drafts and plain-decoding TPOT; a revision's rollout effects
+apply only while it serves.
 
 API::
 

@@ -1,23 +1,27 @@
-"""The operator's half of the loop, on the same path the controller takes: `controller.plan`
-from spec + status, `controller.status.next_status` for the bookkeeping, `guard.decide` on a
-`Situation`, and the decision written back into status (guard memory, kill switch, the active
-revision's verdict) for the next plan to act on.
+"""The operator's half of the loop, on the path `controller.reconcile` takes: on a guard tick
+`controller.guarding.situation` -> `guard.decide` -> `controller.guarding.apply_decision`, then
+`controller.plan` and `controller.status.next_status` over the Deployment as the controller's
+watch sees it (synthesized from the simulated fleet). So the guard judges a window only when the
+operator would: rollout complete and Ready for a whole window.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from specfleet.api import SpecModel, SpecModelStatus
-from specfleet.api.status import GuardStatus, KillSwitchStatus
-from specfleet.controller.plan import GOOD, Plan, plan
-from specfleet.controller.status import Observed, next_status
-from specfleet.guard import Decision, Policy, Situation, decide
+from specfleet.controller import guarding
+from specfleet.controller.plan import Plan, plan
+from specfleet.controller.status import Observed, next_status, rollout
+from specfleet.guard import Decision, Situation, decide
+from specfleet.render.workload import SPECULATION_LABEL
+from specfleet.simulate.fleet import Fleet
 from specfleet.simulate.world import Setting
 from specfleet.telemetry.model import Observation
 
-OVERRIDE_SOURCES = ("annotation", "spec")
+Body = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -26,8 +30,8 @@ class Operator:
     status: SpecModelStatus
 
     @classmethod
-    def start(cls, specmodel: SpecModel, now: datetime) -> Operator:
-        return cls(specmodel, SpecModelStatus()).reconciled(now)
+    def start(cls, specmodel: SpecModel, fleet: Fleet, now: datetime) -> Operator:
+        return cls(specmodel, SpecModelStatus()).reconciled(fleet, now)
 
     def plan(self, now: datetime) -> Plan:
         return plan(self.specmodel, self.status, now)
@@ -37,49 +41,45 @@ class Operator:
         the_plan = self.plan(now)
         return Setting(the_plan.active.hash, the_plan.speculation)
 
-    def with_spec(self, specmodel: SpecModel, now: datetime) -> Operator:
+    def with_spec(self, specmodel: SpecModel, fleet: Fleet, now: datetime) -> Operator:
         """Git changed the spec: the controller reconciles at once."""
-        return replace(self, specmodel=specmodel).reconciled(now)
+        return replace(self, specmodel=specmodel).reconciled(fleet, now)
 
-    def reconciled(self, now: datetime) -> Operator:
-        the_plan = self.plan(now)
-        status = next_status(self.specmodel, the_plan, Observed(), self.status, now)
+    def reconciled(self, fleet: Fleet, now: datetime) -> Operator:
+        """Status after a reconcile that sees the fleet's Deployment as it is now."""
+        observed = Observed(deployment=deployment(fleet, self.specmodel.spec.pod.replicas))
+        status = next_status(self.specmodel, self.plan(now), observed, self.status, now)
         return replace(self, status=status)
 
-    def situation(
-        self, observation: Observation, speculation: bool, settled: bool, now: datetime
-    ) -> Situation:
-        the_plan = self.plan(now)
-        source = the_plan.speculation_source
-        return Situation(
-            policy=Policy.of(self.specmodel, source if source in OVERRIDE_SOURCES else None),
-            guard=self.status.guard or GuardStatus(),
-            kill_switch=self.status.kill_switch or KillSwitchStatus(),
-            revision=the_plan.active,
-            has_last_good=any(
-                r.verdict == GOOD and r.number != the_plan.active.number for r in the_plan.revisions
-            ),
-            speculation=speculation,
-            settled=settled,
-            observation=observation,
-            now=now,
+    def situation(self, observation: Observation, fleet: Fleet, now: datetime) -> Situation:
+        body = deployment(fleet, self.specmodel.spec.pod.replicas)
+        return guarding.situation(
+            self.specmodel, self.status, self.plan(now), rollout(body), observation, now
         )
 
-    def decided(self, situation: Situation) -> tuple[Operator, Decision]:
-        """The guard's decision, recorded in status, and the operator reconciled on it."""
+    def decided(self, situation: Situation, fleet: Fleet) -> tuple[Operator, Decision]:
+        """The guard's decision folded into status, then the reconcile that follows it."""
         decision = decide(situation)
-        active = situation.revision.number
-        revisions = [
-            r.model_copy(update={"verdict": decision.verdict}) if r.number == active else r
-            for r in self.status.revisions
-        ]
-        status = self.status.model_copy(
-            update={
-                "guard": decision.guard,
-                "kill_switch": decision.kill_switch,
-                "revisions": revisions,
-                "classes": decision.classes,
-                "acceptance": decision.acceptance,
-            }
+        status = guarding.apply_decision(
+            self.status, self.plan(situation.now), decision, situation.now
         )
-        return replace(self, status=status).reconciled(situation.now), decision
+        return replace(self, status=status).reconciled(fleet, situation.now), decision
+
+
+def deployment(fleet: Fleet, replicas: int) -> Body:
+    """The engine Deployment as the controller's watch sees it: every plan change is a new
+    generation, complete once the fleet's rollout is."""
+    generation = fleet.generation
+    updated = replicas if fleet.settled else 0
+    labels = {SPECULATION_LABEL: "on" if fleet.target.speculation else "off"}
+    return {
+        "metadata": {"generation": generation},
+        "spec": {"replicas": replicas, "template": {"metadata": {"labels": labels}}},
+        "status": {
+            "observedGeneration": generation,
+            "replicas": replicas,
+            "updatedReplicas": updated,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+        },
+    }

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from specfleet.api import SpecModelStatus
 from specfleet.api.spec import GuardSpec
 from specfleet.guard import Action, Decision
 from specfleet.guard.speedup import weighted
@@ -26,6 +27,9 @@ from specfleet.simulate.world import Conditions, Setting, World
 from specfleet.telemetry.model import Observation
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+RUNNING_BEFORE = 3600.0
+"""The fleet has served (Ready) for this long when the scenario starts: the guard may judge its
+first full window at once. Its first revision still starts probation at the first evaluation."""
 
 
 @dataclass(frozen=True)
@@ -109,17 +113,20 @@ def replay_guarded(
     world: World, draws: list[dict[str, ClassDraw]], base: Timebase, clock: Clock, spread: float
 ) -> GuardedRun:
     run = GuardedRun()
-    operator = Operator.start(world.changes[0].specmodel, clock.at(0))
-    fleet = Fleet(serving=operator.target(clock.at(0)))
+    start = world.changes[0].specmodel
+    fleet = Fleet(serving=Operator(start, SpecModelStatus()).target(clock.at(0)))
+    operator = Operator.start(start, fleet, clock.at(-RUNNING_BEFORE))
     changes = list(world.changes[1:])
     for i in range(base.count + 1):
-        t = base.time(i)
-        fleet = fleet.advance(t)
+        t, now = base.time(i), clock.at(base.time(i))
+        advanced = fleet.advance(t)
+        if advanced != fleet:  # the rollout completed: the watch event makes a reconcile
+            fleet, operator = advanced, operator.reconciled(advanced, now)
         if i and i % base.tick_slices == 0:
             operator, fleet = _tick(world, run, operator, fleet, base, clock, i)
         while changes and base.index(changes[0].t) <= i:
-            operator = operator.with_spec(changes.pop(0).specmodel, clock.at(t))
-            fleet = fleet.request(operator.target(clock.at(t)), t, base.rollout_seconds)
+            operator = operator.with_spec(changes.pop(0).specmodel, fleet, now)
+            operator, fleet = _follow(operator, fleet, t, now, base.rollout_seconds)
         if i < base.count:
             conditions = world.conditions(t, fleet.serving)
             served = {
@@ -142,10 +149,9 @@ def _tick(
 ) -> tuple[Operator, Fleet]:
     t, now = base.time(i), clock.at(base.time(i))
     observation = observe(world, run.slices, i, fleet, base, now)
-    settled = fleet.settled and fleet.serving == operator.target(now)
-    situation = operator.situation(observation, fleet.serving.speculation, settled, now)
+    situation = operator.situation(observation, fleet, now)
     last_good = _last_good(operator, situation.revision.number)
-    operator, decision = operator.decided(situation)
+    operator, decision = operator.decided(situation, fleet)
     run.ticks.append(_record(t, fleet, observation, decision, situation.policy.guard))
     context = {
         "revision": situation.revision.number,
@@ -153,7 +159,18 @@ def _tick(
         "lastGood": last_good,
     }
     run.decisions += [_decision(t, now, action, context) for action in decision.actions]
-    return operator, fleet.request(operator.target(now), t, base.rollout_seconds)
+    return _follow(operator, fleet, t, now, base.rollout_seconds)
+
+
+def _follow(
+    operator: Operator, fleet: Fleet, t: float, now: datetime, rollout_seconds: float
+) -> tuple[Operator, Fleet]:
+    """The operator applies its plan; if that changes what runs, a rollout starts and the
+    watch event that follows shows the Deployment progressing."""
+    moved = fleet.request(operator.target(now), t, rollout_seconds)
+    if moved.generation != fleet.generation:
+        operator = operator.reconciled(moved, now)
+    return operator, moved
 
 
 def _last_good(operator: Operator, active: int) -> int | None:
