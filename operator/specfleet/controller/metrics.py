@@ -55,3 +55,9 @@ GUARD_BLIND = Gauge(
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )
+ACTIVE_REVISION = Gauge(
+    "specfleet_active_revision",
+    "The revision a SpecModel serves (differs from the desired one after a rollback).",
+    ["namespace", "specmodel"],
+    registry=REGISTRY,
+)

@@ -22,6 +22,7 @@ from specfleet.alerts.sender import AlertSender
 from specfleet.controller import children
 from specfleet.controller.kube import Kube
 from specfleet.controller.metrics import (
+    ACTIVE_REVISION,
     GUARD_BLIND,
     GUARD_DECISIONS,
     KILL_SWITCH_ENGAGED,
@@ -94,7 +95,7 @@ class Operator:
         if self.alerts:
             self.alerts.update(key, [], self._receivers_of(None))
             self.alerts.forget(key)
-        for gauge in (KILL_SWITCH_ENGAGED, GUARD_BLIND):
+        for gauge in (KILL_SWITCH_ENGAGED, GUARD_BLIND, ACTIVE_REVISION):
             with contextlib.suppress(KeyError):
                 gauge.remove(*key)
 
@@ -119,6 +120,8 @@ class Operator:
         else:
             self._backoff.pop(key, None)
         KILL_SWITCH_ENGAGED.labels(namespace, name).set(1 if _switched_off(outcome) else 0)
+        if outcome.status.active_revision is not None:
+            ACTIVE_REVISION.labels(namespace, name).set(outcome.status.active_revision)
         GUARD_BLIND.labels(namespace, name).set(
             1 if outcome.status.guard and outcome.status.guard.blind else 0
         )
