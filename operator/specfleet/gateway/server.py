@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import AsyncIterator
@@ -181,6 +182,9 @@ async def run(server: GatewayServer) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     await server.start()
+    # Everything loaded so far lives as long as the process: keep the collector from rescanning
+    # it, so collections triggered by per-chunk garbage stay short (pauses stall every stream).
+    gc.freeze()
     await stopping.wait()
     log.info("stopping: draining in-flight requests for up to %.0f s", server.shutdown_grace)
     await server.stop()
