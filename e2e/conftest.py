@@ -29,16 +29,16 @@ def cluster() -> Iterator[Cluster]:
     """The cluster under test.
 
     SPECFLEET_E2E_KUBECONFIG set: that cluster, left as it is. Otherwise the local cluster:
-    reused (and left running) if `make cluster-up` already started it, else started here
-    and stopped at the end of the session, whatever the tests did.
+    reused (any stopped part restarted) and left running if something else, such as
+    `make cluster-up`, started it; else started here and stopped at the end of the session,
+    whatever the tests did.
     """
     given = os.environ.get("SPECFLEET_E2E_KUBECONFIG")
     if given:
         yield harness.external(Path(given))
         return
-    already_running = harness.running()
-    if already_running is not None:
-        yield already_running
+    if harness.any_running():
+        yield harness.up()
         return
     signal.signal(signal.SIGTERM, _interrupt)
     try:

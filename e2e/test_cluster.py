@@ -65,12 +65,13 @@ def engine_container(gpus: int) -> dict[str, Any]:
 
 def test_gpu_nodes_are_ready(local_cluster: LocalCluster) -> None:
     nodes = local_cluster.kubectl_json("get", "nodes", "-l", "type=kwok")["items"]
-    assert len(nodes) == local_cluster.nodes == 4
+    assert len(nodes) == local_cluster.nodes  # 4 unless SPECFLEET_E2E_NODES says otherwise
     for node in nodes:
         ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
         assert ready == "True", node["metadata"]["name"]
         assert node["status"]["capacity"][GPU] == "8"
-        assert node["metadata"]["labels"]["nvidia.com/gpu.product"].startswith("NVIDIA-")
+    products = {node["metadata"]["labels"]["nvidia.com/gpu.product"] for node in nodes}
+    assert "NVIDIA-H100-80GB-HBM3" in products
 
 
 def test_gpu_deployment_schedules_and_is_garbage_collected(

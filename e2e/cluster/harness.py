@@ -134,6 +134,11 @@ def external(kubeconfig: Path) -> Cluster:
     )
 
 
+def any_running(state: Path | None = None) -> bool:
+    """True if some process of the local cluster runs (someone started it)."""
+    return any(procs.running_pid(state or state_dir(), name) for name in PROCESSES)
+
+
 def running(state: Path | None = None) -> LocalCluster | None:
     """The local cluster if every process of it is up and ready, else None."""
     cluster = _load(state or state_dir())

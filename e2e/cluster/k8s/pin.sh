@@ -10,7 +10,8 @@ kwok_version="${2:-$(go list -m -f '{{.Version}}' sigs.k8s.io/kwok)}"
 staging_version="v0.${k8s_version#v1.}"
 
 go mod edit -require="k8s.io/kubernetes@$k8s_version" -require="sigs.k8s.io/kwok@$kwok_version"
-upstream_gomod="$(go mod download -json "k8s.io/kubernetes@$k8s_version" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+upstream_gomod="$(go mod download -json "k8s.io/kubernetes@$k8s_version" \
+  | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
 for module in $(grep -oP '^\tk8s\.io/[a-z0-9-]+(?= v0\.0\.0$)' "$upstream_gomod"); do
   go mod edit -replace="$module=$module@$staging_version"
 done
