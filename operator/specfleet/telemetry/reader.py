@@ -117,7 +117,7 @@ class TelemetryReader:
             if query not in cache:
                 self.queries += 1
                 cache[query] = self._prometheus.custom_query(
-                    query, params={"timeout": f"{self._timeout}s"}
+                    query, params={"timeout": f"{int(self._timeout * 1000)}ms"}
                 )
             values[name] = _series(cache[query], label, wanted)
         return values
