@@ -100,14 +100,17 @@ class TelemetryReader:
         self, window: int, targets: list[Target], now: datetime
     ) -> dict[tuple[str, str], Observation]:
         try:
-            values = self._query_all(window)
+            values = _by_pod_state(self._query_all(window))
         except (PrometheusApiClientException, RequestException, ValueError) as exc:
             reason = f"Prometheus query failed: {exc}"[:300]
             log.warning("%s", reason)
             return {
                 (t.namespace, t.specmodel): _observation(t, now, {}, blind=reason) for t in targets
             }
-        return {(t.namespace, t.specmodel): _observation(t, now, values) for t in targets}
+        return {
+            (t.namespace, t.specmodel): _observation(t, now, values.get(_state(t), {}))
+            for t in targets
+        }
 
     def _query_all(self, window: int) -> dict[str, dict[SeriesKey, float]]:
         cache: dict[str, list[dict[str, Any]]] = {}
@@ -142,23 +145,29 @@ def _series(
     return out
 
 
-def _observation(
-    target: Target,
-    now: datetime,
-    values: dict[str, dict[SeriesKey, float]],
-    blind: str | None = None,
-) -> Observation:
+StateKey = tuple[str, str, str, str]
+"""(namespace, specmodel, revision, speculation): one SpecModel's pods in one plan state."""
+
+
+def _state(target: Target) -> StateKey:
     speculation = "on" if target.speculation else "off"
-    classes: dict[str, dict[str, float]] = defaultdict(dict)
+    return target.namespace, target.specmodel, str(target.revision), speculation
+
+
+def _by_pod_state(
+    values: dict[str, dict[SeriesKey, float]],
+) -> dict[StateKey, dict[str, dict[str, float]]]:
+    """Regroups query results once, so each target is a lookup: state -> class -> field."""
+    grouped: dict[StateKey, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for name, series in values.items():
-        for (namespace, specmodel, klass, revision, state), value in series.items():
-            if (namespace, specmodel, revision, state) == (
-                target.namespace,
-                target.specmodel,
-                str(target.revision),
-                speculation,
-            ):
-                classes[klass][name] = value
+        for (namespace, specmodel, klass, revision, speculation), value in series.items():
+            grouped[(namespace, specmodel, revision, speculation)][klass][name] = value
+    return grouped
+
+
+def _observation(
+    target: Target, now: datetime, classes: dict[str, dict[str, float]], blind: str | None = None
+) -> Observation:
     return Observation(
         at=now,
         window_seconds=target.window_seconds,
