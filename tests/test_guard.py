@@ -12,7 +12,12 @@ from conftest import specmodel_doc
 from specfleet.api import parse_specmodel
 from specfleet.api.status import GuardStatus, KillSwitchStatus, QualityBaseline, RevisionRecord
 from specfleet.guard import Policy, Situation, decide
-from specfleet.guard.speedup import expected_speedup, expected_tokens_per_step
+from specfleet.guard.speedup import (
+    expected_speedup,
+    expected_tokens_per_step,
+    speedup_from_length,
+    wilson_interval,
+)
 from specfleet.telemetry.model import ClassWindow, Observation
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -125,7 +130,9 @@ def test_engage_decision_carries_its_evidence() -> None:
     assert evidence["classes"]["code"]["acceptanceRate"] == 0.1
     assert evidence["classes"]["code"]["draftTokens"] == 20000
     assert evidence["minSpeedup"] == 1.0 and evidence["windowSeconds"] == 60
-    assert evidence["speedup"] < 1
+    # E = 1 + accepted / steps = 1.4: the model says 1.4 / 1.2; the critical floor decided
+    assert evidence["speedup"] == pytest.approx(1.4 / 1.2, abs=1e-3)
+    assert "acceptance 0.10 < 0.50" in evidence["breaches"]
     assert decision.kill_switch.next_trial_after == (T0 + timedelta(seconds=300)).isoformat()
 
 
@@ -173,7 +180,9 @@ def test_measured_tpot_overrides_the_model() -> None:
             "chat": window(0.6, mean_tpot_seconds=0.03),
         },
     )
-    measured = GuardStatus(tpot_without_speculation={"code": 0.025, "chat": 0.025})
+    measured = GuardStatus(
+        tpot_without_speculation={"code": 0.025, "chat": 0.025}, tpot_measured_at=T0.isoformat()
+    )
     decision = decide(situation(obs, guard=measured.model_copy(update={"consecutive_bad": 2})))
     assert [a.action for a in decision.actions] == ["kill_switch_engaged"]
     assert decision.actions[0].evidence["classes"]["code"]["speedupSource"] == "measured"
@@ -193,7 +202,7 @@ def test_cooldown_trial_and_release_with_hysteresis() -> None:
 def test_failed_trial_doubles_the_cooldown() -> None:
     bad = observe(0.1, 0.1)
     off = observe(0.1, 0.1, speculation=False)
-    state, actions = run(situation(bad), [bad] * 3 + [off] * 20 + [bad] * 3)
+    state, actions = run(situation(bad), [bad] * 3 + [off] * 20 + [bad])  # fails on 1 window
     assert actions == ["kill_switch_engaged", "trial_started", "trial_failed"]
     assert state.kill_switch.failed_trials == 1
     due = datetime.fromisoformat(state.kill_switch.next_trial_after or "")
@@ -313,6 +322,43 @@ def test_status_classes_and_acceptance_summary() -> None:
     classes = {c.name: c for c in decision.classes}
     assert classes["code"].acceptance_rate == 0.8 and classes["code"].verdict == "good"
     assert classes["code"].expected_speedup == pytest.approx(
-        expected_speedup(0.8, 4, 0.05), abs=1e-3
+        speedup_from_length(1 + 4 * 0.8, 4, 0.05), abs=1e-3
     )
     assert decision.acceptance == "0.70"
+
+
+def test_measured_tpot_expires() -> None:
+    obs = observe(0.6, 0.6, tpot=0.03)
+    stale = GuardStatus(
+        consecutive_bad=2,
+        tpot_without_speculation={"code": 0.025, "chat": 0.025},
+        tpot_measured_at=(T0 - timedelta(hours=2)).isoformat(),
+    )
+    assert not decide(situation(obs, guard=stale)).actions
+
+
+def test_a_noisy_dip_in_validity_is_not_a_breach() -> None:
+    dip = observe(0.8, 0.8, tool_calls_valid=22.0, tool_calls_invalid=3.0)  # 0.88 of 25, floor 0.9
+    _, actions = run(on_probation(), [dip] * 4)
+    assert actions == []
+    low, high = wilson_interval(22, 25)
+    assert low < 0.88 < 0.9 < high
+
+
+def test_a_few_errors_are_not_a_breach() -> None:
+    flaky = observe(0.8, 0.8, errors=4.0)  # 2% of 200 requests, but only 4 errors
+    _, actions = run(on_probation(), [flaky] * 4)
+    assert actions == []
+    broken = observe(0.8, 0.8, errors=20.0)
+    _, actions = run(on_probation(), [broken] * 3)
+    assert actions == ["rolled_back"]
+
+
+def test_scheduled_trials_do_not_count_as_flapping() -> None:
+    bad = observe(0.1, 0.1)
+    off = observe(0.1, 0.1, speculation=False)
+    cycle = [off] * 20 + [bad]
+    start = situation(bad, policy=policy(maxActionsPerHour=2, maxCooldownSeconds=300))
+    _, actions = run(start, [bad] * 3 + cycle * 3)
+    assert "flapping" not in actions
+    assert actions.count("trial_failed") == 3

@@ -7,6 +7,7 @@ and defaults on object fields so the API server fills in what pydantic would.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
@@ -102,7 +103,9 @@ def _wire(value: Any) -> Any:
     return value
 
 
+@cache
 def spec_schema() -> Schema:
+    """Built once: validation walks it for every SpecModel. Callers must not mutate it."""
     schema = model_schema(SpecModelSpec)
     _object_defaults(SpecModelSpec, schema)
     return schema

@@ -120,6 +120,9 @@ class GuardStatus(ApiModel):
     tpot_without_speculation: dict[str, float] | None = Field(
         default=None, description="Per class mean TPOT measured with speculation off, seconds."
     )
+    tpot_measured_at: str | None = Field(
+        default=None, description="When tpotWithoutSpeculation was last measured (expires)."
+    )
     baseline: QualityBaseline | None = Field(
         default=None, description="Quality of the last good revision."
     )

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from specfleet.api import Decision as DecisionRecord
 from specfleet.api import SpecModel, SpecModelStatus
+from specfleet.api.spec import SpeculativeSpec
 from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchStatus
 from specfleet.controller.plan import Plan
 from specfleet.controller.status import Rollout
@@ -21,6 +22,7 @@ def situation(
     rollout: Rollout,
     observation: Observation | None,
     now: datetime,
+    speculative: SpeculativeSpec | None = None,
 ) -> Situation:
     override = (
         the_plan.speculation_source
@@ -28,7 +30,7 @@ def situation(
         else None
     )
     return Situation(
-        policy=Policy.of(specmodel, override),
+        policy=Policy.of(specmodel, override, speculative),
         guard=status.guard or GuardStatus(),
         kill_switch=status.kill_switch or KillSwitchStatus(),
         revision=the_plan.active,

@@ -78,7 +78,7 @@ def reconcile(
     deployment = live.children.get(("Deployment", specmodel.metadata.name))
     actions: list[Action] = []
     if tick is not None:
-        previous, actions = _guard(specmodel, previous, deployment, tick, now)
+        previous, actions = _guard(specmodel, previous, deployment, tick, now, kube)
     the_plan = plan(specmodel, previous, now)
     error = None
     applied = pruned = 0
@@ -120,28 +120,41 @@ def _guard(
     deployment: Body | None,
     tick: GuardTick,
     now: datetime,
+    kube: Kube,
 ) -> tuple[SpecModelStatus, list[Action]]:
     """Runs the guard on the plan as it stands, and folds its decision into status, so the
     plan computed next already follows it."""
     current = plan(specmodel, status, now)
+    try:
+        speculative = _active_config(specmodel, current, kube).speculative
+    except ApiException as exc:  # judge with the spec's depth rather than not at all
+        log.warning(
+            "revision %s of %s unreadable: %s", current.active.number, specmodel.metadata.name, exc
+        )
+        speculative = specmodel.spec.speculative
     the_situation = guarding.situation(
-        specmodel, status, current, rollout(deployment), tick.observation, now
+        specmodel, status, current, rollout(deployment), tick.observation, now, speculative
     )
     decision = decide(the_situation)
     return guarding.apply_decision(status, current, decision, now), decision.actions
 
 
+def _active_config(specmodel: SpecModel, the_plan: Plan, kube: Kube) -> EngineConfig:
+    """The engine config being served: the spec's own, or after a rollback the last good
+    revision's, kept in its ControllerRevision."""
+    if not the_plan.rolled_back:
+        return specmodel.engine_config()
+    name = revision_name(specmodel, the_plan.active)
+    return EngineConfig.model_validate(kube.read_revision(specmodel.metadata.namespace, name))
+
+
 def _desired(
     specmodel: SpecModel, the_plan: Plan, kube: Kube, settings: RenderSettings
 ) -> list[Body]:
-    config = None
-    if the_plan.rolled_back:
-        data = kube.read_revision(
-            specmodel.metadata.namespace, revision_name(specmodel, the_plan.active)
-        )
-        config = EngineConfig.model_validate(data)
     serving = ServingPlan(
-        revision=the_plan.active.number, speculation=the_plan.speculation, engine_config=config
+        revision=the_plan.active.number,
+        speculation=the_plan.speculation,
+        engine_config=_active_config(specmodel, the_plan, kube),
     )
     return [children.with_applied_hash(m) for m in render(specmodel, serving, settings)]
 

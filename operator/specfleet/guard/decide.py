@@ -27,7 +27,7 @@ from specfleet.api.status import (
     QualityBaseline,
     RevisionRecord,
 )
-from specfleet.guard.policy import Policy
+from specfleet.guard.policy import TPOT_MEMORY_SECONDS, Policy
 from specfleet.guard.speedup import weighted
 from specfleet.guard.verdict import Evaluation, evaluate
 from specfleet.telemetry.model import ClassWindow, Observation
@@ -40,6 +40,8 @@ ACTING = {
     "trial_failed",
     "rolled_back",
 }
+SCHEDULED = {"trial_started", "trial_failed"}
+"""Trials come from the backed-off schedule; they do not count towards Flapping."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ def decide(situation: Situation) -> Decision:
         situation.policy,
         situation.observation,
         _threshold(situation),
-        situation.guard.tpot_without_speculation or {},
+        _fresh_tpot_without_speculation(situation),
         situation.guard.baseline,
     )
     state.record(evaluation)
@@ -110,6 +112,14 @@ def _has_data(observation: Observation | None) -> bool:
     if observation is None or observation.blind:
         return False
     return any(c.requests is not None for c in observation.classes.values())
+
+
+def _fresh_tpot_without_speculation(situation: Situation) -> dict[str, float]:
+    measured = situation.guard.tpot_measured_at
+    if measured is None or not situation.guard.tpot_without_speculation:
+        return {}
+    age = (situation.now - datetime.fromisoformat(measured)).total_seconds()
+    return situation.guard.tpot_without_speculation if age <= TPOT_MEMORY_SECONDS else {}
 
 
 def _threshold(situation: Situation) -> float:
@@ -151,7 +161,7 @@ class _State:
             message = f"dry run: would have {message[0].lower()}{message[1:]}"
         window = {"windowSeconds": self.situation.policy.guard.window_seconds}
         self.actions.append(Action(action, reason, message, {**evidence, **window}, dry))
-        if action in ACTING and not dry:
+        if action in ACTING - SCHEDULED and not dry:
             self.guard.action_times.append(self.situation.now.isoformat())
         return not dry
 
@@ -205,6 +215,8 @@ class _State:
             ):
                 known[name] = window.mean_tpot_seconds
         self.guard.tpot_without_speculation = known or None
+        if known:
+            self.guard.tpot_measured_at = self.situation.now.isoformat()
 
     # 3. probation ----------------------------------------------------------------------------
 
@@ -346,8 +358,16 @@ class _State:
             self.guard.consecutive_bad = self.guard.consecutive_good = 0
 
     def _judge_trial(self, situation: Situation, evaluation: Evaluation) -> None:
+        """A trial is released only after N good windows at the stricter threshold, but fails
+        on the first window that would have engaged the kill switch on its own: a bad trial
+        costs one window, not N."""
         guard = situation.policy.guard
-        if self.guard.consecutive_bad >= guard.consecutive_breaches:
+        plainly_bad = evaluation.speedup is not None and evaluation.speedup < guard.min_speedup
+        critical = any(
+            v.speculation_breaches and c.critical
+            for v, c in zip(evaluation.classes, situation.policy.classes, strict=True)
+        )
+        if plainly_bad or critical or self.guard.consecutive_bad >= guard.consecutive_breaches:
             self._engage(situation, evaluation, "trial_failed", "TrialFailed")
             return
         since = datetime.fromisoformat(self.guard.trial_since or situation.now.isoformat())

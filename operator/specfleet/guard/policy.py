@@ -5,11 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specfleet.api import SpecModel
-from specfleet.api.spec import ClassSlo, GuardSpec
+from specfleet.api.spec import ClassSlo, GuardSpec, SpeculativeSpec
 
 QUALITY_MARGIN = 0.02
 """A revision on probation may fall this far (absolute) below the last good one's validity."""
 MIN_ERROR_RATE_BREACH = 0.01
+MIN_ERRORS = 5
+"""Fewer upstream errors in a window are never a quality breach, whatever the rate."""
+TPOT_MEMORY_SECONDS = 3600
+"""TPOT measured without speculation stands in for the model this long, then expires."""
 
 
 @dataclass(frozen=True)
@@ -30,9 +34,12 @@ class Policy:
     """`annotation` or `spec` when a human or Git decides speculation; None when the guard does."""
 
     @classmethod
-    def of(cls, specmodel: SpecModel, override: str | None) -> Policy:
+    def of(
+        cls, specmodel: SpecModel, override: str | None, speculative: SpeculativeSpec | None = None
+    ) -> Policy:
+        """`speculative` is the active revision's, when a rollback serves an older config."""
         spec = specmodel.spec
-        speculative = spec.speculative
+        speculative = speculative or spec.speculative
         return cls(
             guard=spec.guard,
             classes=[ClassPolicy(c.name, c.slo or ClassSlo(), c.critical) for c in spec.classes],

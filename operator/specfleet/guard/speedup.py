@@ -4,9 +4,16 @@ With acceptance rate α, k draft tokens per verify step and draft cost c (one dr
 one target forward), a verify step yields E = (1 - α^(k+1)) / (1 - α) tokens on average and
 costs 1 + k·c target-forward times, so the speedup is E / (1 + k·c) (Leviathan et al. 2023).
 Speculation can pay only if α > c.
+
+Engines report E directly (mean acceptance length = 1 + accepted / verify steps), so the guard
+uses E / (1 + k·c) and needs no i.i.d. assumption. Note that the engines' "acceptance rate"
+(accepted / drafted tokens = (E - 1) / k) is not the α of the formula: α = 0.4 at k = 4 reads
+as an acceptance rate of 0.16.
 """
 
 from __future__ import annotations
+
+import math
 
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:
@@ -17,6 +24,21 @@ def expected_tokens_per_step(alpha: float, k: int) -> float:
 
 def expected_speedup(alpha: float, k: int, draft_cost: float) -> float:
     return expected_tokens_per_step(alpha, k) / (1.0 + k * draft_cost)
+
+
+def speedup_from_length(mean_acceptance_length: float, k: int, draft_cost: float) -> float:
+    return mean_acceptance_length / (1.0 + k * draft_cost)
+
+
+def wilson_interval(successes: float, trials: float, z: float = 1.96) -> tuple[float, float]:
+    """95% confidence interval of a proportion: quality verdicts need confidence, not a point."""
+    if trials <= 0:
+        return 0.0, 1.0
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    margin = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return max(0.0, centre - margin), min(1.0, centre + margin)
 
 
 def weighted(values: dict[str, float], weights: dict[str, float]) -> float | None:

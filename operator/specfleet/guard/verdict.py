@@ -9,8 +9,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specfleet.api.status import QualityBaseline
-from specfleet.guard.policy import MIN_ERROR_RATE_BREACH, QUALITY_MARGIN, ClassPolicy, Policy
-from specfleet.guard.speedup import expected_speedup, weighted
+from specfleet.guard.policy import (
+    MIN_ERROR_RATE_BREACH,
+    MIN_ERRORS,
+    QUALITY_MARGIN,
+    ClassPolicy,
+    Policy,
+)
+from specfleet.guard.speedup import (
+    expected_speedup,
+    speedup_from_length,
+    weighted,
+    wilson_interval,
+)
 from specfleet.telemetry.model import ClassWindow, Observation
 
 
@@ -123,8 +134,11 @@ def _judge_speculation(
     verdict.evidence.update({"draftTokens": _round(drafted), "acceptanceRate": _round(alpha)})
     if alpha is None or drafted < policy.guard.min_draft_tokens:
         return ClassVerdict(klass.name, False, 0.0, evidence=verdict.evidence)
-    speedup = expected_speedup(alpha, policy.k, policy.draft_cost)
-    source = "model"
+    length = window.mean_acceptance_length
+    if length is not None:
+        speedup, source = speedup_from_length(length, policy.k, policy.draft_cost), "model"
+    else:  # no verify-step counts: read the rate as an i.i.d. α (an underestimate)
+        speedup, source = expected_speedup(alpha, policy.k, policy.draft_cost), "model (rate)"
     if tpot_off and window.mean_tpot_seconds:
         speedup, source = tpot_off / window.mean_tpot_seconds, "measured"
     verdict.evidence.update(
@@ -183,14 +197,23 @@ def _judge_quality(
         limit = max(
             x for x in (floor, (good - QUALITY_MARGIN) if good else None, 0.0) if x is not None
         )
-        if value < limit:
-            verdict.quality_breaches.append(f"{name} {value:.3f} < {limit:.3f}")
-    error_rate = window.error_rate
-    if error_rate is not None:
-        verdict.evidence["errorRate"] = _round(error_rate)
-        limit = max(MIN_ERROR_RATE_BREACH, 2 * (baseline.error_rate or 0.0) if baseline else 0.0)
-        if error_rate > limit:
-            verdict.quality_breaches.append(f"errorRate {error_rate:.3f} > {limit:.3f}")
+        _, upper = wilson_interval(value * samples, samples)
+        if upper < limit:  # confidently below, not a noisy dip
+            verdict.quality_breaches.append(f"{name} {value:.3f} < {limit:.3f} (n={samples:.0f})")
+    _judge_errors(window, baseline, verdict)
+
+
+def _judge_errors(
+    window: ClassWindow, baseline: QualityBaseline | None, verdict: ClassVerdict
+) -> None:
+    error_rate, errors = window.error_rate, window.errors or 0.0
+    if error_rate is None or window.requests is None:
+        return
+    verdict.evidence["errorRate"] = _round(error_rate)
+    limit = max(MIN_ERROR_RATE_BREACH, 2 * (baseline.error_rate or 0.0) if baseline else 0.0)
+    lower, _ = wilson_interval(errors, window.requests)
+    if errors >= MIN_ERRORS and lower > limit:
+        verdict.quality_breaches.append(f"errorRate {error_rate:.3f} > {limit:.3f}")
 
 
 def _judge_latency(klass: ClassPolicy, window: ClassWindow, verdict: ClassVerdict) -> None:
