@@ -273,6 +273,18 @@ async def process(argv: list[str], ready_url: str) -> AsyncIterator[asyncio.subp
             await proc.wait()
 
 
+def pin(gateway: int, others: tuple[int, ...]) -> None:
+    """The gateway on the last CPU, simulator and load generator on the others: a sidecar has
+    CPU of its own in a pod, and sharing one core three ways measures the scheduler, not the
+    gateway. Both modes run the simulator and the client on the same CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return
+    os.sched_setaffinity(gateway, {cpus[-1]})
+    for pid in others:
+        os.sched_setaffinity(pid, set(cpus[:-1]))
+
+
 def summarize(levels: dict[int, dict[str, Measured]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for c, pair in levels.items():
@@ -307,6 +319,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             process(sim_argv, sim_url + "/health") as sim,
             process(gw_argv, f"http://127.0.0.1:{metrics_port}/healthz") as gw,
         ):
+            if args.pin:
+                pin(gateway=gw.pid, others=(sim.pid, os.getpid()))
             levels: dict[int, dict[str, Measured]] = {}
             modes = (("direct", sim_url), ("gateway", gw_url))
             for c in args.concurrency:
@@ -332,6 +346,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "time_scale": args.time_scale,
             "duration_s": args.duration,
             "rounds": args.rounds,
+            "gateway_pinned_to_own_cpu": args.pin,
             "load_average": os.getloadavg(),
             "max_tokens": args.max_tokens,
             "cpus": os.cpu_count(),
@@ -346,6 +361,9 @@ def main() -> None:
     parser.add_argument("--time-scale", type=float, default=0.5)
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per mode and level")
     parser.add_argument("--rounds", type=int, default=2, help="direct/gateway alternations")
+    parser.add_argument(
+        "--no-pin", dest="pin", action="store_false", help="do not give the gateway its own CPU"
+    )
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/gateway_overhead.json")
