@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from specfleet.api.gateway import GatewayConfig
 from specfleet.gateway import stats
 from specfleet.gateway.config import load_gateway_config
-from specfleet.gateway.proxy import usage_injection
 from specfleet.gateway.server import GatewayServer, Watch, running
+from specfleet.gateway.wire import usage_injection
 
 CHAT = "/v1/chat/completions"
 CONFIG: dict[str, Any] = {
