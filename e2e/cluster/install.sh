@@ -38,7 +38,8 @@ k8s_ldflags() {
 prometheus_ldflags() {
   local number patch
   IFS=. read -r _ number patch <<<"$(module_version prometheus github.com/prometheus/prometheus)"
-  echo "-s -w -X github.com/prometheus/common/version.Version=$((number / 100)).$((number % 100)).$patch"
+  local version="$((number / 100)).$((number % 100)).$patch"
+  echo "-s -w -X github.com/prometheus/common/version.Version=$version"
 }
 
 # build_module DIR LABEL TAGS LDFLAGS [PACKAGE...]: builds every `tool` of DIR/go.mod and the
@@ -58,7 +59,8 @@ build_module() {
 # kwok_stages FILE: kwok's "fast" stages, from the kwok module k8s/go.mod pins.
 kwok_stages() {
   local src
-  src="$(cd "$here/k8s" && go mod download -json sigs.k8s.io/kwok | sed -n 's/.*"Dir": "\(.*\)",*/\1/p')"
+  src="$(cd "$here/k8s" && go mod download -json sigs.k8s.io/kwok \
+    | sed -n 's/.*"Dir": "\(.*\)",*/\1/p')"
   for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
     pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
     echo "---"
@@ -75,7 +77,7 @@ install_apt_packages() {
   done
   [ "${#missing[@]}" -eq 0 ] && return
   if [ "$(id -u)" -ne 0 ]; then
-    log "missing Debian packages; as root run: apt-get install --no-install-recommends ${missing[*]}"
+    log "missing Debian packages; as root: apt-get install --no-install-recommends ${missing[*]}"
     exit 1
   fi
   log "installing Debian packages: ${missing[*]}"
