@@ -225,7 +225,7 @@ def test_gitops_apply_never_conflicts_or_drifts(
     assert diff.returncode == 0, diff.stdout + diff.stderr
     time.sleep(6)
     assert deployment(cluster, namespace)["metadata"]["generation"] == generation
-    sm = get(cluster, namespace, "specmodel", "llama")
+    sm = cluster.kubectl_json("get", "specmodel", "llama", "-n", namespace, "--show-managed-fields")
     assert sm["metadata"]["generation"] == 1
     managers = {m["manager"]: m for m in sm["metadata"]["managedFields"]}
     assert managers["specfleet"]["subresource"] == "status"

@@ -37,15 +37,23 @@ def with_applied_hash(manifest: Manifest) -> Manifest:
     return out
 
 
-def changes(desired: list[Manifest], live: dict[ChildKey, Body]) -> Changes:
-    """`desired` carry their applied hash; `live` are this SpecModel's watched children."""
+def changes(
+    desired: list[Manifest], live: dict[ChildKey, Body], recent: dict[ChildKey, str] | None = None
+) -> Changes:
+    """`desired` carry their applied hash; `live` are this SpecModel's watched children;
+    `recent` are hashes this process applied moments ago, which the watch may not show yet."""
     wanted = {key(m): m for m in desired}
-    apply = [m for k, m in wanted.items() if _applied_hash(live.get(k)) != _applied_hash(m)]
+    recent = recent or {}
+    apply = [
+        m
+        for k, m in wanted.items()
+        if applied_hash(m) not in (applied_hash(live.get(k)), recent.get(k))
+    ]
     prune = [body for k, body in live.items() if k not in wanted]
     return Changes(apply=apply, prune=prune)
 
 
-def _applied_hash(body: Body | None) -> str | None:
+def applied_hash(body: Body | None) -> str | None:
     if body is None:
         return None
     annotations = body.get("metadata", {}).get("annotations") or {}

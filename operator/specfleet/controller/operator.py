@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from specfleet.alerts.model import firing
 from specfleet.alerts.receivers import Alertmanager, Receiver, Webhook
 from specfleet.alerts.sender import AlertSender
+from specfleet.api import SpecModelStatus
 from specfleet.controller import children
 from specfleet.controller.kube import Kube
 from specfleet.controller.metrics import (
@@ -41,6 +42,7 @@ Index = Mapping[Key, Iterable[Body]]
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 300.0
+RECENT_SECONDS = 10.0
 DEFAULT_INTERVAL_SECONDS = 15
 
 
@@ -58,6 +60,10 @@ class Operator:
     _backoff: dict[Key, tuple[float, float]] = field(default_factory=dict)
     """Key -> (next attempt at, current delay) after failed applies: no retry storms."""
     _http: httpx.Client = field(default_factory=httpx.Client)
+    _written: dict[Key, SpecModelStatus] = field(default_factory=dict)
+    """The status last written per SpecModel, fresher than a lagging watch."""
+    _applied: dict[Key, tuple[float, dict[children.ChildKey, str]]] = field(default_factory=dict)
+    """Children hashes applied in the last RECENT_SECONDS, until the watches catch up."""
 
     def reconcile(
         self,
@@ -70,9 +76,15 @@ class Operator:
         body = next(iter(specmodels.get(key, [])), None)
         if body is None or self._backing_off(key):
             return None
-        live = _live(key, child_indexes, pods)
         with self._lock(key), RECONCILE_SECONDS.time():
-            outcome = reconcile(body, live, self.kube, self.settings, self.clock(), tick)
+            live = _live(key, child_indexes, pods, self._recently_applied(key))
+            written = self._written.get(key)
+            if written is not None and _generation(body) != written.observed_generation:
+                written = None  # the spec moved on; the watch's copy is what to build on
+            outcome = reconcile(body, live, self.kube, self.settings, self.clock(), tick, written)
+            self._written[key] = outcome.status
+            if outcome.applied_hashes:
+                self._applied[key] = (time.monotonic(), outcome.applied_hashes)
         self._record(key, outcome)
         self._alert(key, body, outcome)
         return outcome
@@ -90,6 +102,8 @@ class Operator:
 
     def forget(self, key: Key) -> None:
         self._backoff.pop(key, None)
+        self._written.pop(key, None)
+        self._applied.pop(key, None)
         with self._guard:
             self._locks.pop(key, None)
         if self.alerts:
@@ -98,6 +112,10 @@ class Operator:
         for gauge in (KILL_SWITCH_ENGAGED, GUARD_BLIND, ACTIVE_REVISION):
             with contextlib.suppress(KeyError):
                 gauge.remove(*key)
+
+    def _recently_applied(self, key: Key) -> dict[children.ChildKey, str]:
+        at, hashes = self._applied.get(key, (0.0, {}))
+        return hashes if time.monotonic() - at < RECENT_SECONDS else {}
 
     def _lock(self, key: Key) -> threading.Lock:
         with self._guard:
@@ -160,6 +178,11 @@ class Operator:
         return receivers
 
 
+def _generation(body: Body) -> int | None:
+    generation = body.get("metadata", {}).get("generation")
+    return int(generation) if generation is not None else None
+
+
 def _first(index: Index, key: Key) -> Body:
     return next(iter(index.get(key, [])), {})
 
@@ -184,6 +207,8 @@ def _switched_off(outcome: Outcome) -> bool:
     return outcome.status.speculation not in (None, "none") and not (plan and plan.speculation)
 
 
-def _live(key: Key, child_indexes: list[Index], pods: Index) -> Live:
+def _live(
+    key: Key, child_indexes: list[Index], pods: Index, recent: dict[children.ChildKey, str]
+) -> Live:
     found = {children.key(body): body for index in child_indexes for body in index.get(key, [])}
-    return Live(children=found, pods=list(pods.get(key, [])))
+    return Live(children=found, pods=list(pods.get(key, [])), recently_applied=recent)

@@ -23,6 +23,7 @@ from specfleet.api import (
 )
 from specfleet.api.status import RevisionRecord
 from specfleet.controller import children, events, guarding
+from specfleet.controller.children import ChildKey
 from specfleet.controller.kube import Kube
 from specfleet.controller.plan import Plan, plan
 from specfleet.controller.status import Observed, invalid_status, next_status, rollout
@@ -38,8 +39,10 @@ log = logging.getLogger(__name__)
 class Live:
     """A SpecModel's children as watched: every kind by (kind, name), and its pods."""
 
-    children: dict[children.ChildKey, Body] = field(default_factory=dict)
+    children: dict[ChildKey, Body] = field(default_factory=dict)
     pods: list[Body] = field(default_factory=list)
+    recently_applied: dict[ChildKey, str] = field(default_factory=dict)
+    """Hashes applied moments ago, not yet seen by the watches."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class Outcome:
     pruned: int
     error: str | None
     actions: list[Action] = field(default_factory=list)
+    applied_hashes: dict[ChildKey, str] = field(default_factory=dict)
 
 
 def reconcile(
@@ -65,15 +69,21 @@ def reconcile(
     settings: RenderSettings,
     now: datetime,
     tick: GuardTick | None = None,
+    written: SpecModelStatus | None = None,
 ) -> Outcome:
-    previous = _previous_status(body)
+    """`written` is the status this process last wrote: the watch may not have delivered it
+    yet, and the operator is the only writer of status, so it is the fresher of the two."""
+    if body["metadata"].get("deletionTimestamp"):
+        return Outcome(_previous_status(body), 0, 0, None)
+    previous = written or _previous_status(body)
+    stored = previous
     try:
         specmodel = parse_specmodel({k: v for k, v in body.items() if k != "status"})
     except InvalidSpecModel as exc:
         status = invalid_status(
             body["metadata"].get("generation"), [str(e) for e in exc.errors], previous, now
         )
-        _write_status(kube, body, previous, status)
+        _write_status(kube, body, stored, status)
         return Outcome(status, 0, 0, str(exc))
     deployment = live.children.get(("Deployment", specmodel.metadata.name))
     actions: list[Action] = []
@@ -82,13 +92,15 @@ def reconcile(
     the_plan = plan(specmodel, previous, now)
     error = None
     applied = pruned = 0
+    applied_hashes: dict[ChildKey, str] = {}
     try:
         if the_plan.new_revision:
             kube.apply(controller_revision(specmodel, the_plan.desired))
         manifests = _desired(specmodel, the_plan, kube, settings)
-        todo = children.changes(manifests, live.children)
+        todo = children.changes(manifests, live.children, live.recently_applied)
         for manifest in todo.apply:
             kube.apply(manifest)
+            applied_hashes[children.key(manifest)] = children.applied_hash(manifest) or ""
         for child in todo.prune:
             kube.delete(
                 child["apiVersion"],
@@ -97,12 +109,17 @@ def reconcile(
                 child["metadata"]["name"],
             )
         applied, pruned = len(todo.apply), len(todo.prune)
-    except (ApiException, ValueError) as exc:
+    except ApiException as exc:
+        if _namespace_terminating(exc):  # everything in it is going; nothing to report
+            return Outcome(previous, 0, 0, None)
+        error = _describe(exc)
+        log.warning("applying %s failed: %s", specmodel.metadata.name, error)
+    except ValueError as exc:
         error = _describe(exc)
         log.warning("applying %s failed: %s", specmodel.metadata.name, error)
     observed = Observed(deployment=deployment, pods=live.pods, apply_error=error)
     status = next_status(specmodel, the_plan, observed, previous, now)
-    _write_status(kube, body, _previous_status(body), status)
+    _write_status(kube, body, stored, status)
     for action in actions:
         kind = events.NORMAL if action.action == "revision_promoted" else events.WARNING
         kube.event(body, kind, action.reason, action.message)
@@ -111,7 +128,7 @@ def reconcile(
             f"applied {applied} and pruned {pruned} children for revision {the_plan.active.number}"
         )
         kube.event(body, events.NORMAL, "ChildrenApplied", message)
-    return Outcome(status, applied, pruned, error, actions)
+    return Outcome(status, applied, pruned, error, actions, applied_hashes)
 
 
 def _guard(
@@ -207,6 +224,10 @@ def _write_status(kube: Kube, body: Body, before: SpecModelStatus, after: SpecMo
     kube.apply_status(meta["namespace"], meta["name"], after.to_wire())
     for event in events.transitions(before, after):
         kube.event(body, event.type, event.reason, event.message)
+
+
+def _namespace_terminating(exc: ApiException) -> bool:
+    return exc.status == 403 and "NamespaceTerminating" in (exc.body or "")
 
 
 def _describe(exc: Exception) -> str:
