@@ -53,7 +53,7 @@ def test_explain_shows_the_crd_descriptions(cluster: Cluster, crd: None) -> None
     }
 
     def undescribed() -> list[str]:
-        explained = one_line(cluster.kubectl("explain", "specmodel.spec"))
+        explained = one_line(cluster.run_kubectl("explain", "specmodel.spec").stdout)
         return [field for field, text in descriptions.items() if text not in explained]
 
     # The API server publishes a changed CRD's OpenAPI schema a moment after accepting it.
