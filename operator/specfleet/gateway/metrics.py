@@ -16,7 +16,7 @@ from specfleet.gateway.stats import SpecCounts
 
 OUTCOMES = ("ok", "client_error", "upstream_error", "cancelled")
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter", "abort", "other")
-ERROR_STAGES = ("request", "response", "stream", "quality", "metrics", "config")
+ERROR_STAGES = ("request", "response", "stream", "metrics", "config")
 
 # Time to first token: 10 ms (short prompt, idle engine) to 60 s (long prefill under load).
 TTFT_BUCKETS = (
