@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup test lint typecheck unit e2e crd golden helm-bin bench clean
+.PHONY: setup test lint typecheck unit e2e crd golden helm-bin bench clean demo demo-short
 .DEFAULT_GOAL := test
 
 $(VENV)/.installed: pyproject.toml
@@ -46,3 +46,9 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
 -include e2e/cluster/cluster.mk
+
+demo: setup helm-bin ## the guard at work on a local cluster (kill switch, trial, rollback)
+	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m e2e.demo
+
+demo-short: setup helm-bin ## the demo without the trial re-enable (what CI runs)
+	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m e2e.demo --short

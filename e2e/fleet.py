@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import config
 
 from e2e.cluster.harness import LocalCluster
 from e2e.traffic import Traffic, TrafficReport
@@ -31,7 +32,7 @@ class Fleet:
     epoch: float
 
     def traffic(self, specmodel: str, model: str, seconds: float, seed: int = 0) -> TrafficReport:
-        api = self.cluster.api_client()
+        api = config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
         try:
             traffic = Traffic(
                 api, self.namespace, specmodel, model, self.scenario, self.epoch, seed

@@ -20,6 +20,8 @@ from e2e.cluster.harness import Cluster, eventually
 from e2e.operator_runner import RunningOperator, as_process, in_process, service_account_kubeconfig
 
 ROOT = Path(__file__).resolve().parent.parent
+ACCOUNT = "e2e-specfleet"
+"""The chart's ServiceAccount for release `e2e`."""
 SPECMODEL: dict[str, Any] = {
     "apiVersion": "specfleet.dev/v1alpha1",
     "kind": "SpecModel",
@@ -283,7 +285,7 @@ def test_operator_as_the_chart_installs_it(
             [
                 helm,
                 "install",
-                "specfleet",
+                "e2e",
                 str(ROOT / "charts/specfleet"),
                 "-n",
                 release_ns,
@@ -299,7 +301,7 @@ def test_operator_as_the_chart_installs_it(
             text=True,
         )
         kubeconfig = service_account_kubeconfig(
-            cluster, release_ns, "specfleet", tmp_path / "sa.kubeconfig"
+            cluster, release_ns, ACCOUNT, tmp_path / "sa.kubeconfig"
         )
         for verb, resource in [
             ("list", "specmodels"),
@@ -314,7 +316,7 @@ def test_operator_as_the_chart_installs_it(
                     resource,
                     "-n",
                     namespace,
-                    f"--as=system:serviceaccount:{release_ns}:specfleet",
+                    f"--as=system:serviceaccount:{release_ns}:{ACCOUNT}",
                 ).strip()
                 == "yes"
             )
@@ -329,7 +331,7 @@ def test_operator_as_the_chart_installs_it(
                 "can-i",
                 verb,
                 resource,
-                f"--as=system:serviceaccount:{release_ns}:specfleet",
+                f"--as=system:serviceaccount:{release_ns}:{ACCOUNT}",
             ]
             args += ["-n", where] if where else []
             assert cluster.run_kubectl(*args).stdout.strip() == "no", (verb, resource, where)
@@ -342,7 +344,7 @@ def test_operator_as_the_chart_installs_it(
             [
                 helm,
                 "uninstall",
-                "specfleet",
+                "e2e",
                 "-n",
                 release_ns,
                 "--kubeconfig",

@@ -118,10 +118,11 @@ class Traffic:
             self.report.errors.append(f"{klass}: {exc}"[:300])
 
 
-def _serving(pod: client.V1Pod) -> bool:
-    if pod.metadata.deletion_timestamp or not pod.status.pod_ip:
+def _serving(pod: dict[str, Any]) -> bool:
+    status = pod.get("status", {})
+    if "deletionTimestamp" in pod["metadata"] or not status.get("podIP"):
         return False
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
 
 
 def _client(base_url: str) -> AsyncOpenAI:

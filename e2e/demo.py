@@ -1,0 +1,336 @@
+"""`make demo`: the guard at work on this machine, without GPUs.
+
+Starts the local cluster (kube-apiserver, scheduler, controller-manager, kwok GPU nodes,
+Prometheus, Alertmanager), installs the chart, runs the operator with the chart's own
+ServiceAccount, applies the Llama 3.1 8B EAGLE-3 example, runs a simulated engine and the real
+gateway for every pod, sends traffic, and plays a story:
+
+1. revision 1 serves and passes probation;
+2. the `code` class's acceptance collapses: the kill switch engages, an alert goes out, TPOT
+   recovers;
+3. (full mode) acceptance recovers: a trial re-enable after the cooldown turns speculation back on;
+4. a quantization change (AWQ weights) breaks tool calls: rolled back to the last good revision.
+
+It ends by writing out/demo/timeline.png and out/demo/alerts.json. `--short` (CI) skips step 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from e2e.cluster import harness
+from e2e.cluster.harness import LocalCluster
+from e2e.fleet import Fleet, simulated_pods
+from e2e.operator_runner import as_process, service_account_kubeconfig
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "out/demo"
+NAMESPACE = "demo"
+NAME = "llama31-8b"
+AWQ = "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4"
+GUARD = {
+    "intervalSeconds": 5,
+    "windowSeconds": 15,
+    "consecutiveBreaches": 2,
+    "minRequests": 10,
+    "minDraftTokens": 200,
+    "cooldownSeconds": 40,
+    "probationSeconds": 30,
+}
+
+
+def say(message: str) -> None:
+    print(f"\n\033[1m[{time.strftime('%H:%M:%S')}] {message}\033[0m", flush=True)
+
+
+def specmodel() -> dict[str, Any]:
+    """The example, made to fit a laptop: no model cache PVC or token Secret, a brisk guard."""
+    example = yaml.safe_load((ROOT / "examples/llama-3.1-8b-eagle3-fp8.yaml").read_text())
+    spec = example["spec"]
+    spec["model"].pop("cache")
+    spec["model"].pop("hfTokenSecret")
+    spec["guard"] = GUARD
+    spec["pod"].pop("resources")
+    return example
+
+
+def scenario(collapse: float, recover: float) -> dict[str, Any]:
+    return {
+        "duration_s": 3600,
+        "traffic_rps": [[0, 10]],
+        "classes": {
+            "code": {
+                "share": 0.4,
+                "acceptance": [[0, 0.85], [collapse, 0.1], [recover, 0.85]],
+                "output_tokens": 48,
+            },
+            "chat": {"share": 0.4, "acceptance": [[0, 0.65]], "output_tokens": 48},
+            "tools": {
+                "share": 0.2,
+                "acceptance": [[0, 0.7]],
+                "output_tokens": 32,
+                "tool_call_rate": 0.8,
+            },
+        },
+        "rollouts": [
+            {
+                "t": 0,
+                "spec": {},
+                "match_args": [AWQ],
+                "effects": {"tool_call_validity": 0.5, "tpot_factor": 0.8},
+            }
+        ],
+    }
+
+
+def install(cluster: LocalCluster, workdir: Path) -> Path:
+    """The chart, installed for real; returns a kubeconfig of its ServiceAccount."""
+    helm = os.environ.get("HELM") or str(
+        Path(subprocess.check_output([str(ROOT / "hack/tools.sh"), "helm"], text=True).strip())
+        / "helm"
+    )
+    cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/specmodel.yaml"))
+    for namespace in ("specfleet-system", NAMESPACE):
+        cluster.run_kubectl("create", "namespace", namespace)
+    subprocess.run(
+        [
+            helm,
+            "upgrade",
+            "--install",
+            "specfleet",
+            str(ROOT / "charts/specfleet"),
+            "-n",
+            "specfleet-system",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--set",
+            f"watchNamespaces={{{NAMESPACE}}}",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return service_account_kubeconfig(
+        cluster, "specfleet-system", "specfleet", workdir / "operator.kubeconfig"
+    )
+
+
+def _built_helm() -> str:
+    tools = subprocess.check_output([str(ROOT / "hack/tools.sh"), "helm"], text=True)
+    return str(Path(tools.strip()) / "helm")
+
+
+def status(cluster: LocalCluster) -> dict[str, Any]:
+    result: dict[str, Any] = cluster.kubectl_json("get", "sm", NAME, "-n", NAMESPACE).get(
+        "status", {}
+    )
+    return result
+
+
+def decisions(cluster: LocalCluster) -> list[dict[str, Any]]:
+    return list(status(cluster).get("decisions", []))
+
+
+class Watcher(threading.Thread):
+    """Prints `kubectl get sm` whenever it changes, and each new guard decision."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.stop = cluster, threading.Event()
+        self.seen: set[tuple[str, str]] = set()
+
+    def run(self) -> None:
+        last = ""
+        while not self.stop.wait(2):
+            table = self.cluster.run_kubectl("get", "sm", "-n", NAMESPACE).stdout.strip()
+            if table and table.splitlines()[1:] != last.splitlines()[1:]:
+                print("\n" + table, flush=True)
+                last = table
+            for decision in decisions(self.cluster):
+                key = (decision["time"], decision["action"])
+                if key not in self.seen:
+                    self.seen.add(key)
+                    print(
+                        f"  decision: {decision['action']} ({decision['reason']}): "
+                        f"{decision['message']}",
+                        flush=True,
+                    )
+
+
+def wait_for(cluster: LocalCluster, action: str, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [d for d in decisions(cluster) if d["action"] == action]
+        if found:
+            return found[-1]
+        time.sleep(1)
+    raise TimeoutError(f"no {action} within {timeout:.0f}s")
+
+
+def apply(cluster: LocalCluster, manifest: dict[str, Any]) -> None:
+    cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=argocd-controller",
+        "-n",
+        NAMESPACE,
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(manifest),
+    )
+
+
+def story(cluster: LocalCluster, fleet: Fleet, collapse: float, short: bool) -> None:
+    say("Step 1: revision 1 serves; the guard holds it on probation")
+    wait_for(cluster, "revision_promoted", 120)
+    say(f"Step 2: at t={collapse:.0f}s the code class's acceptance collapses from 0.85 to 0.10")
+    engaged = wait_for(cluster, "kill_switch_engaged", collapse + 120)
+    code = engaged["evidence"]["classes"].get("code", {})
+    say(
+        f"Kill switch engaged {fleet.scenario_time() - collapse:.0f}s after the collapse: "
+        "code acceptance "
+        f"{code.get('acceptanceRate')}, speedup {engaged['evidence'].get('speedup')}"
+    )
+    if not short:
+        say("Step 3: acceptance recovers; after the cooldown a trial re-enables speculation")
+        wait_for(cluster, "kill_switch_released", 400)
+    say(f"Step 4: Git changes the weights to AWQ ({AWQ}); tool calls break")
+    bad = specmodel()
+    bad["spec"]["model"]["source"] = AWQ
+    bad["spec"]["quantization"] = {"weights": "awq"}
+    apply(cluster, bad)
+    rolled = wait_for(cluster, "rolled_back", 180)
+    say(f"Rolled back: {rolled['message']}")
+
+
+def write_outputs(cluster: LocalCluster, started: float) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    alerts = httpx.get(f"{cluster.alertmanager_url}/api/v2/alerts", timeout=10).json()
+    mine = [a for a in alerts if a["labels"].get("namespace") == NAMESPACE]
+    (OUT / "alerts.json").write_text(json.dumps(mine, indent=2))
+    draw_timeline(cluster, started, OUT / "timeline.png")
+
+
+def draw_timeline(cluster: LocalCluster, started: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    end = time.time()
+    selector = f'namespace="{NAMESPACE}", specmodel="{NAME}"'
+    accepted = f"sum by (class) (rate(specfleet_spec_accepted_tokens_total{{{selector}}}[15s]))"
+    drafted = f"sum by (class) (rate(specfleet_spec_draft_tokens_total{{{selector}}}[15s]))"
+    acceptance = query_range(cluster, f"{accepted} / {drafted}", started, end)
+    buckets = f"sum by (le) (rate(specfleet_tpot_seconds_bucket{{{selector}}}[15s]))"
+    tpot = query_range(cluster, f"histogram_quantile(0.95, {buckets})", started, end)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
+    for labels, points in acceptance:
+        top.plot(
+            [t - started for t, _ in points], [v for _, v in points], label=labels.get("class", "?")
+        )
+    top.set_ylabel("acceptance rate")
+    top.set_ylim(0, 1)
+    for _, points in tpot:
+        bottom.plot([t - started for t, _ in points], [v * 1000 for _, v in points], color="black")
+    bottom.set_ylabel("p95 TPOT (ms)")
+    bottom.set_xlabel("seconds since the demo started")
+    for decision in decisions(cluster):
+        at = (
+            time.mktime(time.strptime(decision["time"][:19], "%Y-%m-%dT%H:%M:%S"))
+            - time.timezone
+            - started
+        )
+        for axis in (top, bottom):
+            axis.axvline(
+                at,
+                color="red" if decision["action"] != "revision_promoted" else "green",
+                linestyle="--",
+                linewidth=0.8,
+            )
+        top.annotate(decision["action"], (at, 0.95), rotation=90, fontsize=7, va="top")
+    top.legend(loc="lower left")
+    top.set_title(f"specfleet demo: {NAME} (live, from Prometheus)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+
+
+def query_range(
+    cluster: LocalCluster, query: str, start: float, end: float
+) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+    response = httpx.get(
+        f"{cluster.prometheus_url}/api/v1/query_range",
+        params={"query": query, "start": start, "end": end, "step": 5},
+        timeout=30,
+    )
+    return [
+        (
+            series["metric"],
+            [(float(t), float(v)) for t, v in series["values"] if v not in ("NaN", "+Inf")],
+        )
+        for series in response.json()["data"]["result"]
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="specfleet's guard, live on a local cluster")
+    parser.add_argument("--short", action="store_true", help="CI mode: skip the trial re-enable")
+    args = parser.parse_args()
+    collapse = 60.0
+    recover = 1e9 if args.short else collapse + 90
+    started = time.time()
+    say("Starting the local cluster (first run builds Kubernetes from the Go module proxy)")
+    cluster = harness.running() or harness.up()
+    workdir = ROOT / "e2e/.state/demo"
+    workdir.mkdir(parents=True, exist_ok=True)
+    say("Installing the chart and starting the operator with its ServiceAccount")
+    kubeconfig = install(cluster, workdir)
+    watcher = Watcher(cluster)
+    with ExitStack() as stack:
+        stack.enter_context(
+            as_process(
+                kubeconfig,
+                workdir / "operator.log",
+                f"--namespace={NAMESPACE}",
+                f"--prometheus-url={cluster.prometheus_url}",
+                f"--alertmanager-url={cluster.alertmanager_url}",
+                "--guard-tick-seconds=1",
+            )
+        )
+        cluster.run_kubectl("delete", "sm", NAME, "-n", NAMESPACE, "--wait=true")
+        say(f"Applying examples/llama-3.1-8b-eagle3-fp8.yaml as {NAMESPACE}/{NAME}")
+        apply(cluster, specmodel())
+        fleet = stack.enter_context(
+            simulated_pods(cluster, NAMESPACE, scenario(collapse, recover), workdir)
+        )
+        fleet.traffic_in_background(NAME, "llama-3.1-8b", 900)
+        watcher.start()
+        story(cluster, fleet, collapse, args.short)
+        watcher.stop.set()
+        write_outputs(cluster, started)
+    say("Done.")
+    print(f"  timeline:           {OUT / 'timeline.png'}")
+    print(
+        f"  Alertmanager alerts: {OUT / 'alerts.json'}  (live: {cluster.alertmanager_url}/#/alerts)"
+    )
+    kubectl = f"kubectl --kubeconfig {cluster.kubeconfig}"
+    print(f"  the SpecModel:      {kubectl} describe sm {NAME} -n {NAMESPACE}")
+    print("  tear down:          make cluster-down")
+    print(f"  took {time.time() - started:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
