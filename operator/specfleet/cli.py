@@ -11,7 +11,6 @@ import click
 from specfleet.api import InvalidSpecModel, parse_specmodel
 from specfleet.api.crd import crd_yaml
 from specfleet.api.reference import markdown
-from specfleet.controller.run import RunOptions, run
 from specfleet.gateway.cli import gateway
 from specfleet.render import ServingPlan, render
 from specfleet.render.plan import DEFAULT_GATEWAY_IMAGE
@@ -72,6 +71,8 @@ def render_command(filename: Path, plan_file: Path | None) -> None:
 @click.option("--guard-tick-seconds", type=float, default=5.0, show_default=True)
 def run_command(namespaces: tuple[str, ...], **options: object) -> None:
     """Run the operator."""
+    from specfleet.controller.run import RunOptions, run  # kopf and the kubernetes client
+
     run(RunOptions(namespaces=list(namespaces), **options))  # type: ignore[arg-type]
 
 

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from specfleet.api.base import ApiModel
 from specfleet.api.model import SpecModel
-from specfleet.api.spec import Engine, PromptClass
+from specfleet.api.spec import Engine, PromptClass, SpeculativeSpec
 
 CLASS_HEADER = "x-specfleet-class"
 
@@ -31,7 +31,10 @@ class GatewayConfig(ApiModel):
     )
 
     @classmethod
-    def from_specmodel(cls, specmodel: SpecModel) -> GatewayConfig:
+    def from_specmodel(
+        cls, specmodel: SpecModel, running: SpeculativeSpec | None
+    ) -> GatewayConfig:
+        """`running` is the speculation the engine runs now (None with speculation off)."""
         spec = specmodel.spec
         return cls(
             specmodel=specmodel.metadata.name,
@@ -39,4 +42,5 @@ class GatewayConfig(ApiModel):
             served_name=specmodel.served_name(),
             classes=spec.classes,
             default_class=spec.default_class,
+            num_speculative_tokens=running.num_speculative_tokens if running else None,
         )

@@ -45,13 +45,7 @@ def load_specmodel_config(path: Path) -> GatewayConfig:
         specmodel = parse_specmodel(document)
     except InvalidSpecModel as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    config = GatewayConfig.from_specmodel(specmodel)
-    speculative = specmodel.spec.speculative
-    if config.num_speculative_tokens is None and speculative is not None:
-        config = config.model_copy(
-            update={"num_speculative_tokens": speculative.num_speculative_tokens}
-        )
-    return config
+    return GatewayConfig.from_specmodel(specmodel, specmodel.spec.speculative)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

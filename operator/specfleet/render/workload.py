@@ -99,12 +99,13 @@ def manifests(workload: Workload) -> list[Manifest]:
 
 
 def gateway_configmap(workload: Workload) -> Manifest:
-    config = GatewayConfig.from_specmodel(workload.specmodel).to_wire()
+    running = workload.config.speculative if workload.plan.speculation else None
+    wire = GatewayConfig.from_specmodel(workload.specmodel, running).to_wire()
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": workload.metadata(f"{workload.name}-gateway"),
-        "data": {"gateway.yaml": yaml.safe_dump(config, sort_keys=True)},
+        "data": {"gateway.yaml": yaml.safe_dump(wire, sort_keys=True)},
     }
 
 

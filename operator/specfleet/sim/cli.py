@@ -14,9 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from kubernetes import client, config
-
-from specfleet.sim.pods import PodRuntime, SimSettings
 
 if TYPE_CHECKING:
     from specfleet.sim.server import EngineSimulator
@@ -191,6 +188,10 @@ def pods_cmd(
     workdir: Path,
 ) -> None:
     """Run the simulator and gateway for every Running kwok pod of a SpecModel, at its IP."""
+    from kubernetes import client, config  # only this command talks to a cluster
+
+    from specfleet.sim.pods import PodRuntime, SimSettings
+
     config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

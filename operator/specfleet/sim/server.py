@@ -291,13 +291,9 @@ class EngineSimulator:
             )
             raise ApiError(400, msg, param="stream_options")
         opts = stream_options if isinstance(stream_options, dict) else {}
-        if vllm:
-            if self.config.enable_force_include_usage:
-                include_usage = continuous = True
-            else:
-                include_usage = bool(opts.get("include_usage", False))
-                continuous = include_usage and bool(opts.get("continuous_usage_stats", False))
-        else:
+        if vllm and self.config.enable_force_include_usage:
+            include_usage = continuous = True
+        else:  # both engines: include_usage defaults to true once stream_options is sent
             include_usage = stream_options is not None and bool(opts.get("include_usage", True))
             continuous = include_usage and bool(opts.get("continuous_usage_stats", False))
 
