@@ -33,12 +33,11 @@ def free_port() -> int:
 class RunningOperator:
     metrics_url: str
 
-    def writes(self) -> float:
-        """Requests that changed the cluster, as the in-process operator counted them."""
+    def writes(self, namespace: str) -> float:
+        """Requests that changed `namespace`, as the in-process operator counted them."""
         verbs = ("apply", "delete", "status", "event")
-        samples = (
-            REGISTRY.get_sample_value("specfleet_api_writes_total", {"verb": v}) for v in verbs
-        )
+        labels = ({"namespace": namespace, "verb": verb} for verb in verbs)
+        samples = (REGISTRY.get_sample_value("specfleet_api_writes_total", x) for x in labels)
         return sum(value or 0.0 for value in samples)
 
 

@@ -78,7 +78,7 @@ def test_namespaced_mode_uses_roles() -> None:
     assert sorted(r["metadata"]["namespace"] for r in objects["Role"]) == ["team-a", "team-b"]
     [discovery] = objects["ClusterRole"]
     resources = {r for rule in discovery["rules"] for r in rule["resources"]}
-    assert resources == {"customresourcedefinitions"}
+    assert resources == {"customresourcedefinitions", "namespaces"}
     args = objects["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
 

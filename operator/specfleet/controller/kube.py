@@ -71,7 +71,7 @@ class Kube:
 
     @_retry
     def apply(self, manifest: Body) -> None:
-        API_WRITES.labels("apply").inc()
+        API_WRITES.labels(manifest["metadata"].get("namespace", ""), "apply").inc()
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
         resource.server_side_apply(
             body=manifest,
@@ -82,7 +82,7 @@ class Kube:
 
     @_retry
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        API_WRITES.labels("delete").inc()
+        API_WRITES.labels(namespace, "delete").inc()
         try:
             self._resource(api_version, kind).delete(name=name, namespace=namespace)
         except ApiException as exc:
@@ -91,7 +91,7 @@ class Kube:
 
     @_retry
     def apply_status(self, namespace: str, name: str, status: Body) -> None:
-        API_WRITES.labels("status").inc()
+        API_WRITES.labels(namespace, "status").inc()
         body = {
             "apiVersion": API_VERSION,
             "kind": KIND,
@@ -99,9 +99,13 @@ class Kube:
             "status": status,
         }
         resource = self._resource(API_VERSION, KIND)
-        resource.status.server_side_apply(
-            body=body, namespace=namespace, field_manager=FIELD_MANAGER, force_conflicts=True
-        )
+        try:
+            resource.status.server_side_apply(
+                body=body, namespace=namespace, field_manager=FIELD_MANAGER, force_conflicts=True
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # deleted meanwhile: nothing left to describe
+                raise
 
     @_retry
     def read_revision(self, namespace: str, name: str) -> Body:
@@ -119,7 +123,7 @@ class Kube:
 
     @_retry
     def event(self, involved: Body, kind: str, reason: str, message: str) -> None:
-        API_WRITES.labels("event").inc()
+        API_WRITES.labels(involved["metadata"]["namespace"], "event").inc()
         meta = involved["metadata"]
         now = datetime.now(UTC)
         event = client.CoreV1Event(
@@ -144,4 +148,10 @@ class Kube:
             reporting_instance=FIELD_MANAGER,
             action=reason,
         )
-        self._core.create_namespaced_event(meta["namespace"], event)
+        try:
+            self._core.create_namespaced_event(meta["namespace"], event)
+        except ApiException as exc:
+            if exc.status in TRANSIENT_STATUS:
+                raise  # retried
+            # Events are best effort: a gone or terminating namespace must not fail a reconcile.
+            log.info("event %s for %s not posted: %s", reason, meta["name"], exc.reason)

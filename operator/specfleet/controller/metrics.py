@@ -20,8 +20,8 @@ RECONCILE_SECONDS = Histogram(
 )
 API_WRITES = Counter(
     "specfleet_api_writes_total",
-    "Requests that change the cluster: apply, delete, status, event.",
-    ["verb"],
+    "Requests that change the cluster, by namespace and verb (apply, delete, status, event).",
+    ["namespace", "verb"],
     registry=REGISTRY,
 )
 SPECMODELS = Gauge("specfleet_specmodels", "SpecModels by phase.", ["phase"], registry=REGISTRY)

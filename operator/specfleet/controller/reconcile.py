@@ -227,7 +227,11 @@ def _write_status(kube: Kube, body: Body, before: SpecModelStatus, after: SpecMo
 
 
 def _namespace_terminating(exc: ApiException) -> bool:
-    return exc.status == 403 and "NamespaceTerminating" in (exc.body or "")
+    """The namespace is being deleted (creates are refused) or is gone."""
+    body = exc.body or ""
+    return (exc.status == 403 and "NamespaceTerminating" in body) or (
+        exc.status == 404 and '"kind":"namespaces"' in body
+    )
 
 
 def _describe(exc: Exception) -> str:
