@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,18 +41,36 @@ class Fleet:
         finally:
             api.close()
 
-    def traffic_in_background(
-        self, specmodel: str, model: str, seconds: float
-    ) -> tuple[threading.Thread, list[TrafficReport]]:
-        reports: list[TrafficReport] = []
-        thread = threading.Thread(
-            target=lambda: reports.append(self.traffic(specmodel, model, seconds)), daemon=True
-        )
-        thread.start()
-        return thread, reports
+    def traffic_in_background(self, specmodel: str, model: str, seconds: float) -> Background:
+        return Background(lambda: self.traffic(specmodel, model, seconds))
 
     def scenario_time(self) -> float:
         return time.time() - self.epoch
+
+
+class Background(threading.Thread):
+    """Traffic in a thread; `result()` returns its report or raises what went wrong."""
+
+    def __init__(self, work: Callable[[], TrafficReport]) -> None:
+        super().__init__(daemon=True)
+        self._work = work
+        self._report: TrafficReport | None = None
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._report = self._work()
+        except BaseException as exc:  # handed to the test thread by result()
+            self._error = exc
+
+    def result(self, timeout: float | None = None) -> TrafficReport:
+        self.join(timeout)
+        if self._error is not None:
+            raise self._error
+        if self._report is None:
+            raise TimeoutError("the traffic generator is still running")
+        return self._report
 
 
 @contextmanager

@@ -130,7 +130,7 @@ def test_collapse_engages_the_kill_switch_then_a_trial_re_enables(
     plan = scenario([[0, 0.85], [collapse, 0.1], [recover, 0.85]])
     apply(local_cluster, namespace, specmodel("llama"))
     with simulated_pods(local_cluster, namespace, plan, tmp_path) as fleet:
-        thread, reports = fleet.traffic_in_background("llama", "llama", recover + 120)
+        traffic = fleet.traffic_in_background("llama", "llama", recover + 120)
         eventually(
             lambda: "kill_switch_engaged" in actions(local_cluster, namespace, "llama"),
             "kill switch",
@@ -163,8 +163,7 @@ def test_collapse_engages_the_kill_switch_then_a_trial_re_enables(
         history = actions(local_cluster, namespace, "llama")
         assert history.index("trial_started") < history.index("kill_switch_released")
         assert status(local_cluster, namespace, "llama")["speculationActive"] is True
-        thread.join()
-    report = reports[0]
+        report = traffic.result()
     assert sum(report.failed.values()) == 0, report.errors[:5]
     print(f"detection latency on the local cluster: {detected:.1f}s")
     assert detected < 90
@@ -190,7 +189,7 @@ def test_quality_regression_rolls_back_and_holds_until_retry(
     )
     apply(local_cluster, namespace, good)
     with simulated_pods(local_cluster, namespace, plan, tmp_path) as fleet:
-        thread, _ = fleet.traffic_in_background("agent", "agent", 200)
+        traffic = fleet.traffic_in_background("agent", "agent", 200)
         eventually(
             lambda: status(local_cluster, namespace, "agent").get("lastGoodRevision") == 1,
             "revision 1 good",
@@ -226,7 +225,7 @@ def test_quality_regression_rolls_back_and_holds_until_retry(
             "judged bad again",
             90,
         )
-        thread.join()
+        traffic.result()
 
 
 def engine_args(cluster: LocalCluster, namespace: str, name: str) -> list[str]:
@@ -262,7 +261,7 @@ def test_prometheus_down_is_blind_alerts_and_holds(
 ) -> None:
     apply(local_cluster, namespace, specmodel("blind"))
     with simulated_pods(local_cluster, namespace, scenario([[0, 0.85]], rps=4), tmp_path) as fleet:
-        thread, _ = fleet.traffic_in_background("blind", "blind", 120)
+        traffic = fleet.traffic_in_background("blind", "blind", 120)
         eventually(
             lambda: status(local_cluster, namespace, "blind").get("classes"), "first evaluation", 60
         )
@@ -295,4 +294,4 @@ def test_prometheus_down_is_blind_alerts_and_holds(
             "metrics back",
             60,
         )
-        thread.join()
+        traffic.result()

@@ -16,10 +16,12 @@ import yaml
 from e2e.cluster.harness import LocalCluster, eventually
 from e2e.fleet import simulated_pods
 from e2e.operator_runner import RunningOperator, in_process
+from specfleet.guard.speedup import expected_tokens_per_step
 from specfleet.telemetry.reader import Target, TelemetryReader
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW = 15
+K = 4
 COLLAPSE_AT = 45
 SCENARIO: dict[str, Any] = {
     "duration_s": 600,
@@ -36,7 +38,7 @@ SPECMODEL: dict[str, Any] = {
     "spec": {
         "engine": {"name": "vllm"},
         "model": {"source": "meta-llama/Llama-3.1-8B-Instruct", "servedName": "tele"},
-        "speculative": {"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": 4},
+        "speculative": {"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": K},
         "classes": [{"name": "code"}, {"name": "chat"}],
         "defaultClass": "chat",
         "guard": {"mode": "on", "windowSeconds": WINDOW},
@@ -51,6 +53,12 @@ def operator(local_cluster: LocalCluster) -> Iterator[RunningOperator]:
     local_cluster.kubectl("wait", "--for=condition=Established", "crd/specmodels.specfleet.dev")
     with in_process(local_cluster) as running:
         yield running
+
+
+def rate(alpha: float) -> float:
+    """What engines report as acceptance rate (accepted / drafted tokens) when each draft
+    position is accepted with probability alpha, as the scenario scripts it."""
+    return (expected_tokens_per_step(alpha, K) - 1) / K
 
 
 def prometheus(cluster: LocalCluster, query: str) -> float:
@@ -75,19 +83,22 @@ def test_per_class_acceptance_follows_the_scenario_and_sums_to_the_engine_counte
     with simulated_pods(local_cluster, namespace, SCENARIO, tmp_path) as fleet:
         wait_for_gateways(local_cluster, namespace)
         reader = TelemetryReader(str(local_cluster.prometheus_url))
-        thread, reports = fleet.traffic_in_background("tele", "tele", COLLAPSE_AT + 2 * WINDOW + 10)
+        traffic = fleet.traffic_in_background("tele", "tele", COLLAPSE_AT + 2 * WINDOW + 10)
         time.sleep(max(0.0, COLLAPSE_AT - 5 - fleet.scenario_time()))
         before = read(reader, namespace)
-        assert before.classes["code"].acceptance_rate == pytest.approx(0.8, abs=0.07)
-        assert before.classes["chat"].acceptance_rate == pytest.approx(0.6, abs=0.07)
+        assert before.classes["code"].acceptance_rate == pytest.approx(rate(0.8), abs=0.06)
+        assert before.classes["chat"].acceptance_rate == pytest.approx(rate(0.6), abs=0.06)
+        assert before.classes["code"].mean_acceptance_length == pytest.approx(
+            expected_tokens_per_step(0.8, K), abs=0.25
+        )
         assert before.classes["code"].requests >= 30
         time.sleep(max(0.0, COLLAPSE_AT + 2 * WINDOW - fleet.scenario_time()))
         after = read(reader, namespace)
-        assert after.classes["code"].acceptance_rate == pytest.approx(0.2, abs=0.07)
-        assert after.classes["chat"].acceptance_rate == pytest.approx(0.6, abs=0.07)
-        assert reader.queries == 11  # a fixed batch per window, whatever the fleet size
-        thread.join()
-        assert sum(reports[0].failed.values()) == 0, reports[0].errors[:5]
+        assert after.classes["code"].acceptance_rate == pytest.approx(rate(0.2), abs=0.06)
+        assert after.classes["chat"].acceptance_rate == pytest.approx(rate(0.6), abs=0.06)
+        assert reader.queries == 2 * 11  # two ticks of one fixed batch, whatever the fleet size
+        report = traffic.result()
+        assert sum(report.failed.values()) == 0, report.errors[:5]
         assert_gateway_sums_equal_engine_counters(local_cluster, namespace)
 
 

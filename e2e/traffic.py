@@ -53,16 +53,19 @@ class Traffic:
     seed: int = 0
     report: TrafficReport = field(default_factory=TrafficReport)
     _targets: list[str] = field(default_factory=list)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once a pod is ready to take traffic."""
     _next: int = 0
 
     async def run(self, seconds: float) -> TrafficReport:
         stop_at = time.time() + seconds
         rng = random.Random(self.seed)
-        start = time.time() - self.epoch
         clients: dict[str, AsyncOpenAI] = {}
         tasks: set[asyncio.Task[None]] = set()
         refresh = asyncio.create_task(self._refresh_targets(stop_at))
-        for t, klass in self.scenario.arrivals(rng, start, start + seconds):
+        await asyncio.wait_for(self.ready.wait(), 30)
+        start, end = time.time() - self.epoch, stop_at - self.epoch
+        for t, klass in self.scenario.arrivals(rng, start, end):
             await asyncio.sleep(max(0.0, self.epoch + t - time.time()))
             target = self._pick()
             if target is None:
@@ -89,10 +92,13 @@ class Traffic:
         core = client.CoreV1Api(self.api)
         selector = f"app.kubernetes.io/instance={self.specmodel}"
         while time.time() < stop_at:
-            pods = await asyncio.to_thread(
+            listed = await asyncio.to_thread(
                 core.list_namespaced_pod, self.namespace, label_selector=selector
             )
-            self._targets = [f"http://{p.status.pod_ip}:8080/v1" for p in pods.items if _serving(p)]
+            pods = self.api.sanitize_for_serialization(listed)["items"]
+            self._targets = [f"http://{p['status']['podIP']}:8080/v1" for p in pods if _serving(p)]
+            if self._targets:
+                self.ready.set()
             await asyncio.sleep(0.3)
 
     async def _one(self, openai: AsyncOpenAI, klass: str, stream: bool) -> None:

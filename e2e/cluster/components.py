@@ -128,6 +128,10 @@ def controller_manager(layout: Layout) -> Daemon:
             f"--root-ca-file={p / 'ca.crt'}",
             "--kube-api-qps=100",
             "--kube-api-burst=200",
+            # kwok posts node status heartbeats but no leases, and on a busy 2-core machine they
+            # can come later than the default 40 s grace: the node lifecycle controller would then
+            # mark every pod NotReady, and kwok never makes them Ready again.
+            "--node-monitor-grace-period=10m",
         ],
     )
 
