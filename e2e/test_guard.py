@@ -110,6 +110,20 @@ def actions(cluster: LocalCluster, namespace: str, name: str) -> list[str]:
     return [d["action"] for d in status(cluster, namespace, name).get("decisions", [])]
 
 
+def wait_action(
+    cluster: LocalCluster, namespace: str, name: str, action: str, timeout: float
+) -> None:
+    """Until the SpecModel's decisions include `action`; a timeout shows the decisions so far."""
+    try:
+        eventually(lambda: action in actions(cluster, namespace, name), action, timeout)
+    except TimeoutError as exc:
+        history = [
+            (d["time"][11:19], d["action"], d["message"][:120])
+            for d in status(cluster, namespace, name).get("decisions", [])
+        ]
+        raise TimeoutError(f"{exc}; decisions so far: {history}") from None
+
+
 def condition(st: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in st.get("conditions", []) if c["type"] == kind), {})
 
@@ -131,11 +145,7 @@ def test_collapse_engages_the_kill_switch_then_a_trial_re_enables(
     apply(local_cluster, namespace, specmodel("llama"))
     with simulated_pods(local_cluster, namespace, plan, tmp_path) as fleet:
         traffic = fleet.traffic_in_background("llama", "llama", recover + 120)
-        eventually(
-            lambda: "kill_switch_engaged" in actions(local_cluster, namespace, "llama"),
-            "kill switch",
-            collapse + 60,
-        )
+        wait_action(local_cluster, namespace, "llama", "kill_switch_engaged", collapse + 60)
         detected = fleet.scenario_time() - collapse
         st = status(local_cluster, namespace, "llama")
         engaged = next(d for d in st["decisions"] if d["action"] == "kill_switch_engaged")
@@ -155,10 +165,12 @@ def test_collapse_engages_the_kill_switch_then_a_trial_re_enables(
             "Alertmanager alert",
             60,
         )
-        eventually(
-            lambda: "kill_switch_released" in actions(local_cluster, namespace, "llama"),
-            "trial passed",
-            recover + 110 - fleet.scenario_time(),
+        wait_action(
+            local_cluster,
+            namespace,
+            "llama",
+            "kill_switch_released",
+            recover + 150 - fleet.scenario_time(),
         )
         history = actions(local_cluster, namespace, "llama")
         assert history.index("trial_started") < history.index("kill_switch_released")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
+
+import yaml
 
 from e2e.cluster import pki
 from e2e.cluster.procs import Daemon
@@ -157,7 +161,7 @@ def kwok(layout: Layout) -> Daemon:
         [
             str(layout.bin_dir / "kwok"),
             f"--kubeconfig={layout.kubeconfig(pki.ADMIN)}",
-            f"--config={layout.bin_dir / 'kwok-stages.yaml'}",
+            f"--config={kwok_stages(layout)}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--node-ip=127.0.0.1",
@@ -165,6 +169,32 @@ def kwok(layout: Layout) -> Daemon:
             f"--cidr={POD_CIDR_PREFIX}.255.0/24",
         ],
     )
+
+
+MANAGED_BY = '.metadata.labels."app.kubernetes.io/managed-by"'
+
+
+def kwok_stages(layout: Layout) -> Path:
+    """kwok's default stages, except that specfleet's pods start Running but not Ready: the
+    stand-in kubelet (`specfleet sim pods`) marks them Ready when their engine answers /health,
+    as a readiness probe would, so rollouts wait for real processes like on a real cluster."""
+    stages = list(yaml.safe_load_all((layout.bin_dir / "kwok-stages.yaml").read_text()))
+    [ready] = [s for s in stages if s and s["metadata"]["name"] == "pod-ready"]
+    starting = copy.deepcopy(ready)
+    starting["metadata"]["name"] = "specfleet-pod-starting"
+    ready["spec"]["selector"]["matchExpressions"].append(
+        {"key": MANAGED_BY, "operator": "NotIn", "values": ["specfleet"]}
+    )
+    starting["spec"]["selector"]["matchExpressions"].append(
+        {"key": MANAGED_BY, "operator": "In", "values": ["specfleet"]}
+    )
+    template = starting["spec"]["next"]["statusTemplate"]
+    for kind in ("Ready", "ContainersReady"):
+        template = re.sub(
+            rf'status: "True"(\s+)type: {kind}\b', rf'status: "False"\1type: {kind}', template
+        )
+    starting["spec"]["next"]["statusTemplate"] = template.replace("ready: true", "ready: false", 1)
+    return layout.write_config("kwok-stages.yaml", yaml.safe_dump_all([*stages, starting]))
 
 
 def webhook(layout: Layout) -> Daemon:

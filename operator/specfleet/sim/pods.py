@@ -18,7 +18,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,8 @@ from kubernetes import client, watch
 log = logging.getLogger(__name__)
 MANAGED = "app.kubernetes.io/managed-by=specfleet"
 ENGINE_PORT = 8000
+GATEWAY_PORT = 8080
+READY_TIMEOUT_SECONDS = 60
 Pod = dict[str, Any]
 
 
@@ -37,7 +41,6 @@ class SimSettings:
     time_scale: float = 1.0
     epoch: float | None = None
     namespace: str | None = None
-    pre_stop_seconds: float = 2.0
     drain_seconds: float = 10.0
 
 
@@ -45,10 +48,13 @@ class SimSettings:
 class PodProcesses:
     name: str
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    pre_stop_seconds: float = 0.0
+    """The pod's own preStop pause (its `sleep N` hooks), while endpoints drop the pod."""
 
-    def stop(self, pre_stop_seconds: float, drain_seconds: float) -> None:
-        """Like a kubelet: the preStop pause (endpoints drop the pod), SIGTERM, then SIGKILL."""
-        time.sleep(pre_stop_seconds)
+    def stop(self, drain_seconds: float, pre_stop: bool = True) -> None:
+        """Like a kubelet: the preStop pause, SIGTERM, then SIGKILL after the drain."""
+        if pre_stop:
+            time.sleep(self.pre_stop_seconds)
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -102,14 +108,13 @@ class PodRuntime:
                 return
             stopping = None if alive else self.running.pop(uid, None)
         if stopping is not None:
-            args = (self.settings.pre_stop_seconds, self.settings.drain_seconds)
-            threading.Thread(target=stopping.stop, args=args).start()
+            threading.Thread(target=stopping.stop, args=(self.settings.drain_seconds,)).start()
 
     def stop_all(self) -> None:
         with self._lock:
             pods, self.running = list(self.running.values()), {}
         for pod in pods:
-            pod.stop(0.0, self.settings.drain_seconds)
+            pod.stop(self.settings.drain_seconds, pre_stop=False)
 
     def _start(self, pod: Pod) -> PodProcesses:
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
@@ -121,13 +126,41 @@ class PodRuntime:
         logs = workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log.info("starting simulator and gateway for pod %s/%s at %s", namespace, name, ip)
-        return PodProcesses(
+        processes = PodProcesses(
             name=f"{namespace}/{name}",
+            pre_stop_seconds=_pre_stop_seconds(pod["spec"]["containers"]),
             processes=[
                 _spawn(self._engine_argv(containers["engine"], ip, mounts), logs / "engine.log"),
                 _spawn(_gateway_argv(containers["gateway"], ip, mounts), logs / "gateway.log"),
             ],
         )
+        threading.Thread(target=self._mark_ready, args=(namespace, name, ip), daemon=True).start()
+        return processes
+
+    def _mark_ready(self, namespace: str, name: str, ip: str) -> None:
+        """The readiness probe: once the engine answers /health through the gateway, the pod is
+        Ready (kwok starts specfleet's pods not Ready, so rollouts wait for this)."""
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://{ip}:{GATEWAY_PORT}/health", timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            log.warning("pod %s/%s never became healthy", namespace, name)
+            return
+        now = datetime.now(UTC).isoformat()
+        conditions = [
+            {"type": kind, "status": "True", "lastTransitionTime": now}
+            for kind in ("Ready", "ContainersReady")
+        ]
+        try:
+            self._core.patch_namespaced_pod_status(
+                name, namespace, {"status": {"conditions": conditions}}
+            )
+        except client.ApiException as exc:  # deleted meanwhile
+            log.info("pod %s/%s not marked Ready: %s", namespace, name, exc.reason)
 
     def _engine_argv(self, engine: Pod, ip: str, mounts: dict[str, Path]) -> list[str]:
         kind = "tensorrt-llm" if (engine.get("command") or [""])[0] == "trtllm-serve" else "vllm"
@@ -159,6 +192,16 @@ class PodRuntime:
                     (local / key).write_text(value)
                 mounts[mount["mountPath"]] = local
         return mounts
+
+
+def _pre_stop_seconds(containers: list[Pod]) -> float:
+    """The longest `sleep N` preStop hook of the pod's containers."""
+    pauses = [0.0]
+    for container in containers:
+        command = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+        if command and command[0] == "sleep" and len(command) == 2:
+            pauses.append(float(command[1]))
+    return max(pauses)
 
 
 def _gateway_argv(gateway: Pod, ip: str, mounts: dict[str, Path]) -> list[str]:
