@@ -31,18 +31,27 @@ class Fleet:
     scenario: Scenario
     epoch: float
 
-    def traffic(self, specmodel: str, model: str, seconds: float, seed: int = 0) -> TrafficReport:
+    def traffic(
+        self,
+        specmodel: str,
+        model: str,
+        seconds: float,
+        seed: int = 0,
+        stop: threading.Event | None = None,
+    ) -> TrafficReport:
         api = config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
+        stop = stop or threading.Event()
         try:
             traffic = Traffic(
-                api, self.namespace, specmodel, model, self.scenario, self.epoch, seed
+                api, self.namespace, specmodel, model, self.scenario, self.epoch, seed, stop
             )
             return asyncio.run(traffic.run(seconds))
         finally:
             api.close()
 
     def traffic_in_background(self, specmodel: str, model: str, seconds: float) -> Background:
-        return Background(lambda: self.traffic(specmodel, model, seconds))
+        stop = threading.Event()
+        return Background(lambda: self.traffic(specmodel, model, seconds, stop=stop), stop)
 
     def scenario_time(self) -> float:
         return time.time() - self.epoch
@@ -51,9 +60,9 @@ class Fleet:
 class Background(threading.Thread):
     """Traffic in a thread; `result()` returns its report or raises what went wrong."""
 
-    def __init__(self, work: Callable[[], TrafficReport]) -> None:
+    def __init__(self, work: Callable[[], TrafficReport], stop: threading.Event) -> None:
         super().__init__(daemon=True)
-        self._work = work
+        self._work, self._stop_traffic = work, stop
         self._report: TrafficReport | None = None
         self._error: BaseException | None = None
         self.start()
@@ -64,7 +73,10 @@ class Background(threading.Thread):
         except BaseException as exc:  # handed to the test thread by result()
             self._error = exc
 
-    def result(self, timeout: float | None = None) -> TrafficReport:
+    def result(self, timeout: float | None = None, stop: bool = False) -> TrafficReport:
+        """The report, once the traffic ends (at once, if `stop`)."""
+        if stop:
+            self._stop_traffic.set()
         self.join(timeout)
         if self._error is not None:
             raise self._error

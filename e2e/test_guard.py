@@ -201,16 +201,10 @@ def test_quality_regression_rolls_back_and_holds_until_retry(
     )
     apply(local_cluster, namespace, good)
     with simulated_pods(local_cluster, namespace, plan, tmp_path) as fleet:
-        traffic = fleet.traffic_in_background("agent", "agent", 200)
-        eventually(
-            lambda: status(local_cluster, namespace, "agent").get("lastGoodRevision") == 1,
-            "revision 1 good",
-            90,
-        )
+        traffic = fleet.traffic_in_background("agent", "agent", 600)
+        wait_action(local_cluster, namespace, "agent", "revision_promoted", 90)
         apply(local_cluster, namespace, bad)
-        eventually(
-            lambda: "rolled_back" in actions(local_cluster, namespace, "agent"), "rollback", 90
-        )
+        wait_action(local_cluster, namespace, "agent", "rolled_back", 90)
         st = status(local_cluster, namespace, "agent")
         assert condition(st, "RolledBack")["status"] == "True"
         assert st["activeRevision"] == 1 and st["desiredRevision"] == 2
@@ -237,7 +231,7 @@ def test_quality_regression_rolls_back_and_holds_until_retry(
             "judged bad again",
             90,
         )
-        traffic.result()
+        traffic.result(stop=True)
 
 
 def engine_args(cluster: LocalCluster, namespace: str, name: str) -> list[str]:
@@ -252,7 +246,7 @@ def test_low_traffic_and_noisy_healthy_acceptance_take_no_action(
 ) -> None:
     """Noisy but healthy acceptance for a minute, then a trickle of traffic whose acceptance is
     bad: too few samples to judge. Neither is a reason to act."""
-    noisy = [[t, 0.75 if (t // 10) % 2 else 0.6] for t in range(0, 60, 10)] + [[60, 0.1]]
+    noisy = [[t, 0.95 if (t // 10) % 2 else 0.8] for t in range(0, 60, 10)] + [[60, 0.1]]
     plan = scenario(noisy, rps=3) | {"traffic_rps": [[0, 3], [60, 0.2]]}
     apply(local_cluster, namespace, specmodel("quiet"))
     with simulated_pods(local_cluster, namespace, plan, tmp_path) as fleet:
@@ -273,7 +267,7 @@ def test_prometheus_down_is_blind_alerts_and_holds(
 ) -> None:
     apply(local_cluster, namespace, specmodel("blind"))
     with simulated_pods(local_cluster, namespace, scenario([[0, 0.85]], rps=4), tmp_path) as fleet:
-        traffic = fleet.traffic_in_background("blind", "blind", 120)
+        traffic = fleet.traffic_in_background("blind", "blind", 600)
         eventually(
             lambda: status(local_cluster, namespace, "blind").get("classes"), "first evaluation", 60
         )
@@ -306,4 +300,4 @@ def test_prometheus_down_is_blind_alerts_and_holds(
             "metrics back",
             60,
         )
-        traffic.result()
+        traffic.result(stop=True)

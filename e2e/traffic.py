@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ class Traffic:
     epoch: float
     """Unix time of scenario t=0, shared with the simulated pods."""
     seed: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+    """Set to end the traffic early; requests in flight finish."""
     report: TrafficReport = field(default_factory=TrafficReport)
     _targets: list[str] = field(default_factory=list)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -67,6 +70,8 @@ class Traffic:
         start, end = time.time() - self.epoch, stop_at - self.epoch
         for t, klass in self.scenario.arrivals(rng, start, end):
             await asyncio.sleep(max(0.0, self.epoch + t - time.time()))
+            if self.stop.is_set():
+                break
             target = self._pick()
             if target is None:
                 self.report.failed[klass] += 1

@@ -270,6 +270,26 @@ def test_without_a_good_revision_a_quality_breach_only_alerts() -> None:
     assert actions == ["quality_breach"] and state.revision.verdict == "probation"
 
 
+def test_probation_needs_evidence_not_just_time() -> None:
+    thin = Observation(
+        at=T0,
+        window_seconds=60,
+        revision=2,
+        speculation=True,
+        classes={"code": window(0.8, requests=3), "chat": window(0.8, requests=3)},
+    )
+    state, actions = run(on_probation(policy=policy(probationSeconds=60)), [thin] * 20)
+    assert actions == [] and state.revision.verdict == "probation"
+
+
+def test_a_revision_that_keeps_breaching_is_never_promoted() -> None:
+    broken = observe(0.8, 0.8, tool_calls_valid=50.0, tool_calls_invalid=50.0)
+    start = on_probation(has_last_good=False, policy=policy(probationSeconds=60))
+    state, actions = run(start, [broken] * 12)
+    assert "revision_promoted" not in actions and actions.count("quality_breach") == 4
+    assert state.revision.verdict == "probation"
+
+
 def test_probation_passes_and_records_the_baseline() -> None:
     fine = observe(0.8, 0.8, tool_calls_valid=99.0, tool_calls_invalid=1.0)
     state, actions = run(on_probation(policy=policy(probationSeconds=60)), [fine] * 6)

@@ -31,9 +31,7 @@ class GatewayConfig(ApiModel):
     )
 
     @classmethod
-    def from_specmodel(
-        cls, specmodel: SpecModel, running: SpeculativeSpec | None
-    ) -> GatewayConfig:
+    def from_specmodel(cls, specmodel: SpecModel, running: SpeculativeSpec | None) -> GatewayConfig:
         """`running` is the speculation the engine runs now (None with speculation off)."""
         spec = specmodel.spec
         return cls(

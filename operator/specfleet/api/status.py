@@ -108,6 +108,9 @@ class GuardStatus(ApiModel):
     quality_bad: int = Field(
         default=0, description="Evaluations in a row where the revision broke quality floors."
     )
+    quality_good: int = Field(
+        default=0, description="Conclusive evaluations in a row where the revision met them."
+    )
     last_evaluation: str | None = Field(default=None, description="Last evaluation time.")
     last_data: str | None = Field(default=None, description="Last time any data was seen.")
     blind: bool = Field(default=False, description="No data for longer than blindAfterSeconds.")

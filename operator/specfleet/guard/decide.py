@@ -229,17 +229,19 @@ class _State:
                 revision.number,
                 situation.now.isoformat(),
             )
-            guard.quality_bad, guard.flapping = 0, False
+            guard.quality_bad, guard.quality_good, guard.flapping = 0, 0, False
         if evaluation.quality_bad:
-            guard.quality_bad += 1
+            guard.quality_bad, guard.quality_good = guard.quality_bad + 1, 0
         elif evaluation.quality_bad is False:
-            guard.quality_bad = 0
+            guard.quality_bad, guard.quality_good = 0, guard.quality_good + 1
         needed = situation.policy.guard.consecutive_breaches
         if guard.quality_bad >= needed:
             self._quality_breach(situation, evaluation)
             return
         since = datetime.fromisoformat(guard.probation_since or situation.now.isoformat())
-        if (situation.now - since).total_seconds() >= situation.policy.guard.probation_seconds:
+        served = (situation.now - since).total_seconds() >= situation.policy.guard.probation_seconds
+        # Time alone proves nothing: the last N windows must have judged the revision good.
+        if served and guard.quality_good >= needed:
             self.verdict = "good"
             guard.baseline = _baseline(situation.observation)
             self.act(
