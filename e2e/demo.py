@@ -152,12 +152,13 @@ class Watcher(threading.Thread):
         self.seen: set[tuple[str, str]] = set()
 
     def run(self) -> None:
-        last = ""
+        last: list[list[str]] = []
         while not self.stop.wait(2):
             table = self.cluster.run_kubectl("get", "sm", "-n", NAMESPACE).stdout.strip()
-            if table and table.splitlines()[1:] != last.splitlines()[1:]:
+            rows = [line.split()[:-1] for line in table.splitlines()]  # AGE changes anyway
+            if table and rows != last:
                 print("\n" + table, flush=True)
-                last = table
+                last = rows
             for decision in decisions(self.cluster):
                 key = (decision["time"], decision["action"])
                 if key not in self.seen:

@@ -132,10 +132,9 @@ def controller_manager(layout: Layout) -> Daemon:
             f"--root-ca-file={p / 'ca.crt'}",
             "--kube-api-qps=100",
             "--kube-api-burst=200",
-            # kwok posts node status heartbeats but no leases, and on a busy 2-core machine they
-            # can come later than the default 40 s grace: the node lifecycle controller would then
-            # mark every pod NotReady, and kwok never makes them Ready again.
-            "--node-monitor-grace-period=10m",
+            # Slack for kwok's node heartbeats on a busy 2-core machine: a node judged
+            # unresponsive gets its pods marked NotReady, which kwok never undoes.
+            "--node-monitor-grace-period=5m",
         ],
     )
 
@@ -162,6 +161,9 @@ def kwok(layout: Layout) -> Daemon:
             str(layout.bin_dir / "kwok"),
             f"--kubeconfig={layout.kubeconfig(pki.ADMIN)}",
             f"--config={kwok_stages(layout)}",
+            # Renew node leases (the heartbeat stage in use expects them); without leases the
+            # node lifecycle controller judges the fake nodes unresponsive every few minutes.
+            "--node-lease-duration-seconds=40",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--node-ip=127.0.0.1",

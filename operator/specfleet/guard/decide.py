@@ -321,7 +321,7 @@ class _State:
         failed = self.kill_switch.failed_trials + (1 if action == "trial_failed" else 0)
         cooldown = min(guard.cooldown_seconds * 2**failed, guard.max_cooldown_seconds)
         breaches = [b for v in evaluation.classes for b in v.speculation_breaches]
-        message = f"Speculation off: {_speedup_words(evaluation)}; {'; '.join(breaches)}."
+        message = f"Speculation off: {'; '.join(breaches)} ({_speedup_words(evaluation)})."
         if action == "trial_failed":
             message = (
                 f"Trial re-enable failed: {_speedup_words(evaluation)}. Next trial in {cooldown}s."
