@@ -7,10 +7,11 @@ admission would, with the same messages, naming the field.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import celpy
@@ -48,7 +49,7 @@ def parse_specmodel(document: dict[str, Any]) -> SpecModel:
         specmodel = SpecModel.model_validate(document)
     except ValidationError as exc:
         raise InvalidSpecModel([_pydantic_error(e) for e in exc.errors()]) from None
-    errors = list(cel_errors(spec_schema(), specmodel.spec.to_wire(), "spec"))
+    errors = list(_spec_cel_errors(json.dumps(specmodel.spec.to_wire(), sort_keys=True)))
     errors += gpu_errors(specmodel)
     if errors:
         raise InvalidSpecModel(errors)
@@ -63,6 +64,13 @@ def _pydantic_error(error: Any) -> FieldError:
     if error["type"] == "extra_forbidden":
         message = "unknown field; remove it or check its spelling (fields are camelCase)"
     return FieldError(path or "(root)", message)
+
+
+# cel-python takes milliseconds per spec and the operator re-parses every SpecModel on every
+# event and resync, while specs change rarely: remember the verdict per distinct spec.
+@lru_cache(maxsize=4096)
+def _spec_cel_errors(spec_json: str) -> tuple[FieldError, ...]:
+    return tuple(cel_errors(spec_schema(), json.loads(spec_json), "spec"))
 
 
 def cel_errors(schema: Schema, value: Any, path: str) -> Iterator[FieldError]:
