@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from specfleet.api.status import (
@@ -82,8 +83,34 @@ class Decision:
     verdict: str
     """The active revision's verdict after this evaluation."""
     actions: list[Action]
-    classes: list[ClassObservation]
-    acceptance: str | None
+    observation: Observation | None
+    evaluation: Evaluation | None
+    """None when the window was not judged (no data, or not settled)."""
+
+    # What the window showed is built when the status is written, not on every tick.
+    @cached_property
+    def classes(self) -> list[ClassObservation]:
+        if self.evaluation is None or self.observation is None:
+            return []
+        windows = self.observation.classes
+        return [
+            _class_observation(v.name, windows.get(v.name), v.speedup, v.verdict)
+            for v in self.evaluation.classes
+        ]
+
+    @cached_property
+    def acceptance(self) -> str | None:
+        """Traffic-weighted acceptance rate over the conclusive classes."""
+        if self.evaluation is None or self.observation is None:
+            return None
+        rates: dict[str, float] = {}
+        for verdict in self.evaluation.classes:
+            window = self.observation.classes.get(verdict.name)
+            alpha = window.acceptance_rate if window else None
+            if alpha is not None and verdict.conclusive:
+                rates[verdict.name] = alpha
+        overall = weighted(rates, {v.name: v.weight for v in self.evaluation.classes})
+        return f"{overall:.2f}" if overall is not None else None
 
 
 def decide(situation: Situation) -> Decision:
@@ -101,7 +128,9 @@ def decide(situation: Situation) -> Decision:
         _fresh_tpot_without_speculation(situation),
         situation.guard.baseline,
     )
-    state.record(evaluation)
+    state.evaluation = evaluation
+    if not situation.observation.speculation:
+        state.remember_tpot_without_speculation(situation.observation)
     state.probation(situation, evaluation)
     state.speculation(situation, evaluation)
     state.rate_limit(situation)
@@ -130,28 +159,34 @@ def _threshold(situation: Situation) -> float:
 
 @dataclass
 class _State:
-    """The evaluation in progress: copies of the state it may change, and what it did."""
+    """The evaluation in progress: the state it may change, and what it did. Status objects
+    are shallow copies or shared: their fields are replaced, never mutated in place."""
 
     situation: Situation
+    stamp: str
+    """`situation.now` as status fields record it."""
     guard: GuardStatus
     kill_switch: KillSwitchStatus
     verdict: str
     actions: list[Action] = field(default_factory=list)
-    classes: list[ClassObservation] = field(default_factory=list)
-    acceptance: str | None = None
+    evaluation: Evaluation | None = None
 
     @classmethod
     def start(cls, situation: Situation) -> _State:
-        guard = situation.guard.model_copy(
-            update={"last_evaluation": situation.now.isoformat()}, deep=True
-        )
+        stamp = situation.now.isoformat()
+        guard = situation.guard.model_copy(update={"last_evaluation": stamp})
         if guard.last_data is None:
-            guard.last_data = situation.now.isoformat()  # the blind clock starts at first sight
-        return cls(situation, guard, situation.kill_switch.model_copy(), situation.revision.verdict)
+            guard.last_data = stamp  # the blind clock starts at first sight
+        return cls(situation, stamp, guard, situation.kill_switch, situation.revision.verdict)
 
     def decision(self) -> Decision:
         return Decision(
-            self.guard, self.kill_switch, self.verdict, self.actions, self.classes, self.acceptance
+            self.guard,
+            self.kill_switch,
+            self.verdict,
+            self.actions,
+            self.situation.observation,
+            self.evaluation,
         )
 
     def act(self, action: str, reason: str, message: str, evidence: dict[str, Any]) -> bool:
@@ -162,14 +197,14 @@ class _State:
         window = {"windowSeconds": self.situation.policy.guard.window_seconds}
         self.actions.append(Action(action, reason, message, {**evidence, **window}, dry))
         if action in ACTING - SCHEDULED and not dry:
-            self.guard.action_times.append(self.situation.now.isoformat())
+            self.guard.action_times = [*self.guard.action_times, self.stamp]
         return not dry
 
     # 1. blind --------------------------------------------------------------------------------
 
     def blind(self, situation: Situation) -> None:
         reason = (situation.observation and situation.observation.blind) or "no series"
-        since = datetime.fromisoformat(self.guard.last_data or situation.now.isoformat())
+        since = datetime.fromisoformat(self.guard.last_data or self.stamp)
         silent = (situation.now - since).total_seconds()
         if silent >= situation.policy.guard.blind_after_seconds and not self.guard.blind:
             self.guard.blind = True
@@ -184,29 +219,11 @@ class _State:
         if self.guard.blind:
             self.act("metrics_restored", "MetricsRestored", "Data is back; the guard resumes.", {})
         self.guard.blind = False
-        self.guard.last_data = situation.now.isoformat()
+        self.guard.last_data = self.stamp
 
     # 2. what the window showed ---------------------------------------------------------------
 
-    def record(self, evaluation: Evaluation) -> None:
-        observation = self.situation.observation
-        assert observation is not None
-        rates: dict[str, float] = {}
-        for verdict in evaluation.classes:
-            window = observation.classes.get(verdict.name)
-            alpha = window.acceptance_rate if window else None
-            if alpha is not None and verdict.conclusive:
-                rates[verdict.name] = alpha
-            self.classes.append(
-                _class_observation(verdict.name, window, verdict.speedup, verdict.verdict)
-            )
-        weights = {v.name: v.weight for v in evaluation.classes}
-        overall = weighted(rates, weights)
-        self.acceptance = f"{overall:.2f}" if overall is not None else None
-        if not observation.speculation:
-            self._remember_tpot_without_speculation(observation)
-
-    def _remember_tpot_without_speculation(self, observation: Observation) -> None:
+    def remember_tpot_without_speculation(self, observation: Observation) -> None:
         known = dict(self.guard.tpot_without_speculation or {})
         for name, window in observation.classes.items():
             if (
@@ -216,7 +233,7 @@ class _State:
                 known[name] = window.mean_tpot_seconds
         self.guard.tpot_without_speculation = known or None
         if known:
-            self.guard.tpot_measured_at = self.situation.now.isoformat()
+            self.guard.tpot_measured_at = self.stamp
 
     # 3. probation ----------------------------------------------------------------------------
 
@@ -227,7 +244,7 @@ class _State:
         if guard.probation_revision != revision.number:
             guard.probation_revision, guard.probation_since = (
                 revision.number,
-                situation.now.isoformat(),
+                self.stamp,
             )
             guard.quality_bad, guard.quality_good, guard.flapping = 0, 0, False
         if evaluation.quality_bad:
@@ -238,7 +255,7 @@ class _State:
         if guard.quality_bad >= needed:
             self._quality_breach(situation, evaluation)
             return
-        since = datetime.fromisoformat(guard.probation_since or situation.now.isoformat())
+        since = datetime.fromisoformat(guard.probation_since or self.stamp)
         served = (situation.now - since).total_seconds() >= situation.policy.guard.probation_seconds
         # Time alone proves nothing: the last N windows must have judged the revision good.
         if served and guard.quality_good >= needed:
@@ -332,7 +349,7 @@ class _State:
             self.kill_switch = KillSwitchStatus(
                 state=KillSwitchState.ENGAGED,
                 source="guard",
-                since=situation.now.isoformat(),
+                since=self.stamp,
                 reason=message,
                 failed_trials=failed,
                 next_trial_after=(situation.now + timedelta(seconds=cooldown)).isoformat(),
@@ -352,11 +369,11 @@ class _State:
             self.kill_switch = self.kill_switch.model_copy(
                 update={
                     "state": KillSwitchState.TRIAL,
-                    "since": situation.now.isoformat(),
+                    "since": self.stamp,
                     "reason": message,
                 }
             )
-            self.guard.trial_since = situation.now.isoformat()
+            self.guard.trial_since = self.stamp
             self.guard.consecutive_bad = self.guard.consecutive_good = 0
 
     def _judge_trial(self, situation: Situation, evaluation: Evaluation) -> None:
@@ -372,7 +389,7 @@ class _State:
         if plainly_bad or critical or self.guard.consecutive_bad >= guard.consecutive_breaches:
             self._engage(situation, evaluation, "trial_failed", "TrialFailed")
             return
-        since = datetime.fromisoformat(self.guard.trial_since or situation.now.isoformat())
+        since = datetime.fromisoformat(self.guard.trial_since or self.stamp)
         held = (situation.now - since).total_seconds() >= guard.window_seconds
         if held and self.guard.consecutive_good >= guard.consecutive_breaches:
             message = (
@@ -382,7 +399,7 @@ class _State:
                 self.kill_switch = KillSwitchStatus(
                     state=KillSwitchState.RELEASED,
                     source="guard",
-                    since=situation.now.isoformat(),
+                    since=self.stamp,
                     reason=message,
                 )
                 self.guard.consecutive_good = 0
@@ -407,7 +424,7 @@ class _State:
             self.kill_switch = KillSwitchStatus(
                 state=KillSwitchState.ENGAGED,
                 source="guard",
-                since=situation.now.isoformat(),
+                since=self.stamp,
                 reason=message,
             )
 

@@ -24,6 +24,9 @@ from specfleet.guard.speedup import (
 )
 from specfleet.telemetry.model import ClassWindow, Observation
 
+UNROUNDED = frozenset({"k", "draftCost", "speedupSource"})
+"""Readings that are settings or labels, not measurements: evidence shows them as they are."""
+
 
 @dataclass(frozen=True)
 class ClassVerdict:
@@ -35,7 +38,8 @@ class ClassVerdict:
     speculation_breaches: list[str] = field(default_factory=list)
     quality_breaches: list[str] = field(default_factory=list)
     latency_breaches: list[str] = field(default_factory=list)
-    evidence: dict[str, Any] = field(default_factory=dict)
+    readings: dict[str, Any] = field(default_factory=dict)
+    """The numbers the verdict rests on, unrounded: most windows never become evidence."""
 
     @property
     def verdict(self) -> str:
@@ -43,6 +47,9 @@ class ClassVerdict:
             return "inconclusive"
         bad = self.speculation_breaches or self.quality_breaches or self.latency_breaches
         return "bad" if bad else "good"
+
+    def evidence(self) -> dict[str, Any]:
+        return {k: v if k in UNROUNDED else _round(v) for k, v in self.readings.items()}
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,7 @@ class Evaluation:
         return {
             "speedup": _round(self.speedup),
             "minSpeedup": self.threshold,
-            "classes": {c.name: c.evidence for c in self.classes if c.conclusive},
+            "classes": {c.name: c.evidence() for c in self.classes if c.conclusive},
         }
 
 
@@ -110,15 +117,25 @@ def judge(
     guard = policy.guard
     if window is None or not window.requests or window.requests < guard.min_requests:
         requests = window.requests if window else None
-        return ClassVerdict(klass.name, False, 0.0, evidence={"requests": _round(requests)})
-    evidence: dict[str, Any] = {"requests": _round(window.requests)}
-    weight = window.output_tokens or window.requests
-    verdict = ClassVerdict(klass.name, True, weight, evidence=evidence)
+        return ClassVerdict(klass.name, False, 0.0, readings={"requests": requests})
+    readings: dict[str, Any] = {"requests": window.requests}
+    conclusive, speedup, speculation_breaches = True, None, []
     if speculation and policy.k:
-        verdict = _judge_speculation(policy, klass, window, threshold, tpot_off, verdict)
-    _judge_quality(klass, window, baseline, guard.min_requests, verdict)
-    _judge_latency(klass, window, verdict)
-    return verdict
+        judged = _judge_speculation(policy, klass, window, threshold, tpot_off, readings)
+        conclusive = judged is not None
+        speedup, speculation_breaches = judged or (None, [])
+    quality_breaches = _judge_quality(klass, window, baseline, guard.min_requests, readings)
+    latency_breaches = _judge_latency(klass, window, readings)
+    return ClassVerdict(
+        klass.name,
+        conclusive,
+        (window.output_tokens or window.requests) if conclusive else 0.0,
+        speedup,
+        speculation_breaches,
+        quality_breaches,
+        latency_breaches,
+        readings,
+    )
 
 
 def _judge_speculation(
@@ -127,13 +144,14 @@ def _judge_speculation(
     window: ClassWindow,
     threshold: float,
     tpot_off: float | None,
-    verdict: ClassVerdict,
-) -> ClassVerdict:
+    readings: dict[str, Any],
+) -> tuple[float, list[str]] | None:
+    """The class's speedup and speculation breaches; None when too little was drafted."""
     alpha = window.acceptance_rate
     drafted = window.draft_tokens or 0.0
-    verdict.evidence.update({"draftTokens": _round(drafted), "acceptanceRate": _round(alpha)})
+    readings.update({"draftTokens": drafted, "acceptanceRate": alpha})
     if alpha is None or drafted < policy.guard.min_draft_tokens:
-        return ClassVerdict(klass.name, False, 0.0, evidence=verdict.evidence)
+        return None
     length = window.mean_acceptance_length
     if length is not None:
         speedup, source = speedup_from_length(length, policy.k, policy.draft_cost), "model"
@@ -141,30 +159,22 @@ def _judge_speculation(
         speedup, source = expected_speedup(alpha, policy.k, policy.draft_cost), "model (rate)"
     if tpot_off and window.mean_tpot_seconds:
         speedup, source = tpot_off / window.mean_tpot_seconds, "measured"
-    verdict.evidence.update(
+    readings.update(
         {
-            "meanAcceptanceLength": _round(window.mean_acceptance_length),
+            "meanAcceptanceLength": length,
             "k": policy.k,
             "draftCost": policy.draft_cost,
-            "speedup": _round(speedup),
+            "speedup": speedup,
             "speedupSource": source,
         }
     )
+    breaches = []
     floor = klass.slo.min_acceptance_rate
     if floor is not None and alpha < floor:
-        verdict.speculation_breaches.append(f"acceptance {alpha:.2f} < {floor:.2f}")
+        breaches.append(f"acceptance {alpha:.2f} < {floor:.2f}")
     if speedup < threshold:
-        verdict.speculation_breaches.append(f"speedup {speedup:.2f} < {threshold:.2f}")
-    return ClassVerdict(
-        klass.name,
-        True,
-        verdict.weight,
-        speedup,
-        verdict.speculation_breaches,
-        verdict.quality_breaches,
-        verdict.latency_breaches,
-        verdict.evidence,
-    )
+        breaches.append(f"speedup {speedup:.2f} < {threshold:.2f}")
+    return speedup, breaches
 
 
 def _judge_quality(
@@ -172,8 +182,8 @@ def _judge_quality(
     window: ClassWindow,
     baseline: QualityBaseline | None,
     min_samples: int,
-    verdict: ClassVerdict,
-) -> None:
+    readings: dict[str, Any],
+) -> list[str]:
     checks = [
         (
             "toolCallValidity",
@@ -190,42 +200,47 @@ def _judge_quality(
             baseline and baseline.structured_output_validity,
         ),
     ]
+    breaches = []
     for name, value, samples, floor, good in checks:
         if value is None or samples < min_samples:
             continue
-        verdict.evidence[name] = _round(value)
+        readings[name] = value
         limit = max(
             x for x in (floor, (good - QUALITY_MARGIN) if good else None, 0.0) if x is not None
         )
         _, upper = wilson_interval(value * samples, samples)
         if upper < limit:  # confidently below, not a noisy dip
-            verdict.quality_breaches.append(f"{name} {value:.3f} < {limit:.3f} (n={samples:.0f})")
-    _judge_errors(window, baseline, verdict)
+            breaches.append(f"{name} {value:.3f} < {limit:.3f} (n={samples:.0f})")
+    errors = _judge_errors(window, baseline, readings)
+    return [*breaches, errors] if errors else breaches
 
 
 def _judge_errors(
-    window: ClassWindow, baseline: QualityBaseline | None, verdict: ClassVerdict
-) -> None:
+    window: ClassWindow, baseline: QualityBaseline | None, readings: dict[str, Any]
+) -> str | None:
     error_rate, errors = window.error_rate, window.errors or 0.0
     if error_rate is None or window.requests is None:
-        return
-    verdict.evidence["errorRate"] = _round(error_rate)
+        return None
+    readings["errorRate"] = error_rate
+    if errors < MIN_ERRORS:
+        return None
     limit = max(MIN_ERROR_RATE_BREACH, 2 * (baseline.error_rate or 0.0) if baseline else 0.0)
     lower, _ = wilson_interval(errors, window.requests)
-    if errors >= MIN_ERRORS and lower > limit:
-        verdict.quality_breaches.append(f"errorRate {error_rate:.3f} > {limit:.3f}")
+    return f"errorRate {error_rate:.3f} > {limit:.3f}" if lower > limit else None
 
 
-def _judge_latency(klass: ClassPolicy, window: ClassWindow, verdict: ClassVerdict) -> None:
+def _judge_latency(klass: ClassPolicy, window: ClassWindow, readings: dict[str, Any]) -> list[str]:
+    breaches = []
     for name, value, limit in (
         ("p95TtftSeconds", window.p95_ttft_seconds, klass.slo.max_p95_ttft_seconds),
         ("p95TpotSeconds", window.p95_tpot_seconds, klass.slo.max_p95_tpot_seconds),
     ):
         if value is None:
             continue
-        verdict.evidence[name] = _round(value)
+        readings[name] = value
         if limit is not None and value > limit:
-            verdict.latency_breaches.append(f"{name} {value:.3f} > {limit:.3f}")
+            breaches.append(f"{name} {value:.3f} > {limit:.3f}")
+    return breaches
 
 
 def _count(good: float | None, bad: float | None) -> float:
