@@ -6,8 +6,10 @@ Too few samples or no data is inconclusive, never bad.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, NamedTuple
 
+from specfleet.api.spec import ClassSlo
 from specfleet.api.status import QualityBaseline
 from specfleet.guard.policy import (
     MIN_ERROR_RATE_BREACH,
@@ -28,18 +30,29 @@ UNROUNDED = frozenset({"k", "draftCost", "speedupSource"})
 """Readings that are settings or labels, not measurements: evidence shows them as they are."""
 
 
+class Service(NamedTuple):
+    """What a class's quality and latency showed."""
+
+    quality_breaches: list[str]
+    latency_breaches: list[str]
+    readings: dict[str, Any]
+
+
 @dataclass(frozen=True)
 class ClassVerdict:
     name: str
     conclusive: bool
     weight: float
     """Output tokens (or requests) in the window: the class's share of traffic."""
+    readings: dict[str, Any]
+    """Requests and the speculation numbers, unrounded: most windows never become evidence."""
+    slo: ClassSlo
     speedup: float | None = None
     speculation_breaches: list[str] = field(default_factory=list)
-    quality_breaches: list[str] = field(default_factory=list)
-    latency_breaches: list[str] = field(default_factory=list)
-    readings: dict[str, Any] = field(default_factory=dict)
-    """The numbers the verdict rests on, unrounded: most windows never become evidence."""
+    window: ClassWindow | None = None
+    """The window, when it had enough requests to judge quality and latency from."""
+    baseline: QualityBaseline | None = None
+    min_samples: int = 0
 
     @property
     def verdict(self) -> str:
@@ -48,8 +61,26 @@ class ClassVerdict:
         bad = self.speculation_breaches or self.quality_breaches or self.latency_breaches
         return "bad" if bad else "good"
 
+    @property
+    def quality_breaches(self) -> list[str]:
+        return self.service.quality_breaches
+
+    @property
+    def latency_breaches(self) -> list[str]:
+        return self.service.latency_breaches
+
+    # Judged on first use: only a revision on probation needs it on every tick.
+    @cached_property
+    def service(self) -> Service:
+        if self.window is None:
+            return Service([], [], {})
+        readings: dict[str, Any] = {}
+        quality = _judge_quality(self.slo, self.window, self.baseline, self.min_samples, readings)
+        return Service(quality, _judge_latency(self.slo, self.window, readings), readings)
+
     def evidence(self) -> dict[str, Any]:
-        return {k: v if k in UNROUNDED else _round(v) for k, v in self.readings.items()}
+        readings = {**self.readings, **self.service.readings}
+        return {k: v if k in UNROUNDED else _round(v) for k, v in readings.items()}
 
 
 @dataclass(frozen=True)
@@ -59,8 +90,12 @@ class Evaluation:
     threshold: float
     speculation_bad: bool | None
     """None: inconclusive (or speculation off)."""
-    quality_bad: bool | None
-    latency_bad: bool
+
+    @property
+    def quality_bad(self) -> bool | None:
+        """None: no class was conclusive."""
+        conclusive = [v for v in self.classes if v.conclusive]
+        return any(v.quality_breaches for v in conclusive) if conclusive else None
 
     def evidence(self) -> dict[str, Any]:
         return {
@@ -100,9 +135,7 @@ def evaluate(
             if c.critical
         )
         speculation_bad = speedup < threshold or critical
-    quality_bad = any(v.quality_breaches for v in conclusive) if conclusive else None
-    latency_bad = any(v.latency_breaches for v in conclusive)
-    return Evaluation(verdicts, speedup, threshold, speculation_bad, quality_bad, latency_bad)
+    return Evaluation(verdicts, speedup, threshold, speculation_bad)
 
 
 def judge(
@@ -117,24 +150,24 @@ def judge(
     guard = policy.guard
     if window is None or not window.requests or window.requests < guard.min_requests:
         requests = window.requests if window else None
-        return ClassVerdict(klass.name, False, 0.0, readings={"requests": requests})
+        return ClassVerdict(klass.name, False, 0.0, {"requests": requests}, klass.slo)
     readings: dict[str, Any] = {"requests": window.requests}
     conclusive, speedup, speculation_breaches = True, None, []
     if speculation and policy.k:
         judged = _judge_speculation(policy, klass, window, threshold, tpot_off, readings)
         conclusive = judged is not None
         speedup, speculation_breaches = judged or (None, [])
-    quality_breaches = _judge_quality(klass, window, baseline, guard.min_requests, readings)
-    latency_breaches = _judge_latency(klass, window, readings)
     return ClassVerdict(
         klass.name,
         conclusive,
         (window.output_tokens or window.requests) if conclusive else 0.0,
+        readings,
+        klass.slo,
         speedup,
         speculation_breaches,
-        quality_breaches,
-        latency_breaches,
-        readings,
+        window,
+        baseline,
+        guard.min_requests,
     )
 
 
@@ -178,7 +211,7 @@ def _judge_speculation(
 
 
 def _judge_quality(
-    klass: ClassPolicy,
+    slo: ClassSlo,
     window: ClassWindow,
     baseline: QualityBaseline | None,
     min_samples: int,
@@ -189,14 +222,14 @@ def _judge_quality(
             "toolCallValidity",
             window.tool_call_validity,
             _count(window.tool_calls_valid, window.tool_calls_invalid),
-            klass.slo.min_tool_call_validity,
+            slo.min_tool_call_validity,
             baseline and baseline.tool_call_validity,
         ),
         (
             "structuredOutputValidity",
             window.structured_output_validity,
             _count(window.structured_valid, window.structured_invalid),
-            klass.slo.min_structured_output_validity,
+            slo.min_structured_output_validity,
             baseline and baseline.structured_output_validity,
         ),
     ]
@@ -229,11 +262,11 @@ def _judge_errors(
     return f"errorRate {error_rate:.3f} > {limit:.3f}" if lower > limit else None
 
 
-def _judge_latency(klass: ClassPolicy, window: ClassWindow, readings: dict[str, Any]) -> list[str]:
+def _judge_latency(slo: ClassSlo, window: ClassWindow, readings: dict[str, Any]) -> list[str]:
     breaches = []
     for name, value, limit in (
-        ("p95TtftSeconds", window.p95_ttft_seconds, klass.slo.max_p95_ttft_seconds),
-        ("p95TpotSeconds", window.p95_tpot_seconds, klass.slo.max_p95_tpot_seconds),
+        ("p95TtftSeconds", window.p95_ttft_seconds, slo.max_p95_ttft_seconds),
+        ("p95TpotSeconds", window.p95_tpot_seconds, slo.max_p95_tpot_seconds),
     ):
         if value is None:
             continue
