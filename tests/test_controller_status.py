@@ -7,10 +7,11 @@ from typing import Any
 
 from conftest import specmodel_doc
 from specfleet.api import SpecModelStatus, parse_specmodel
-from specfleet.controller.children import APPLIED_HASH, changes, with_applied_hash
+from specfleet.controller.children import APPLIED_HASH, changes, summary, with_applied_hash
 from specfleet.controller.events import transitions
 from specfleet.controller.plan import plan
-from specfleet.controller.status import Observed, invalid_status, next_status
+from specfleet.controller.status import Observed, invalid_status, next_status, rollout
+from specfleet.render import render
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(minutes=5)
@@ -179,3 +180,30 @@ def test_children_changes_apply_only_what_differs_and_prune_the_rest() -> None:
     assert (
         changes(desired, {("ConfigMap", "a"): desired[0], ("Service", "b"): desired[1]}).apply == []
     )
+
+
+def test_child_summaries_decide_like_the_whole_objects() -> None:
+    """The operator indexes summaries of its children; rollout, apply and prune must not notice."""
+    sm = parse_specmodel(specmodel_doc(speculative={"method": "ngram"}))
+    desired = [with_applied_hash(m) for m in render(sm)]
+    live = {}
+    for manifest in desired:
+        metadata = {**manifest["metadata"], "generation": 3, "managedFields": [{"m": 1}]}
+        whole = {**manifest, "metadata": metadata}
+        live[(manifest["kind"], manifest["metadata"]["name"])] = whole
+    deployment_key = next(k for k in live if k[0] == "Deployment")
+    live[deployment_key] = {**live[deployment_key], "status": deployment(1, 1, 1)["status"]}
+    live[("ConfigMap", "stale")] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "stale", "namespace": "ns"},
+        "data": {},
+    }
+    summaries = {k: summary(v) for k, v in live.items()}
+
+    assert rollout(summaries[deployment_key]) == rollout(live[deployment_key])
+    assert rollout(summaries[deployment_key]).complete
+    assert changes(desired, summaries).apply == changes(desired, live).apply == []
+    assert [b["metadata"]["name"] for b in changes(desired, summaries).prune] == ["stale"]
+    assert all("managedFields" not in b["metadata"] for b in summaries.values())
+    assert "containers" not in str(summaries[deployment_key])

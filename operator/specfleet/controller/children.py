@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ APPLIED_HASH = "specfleet.dev/applied-hash"
 Body = dict[str, Any]
 ChildKey = tuple[str, str]
 """(kind, name) of a child in the SpecModel's namespace."""
+SUMMARY_METADATA = ("name", "namespace", "uid", "generation", "labels", "annotations")
 
 
 @dataclass(frozen=True)
@@ -59,3 +61,22 @@ def applied_hash(body: Body | None) -> str | None:
     annotations = body.get("metadata", {}).get("annotations") or {}
     value = annotations.get(APPLIED_HASH)
     return str(value) if value is not None else None
+
+
+def summary(body: Mapping[str, Any]) -> Body:
+    """What reconcile reads of a child or pod: identity, labels and annotations (the applied
+    hash), status, and a Deployment's replicas and template labels. Whole objects, held for
+    every child of every SpecModel, made the operator's memory grow with pod-spec size."""
+    metadata, spec = body.get("metadata", {}), body.get("spec") or {}
+    kept_spec = {k: spec[k] for k in ("replicas",) if k in spec}
+    if "template" in spec:
+        kept_spec["template"] = {"metadata": spec["template"].get("metadata", {})}
+    return copy.deepcopy(
+        {
+            "apiVersion": body.get("apiVersion"),
+            "kind": body.get("kind"),
+            "metadata": {k: metadata[k] for k in SUMMARY_METADATA if k in metadata},
+            "spec": kept_spec,
+            "status": body.get("status", {}),
+        }
+    )

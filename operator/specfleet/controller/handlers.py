@@ -14,6 +14,7 @@ from typing import Any
 import kopf
 
 from specfleet.api import GROUP, PLURAL, VERSION
+from specfleet.controller.children import summary
 from specfleet.controller.operator import Index, Key, Operator
 
 MANAGED = {"app.kubernetes.io/managed-by": "specfleet"}
@@ -30,7 +31,9 @@ log = logging.getLogger(__name__)
 
 
 def _snapshot(body: kopf.Body) -> dict[str, Any]:
-    return copy.deepcopy(dict(body))
+    """A SpecModel as the operator reads it: all of it but managedFields."""
+    metadata = {k: v for k, v in body.get("metadata", {}).items() if k != "managedFields"}
+    return copy.deepcopy({**body, "metadata": metadata})
 
 
 def _owner(namespace: str | None, labels: kopf.Labels) -> Key:
@@ -45,7 +48,7 @@ def specmodels(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> d
 def _by_owner(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
 ) -> dict[Key, Any]:
-    return {_owner(namespace, labels): _snapshot(body)}
+    return {_owner(namespace, labels): summary(body)}
 
 
 kopf.index("", "v1", "pods", labels=MANAGED, id="pods")(_by_owner)
