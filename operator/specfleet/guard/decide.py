@@ -218,7 +218,7 @@ class _State:
     def data_seen(self, situation: Situation) -> None:
         if self.guard.blind:
             self.act("metrics_restored", "MetricsRestored", "Data is back; the guard resumes.", {})
-        self.guard.blind = False
+            self.guard.blind = False
         self.guard.last_data = self.stamp
 
     # 2. what the window showed ---------------------------------------------------------------
@@ -247,9 +247,10 @@ class _State:
                 self.stamp,
             )
             guard.quality_bad, guard.quality_good, guard.flapping = 0, 0, False
-        if evaluation.quality_bad:
+        quality_bad = evaluation.quality_bad
+        if quality_bad:
             guard.quality_bad, guard.quality_good = guard.quality_bad + 1, 0
-        elif evaluation.quality_bad is False:
+        elif quality_bad is False:
             guard.quality_bad, guard.quality_good = 0, guard.quality_good + 1
         needed = situation.policy.guard.consecutive_breaches
         if guard.quality_bad >= needed:

@@ -38,7 +38,8 @@ def wilson_interval(successes: float, trials: float, z: float = 1.96) -> tuple[f
     denominator = 1 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denominator
     margin = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
-    return max(0.0, centre - margin), min(1.0, centre + margin)
+    lower, upper = centre - margin, centre + margin
+    return (lower if lower > 0.0 else 0.0), (upper if upper < 1.0 else 1.0)
 
 
 def weighted(values: dict[str, float], weights: dict[str, float]) -> float | None:

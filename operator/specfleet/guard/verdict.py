@@ -5,8 +5,7 @@ Too few samples or no data is inconclusive, never bad.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from specfleet.api.spec import ClassSlo
@@ -26,65 +25,78 @@ from specfleet.guard.speedup import (
 )
 from specfleet.telemetry.model import ClassWindow, Observation
 
-UNROUNDED = frozenset({"k", "draftCost", "speedupSource"})
-"""Readings that are settings or labels, not measurements: evidence shows them as they are."""
 
+class Judged(NamedTuple):
+    """What one family of signals showed for a class: breaches and the raw readings."""
 
-class Service(NamedTuple):
-    """What a class's quality and latency showed."""
-
-    quality_breaches: list[str]
-    latency_breaches: list[str]
+    breaches: list[str]
     readings: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class ClassVerdict:
+class ClassVerdict(NamedTuple):
+    """A NamedTuple, not a frozen dataclass: one is built per class, SpecModel and tick, and a
+    frozen dataclass's __init__ would cost as much as the judgement."""
+
     name: str
     conclusive: bool
     weight: float
     """Output tokens (or requests) in the window: the class's share of traffic."""
-    readings: dict[str, Any]
-    """Requests and the speculation numbers, unrounded: most windows never become evidence."""
+    window: ClassWindow | None
+    """The window, when it had enough requests to judge."""
     slo: ClassSlo
+    policy: Policy
+    baseline: QualityBaseline | None
     speedup: float | None = None
-    speculation_breaches: list[str] = field(default_factory=list)
-    window: ClassWindow | None = None
-    """The window, when it had enough requests to judge quality and latency from."""
-    baseline: QualityBaseline | None = None
-    min_samples: int = 0
+    """Set when speculation was judged."""
+    source: str | None = None
+    """Where the speedup comes from: the model, the rate, or measured TPOT."""
+    speculation_breaches: Sequence[str] = ()
 
     @property
     def verdict(self) -> str:
         if not self.conclusive:
             return "inconclusive"
-        bad = self.speculation_breaches or self.quality_breaches or self.latency_breaches
+        bad = self.speculation_breaches or self.quality_breaches or self.latency().breaches
         return "bad" if bad else "good"
 
     @property
     def quality_breaches(self) -> list[str]:
-        return self.service.quality_breaches
+        return self.quality().breaches
 
-    @property
-    def latency_breaches(self) -> list[str]:
-        return self.service.latency_breaches
-
-    # Judged on first use: only a revision on probation needs it on every tick.
-    @cached_property
-    def service(self) -> Service:
+    # Quality, latency and evidence are judged when asked, not stored: only a revision on
+    # probation needs quality on every tick, the rest is read for status and actions.
+    def quality(self) -> Judged:
         if self.window is None:
-            return Service([], [], {})
-        readings: dict[str, Any] = {}
-        quality = _judge_quality(self.slo, self.window, self.baseline, self.min_samples, readings)
-        return Service(quality, _judge_latency(self.slo, self.window, readings), readings)
+            return Judged([], {})
+        return _judge_quality(self.slo, self.window, self.baseline, self.policy.guard.min_requests)
+
+    def latency(self) -> Judged:
+        if self.window is None:
+            return Judged([], {})
+        return _judge_latency(self.slo, self.window)
 
     def evidence(self) -> dict[str, Any]:
-        readings = {**self.readings, **self.service.readings}
-        return {k: v if k in UNROUNDED else _round(v) for k, v in readings.items()}
+        window = self.window
+        if window is None:
+            return {}
+        evidence: dict[str, Any] = {"requests": _round(window.requests)}
+        if self.speedup is not None:
+            evidence.update(
+                {
+                    "draftTokens": _round(window.draft_tokens or 0.0),
+                    "acceptanceRate": _round(window.acceptance_rate),
+                    "meanAcceptanceLength": _round(window.mean_acceptance_length),
+                    "k": self.policy.k,
+                    "draftCost": self.policy.draft_cost,
+                    "speedup": _round(self.speedup),
+                    "speedupSource": self.source,
+                }
+            )
+        measured = {**self.quality().readings, **self.latency().readings}
+        return evidence | {name: _round(value) for name, value in measured.items()}
 
 
-@dataclass(frozen=True)
-class Evaluation:
+class Evaluation(NamedTuple):
     classes: list[ClassVerdict]
     speedup: float | None
     threshold: float
@@ -147,27 +159,24 @@ def judge(
     tpot_off: float | None,
     baseline: QualityBaseline | None,
 ) -> ClassVerdict:
-    guard = policy.guard
-    if window is None or not window.requests or window.requests < guard.min_requests:
-        requests = window.requests if window else None
-        return ClassVerdict(klass.name, False, 0.0, {"requests": requests}, klass.slo)
-    readings: dict[str, Any] = {"requests": window.requests}
-    conclusive, speedup, speculation_breaches = True, None, []
+    if window is None or not window.requests or window.requests < policy.guard.min_requests:
+        return ClassVerdict(klass.name, False, 0.0, None, klass.slo, policy, baseline)
+    conclusive, judged = True, None
     if speculation and policy.k:
-        judged = _judge_speculation(policy, klass, window, threshold, tpot_off, readings)
+        judged = _judge_speculation(policy, klass, window, threshold, tpot_off)
         conclusive = judged is not None
-        speedup, speculation_breaches = judged or (None, [])
+    speedup, source, breaches = judged or (None, None, ())
     return ClassVerdict(
         klass.name,
         conclusive,
         (window.output_tokens or window.requests) if conclusive else 0.0,
-        readings,
-        klass.slo,
-        speedup,
-        speculation_breaches,
         window,
+        klass.slo,
+        policy,
         baseline,
-        guard.min_requests,
+        speedup,
+        source,
+        breaches,
     )
 
 
@@ -177,13 +186,10 @@ def _judge_speculation(
     window: ClassWindow,
     threshold: float,
     tpot_off: float | None,
-    readings: dict[str, Any],
-) -> tuple[float, list[str]] | None:
-    """The class's speedup and speculation breaches; None when too little was drafted."""
+) -> tuple[float, str, list[str]] | None:
+    """The class's speedup, its source and the breaches; None when too little was drafted."""
     alpha = window.acceptance_rate
-    drafted = window.draft_tokens or 0.0
-    readings.update({"draftTokens": drafted, "acceptanceRate": alpha})
-    if alpha is None or drafted < policy.guard.min_draft_tokens:
+    if alpha is None or (window.draft_tokens or 0.0) < policy.guard.min_draft_tokens:
         return None
     length = window.mean_acceptance_length
     if length is not None:
@@ -192,22 +198,13 @@ def _judge_speculation(
         speedup, source = expected_speedup(alpha, policy.k, policy.draft_cost), "model (rate)"
     if tpot_off and window.mean_tpot_seconds:
         speedup, source = tpot_off / window.mean_tpot_seconds, "measured"
-    readings.update(
-        {
-            "meanAcceptanceLength": length,
-            "k": policy.k,
-            "draftCost": policy.draft_cost,
-            "speedup": speedup,
-            "speedupSource": source,
-        }
-    )
     breaches = []
     floor = klass.slo.min_acceptance_rate
     if floor is not None and alpha < floor:
         breaches.append(f"acceptance {alpha:.2f} < {floor:.2f}")
     if speedup < threshold:
         breaches.append(f"speedup {speedup:.2f} < {threshold:.2f}")
-    return speedup, breaches
+    return speedup, source, breaches
 
 
 def _judge_quality(
@@ -215,37 +212,44 @@ def _judge_quality(
     window: ClassWindow,
     baseline: QualityBaseline | None,
     min_samples: int,
-    readings: dict[str, Any],
-) -> list[str]:
+) -> Judged:
     checks = [
         (
             "toolCallValidity",
             window.tool_call_validity,
             _count(window.tool_calls_valid, window.tool_calls_invalid),
             slo.min_tool_call_validity,
-            baseline and baseline.tool_call_validity,
+            baseline.tool_call_validity if baseline else None,
         ),
         (
             "structuredOutputValidity",
             window.structured_output_validity,
             _count(window.structured_valid, window.structured_invalid),
             slo.min_structured_output_validity,
-            baseline and baseline.structured_output_validity,
+            baseline.structured_output_validity if baseline else None,
         ),
     ]
-    breaches = []
+    breaches, readings = [], {}
     for name, value, samples, floor, good in checks:
         if value is None or samples < min_samples:
             continue
         readings[name] = value
-        limit = max(
-            x for x in (floor, (good - QUALITY_MARGIN) if good else None, 0.0) if x is not None
-        )
+        limit = _limit(floor, good)
         _, upper = wilson_interval(value * samples, samples)
         if upper < limit:  # confidently below, not a noisy dip
             breaches.append(f"{name} {value:.3f} < {limit:.3f} (n={samples:.0f})")
     errors = _judge_errors(window, baseline, readings)
-    return [*breaches, errors] if errors else breaches
+    return Judged([*breaches, errors] if errors else breaches, readings)
+
+
+def _limit(floor: float | None, good: float | None) -> float:
+    """The stricter of the class's floor and the last good revision's value less the margin;
+    at least 0. (Explicit rather than max() over the candidates: this runs per class and tick.)"""
+    limit = floor
+    relative = good - QUALITY_MARGIN if good else None
+    if limit is None or (relative is not None and relative > limit):
+        limit = relative
+    return limit if limit is not None and not limit < 0.0 else 0.0
 
 
 def _judge_errors(
@@ -262,8 +266,8 @@ def _judge_errors(
     return f"errorRate {error_rate:.3f} > {limit:.3f}" if lower > limit else None
 
 
-def _judge_latency(slo: ClassSlo, window: ClassWindow, readings: dict[str, Any]) -> list[str]:
-    breaches = []
+def _judge_latency(slo: ClassSlo, window: ClassWindow) -> Judged:
+    breaches, readings = [], {}
     for name, value, limit in (
         ("p95TtftSeconds", window.p95_ttft_seconds, slo.max_p95_ttft_seconds),
         ("p95TpotSeconds", window.p95_tpot_seconds, slo.max_p95_tpot_seconds),
@@ -273,7 +277,7 @@ def _judge_latency(slo: ClassSlo, window: ClassWindow, readings: dict[str, Any])
         readings[name] = value
         if limit is not None and value > limit:
             breaches.append(f"{name} {value:.3f} > {limit:.3f}")
-    return breaches
+    return Judged(breaches, readings)
 
 
 def _count(good: float | None, bad: float | None) -> float:
