@@ -411,7 +411,8 @@ class _State:
         recent = [
             t for t in self.guard.action_times if situation.now - datetime.fromisoformat(t) < HOUR
         ]
-        self.guard.action_times = recent
+        if len(recent) < len(self.guard.action_times):
+            self.guard.action_times = recent
         limit = situation.policy.guard.max_actions_per_hour
         if len(recent) <= limit or self.guard.flapping:
             return

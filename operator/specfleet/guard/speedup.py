@@ -44,7 +44,8 @@ def wilson_interval(successes: float, trials: float, z: float = 1.96) -> tuple[f
 
 def weighted(values: dict[str, float], weights: dict[str, float]) -> float | None:
     """Traffic-weighted mean over the classes that have both a value and a weight."""
-    total = sum(weights[name] for name in values if weights.get(name))
+    names = [name for name in values if weights.get(name)]
+    total = sum([weights[name] for name in names])
     if total <= 0:
         return None
-    return sum(values[name] * weights[name] for name in values if weights.get(name)) / total
+    return sum([values[name] * weights[name] for name in names]) / total
