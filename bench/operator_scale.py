@@ -10,20 +10,17 @@ Prints a table and writes bench/results/operator_scale.json. Uses a running loca
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client, config
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -31,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from e2e.cluster import components, harness  # noqa: E402
 from e2e.cluster.harness import LocalCluster  # noqa: E402
 from e2e.operator_runner import free_port  # noqa: E402
+from e2e.readiness import pods_marked_ready  # noqa: E402
 
 GPUS_PER_NODE = 8
 STEADY_SECONDS = 60
@@ -69,30 +67,6 @@ def process_usage(pid: int) -> tuple[float, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return rss_kib / 1024, (int(fields[11]) + int(fields[12])) / ticks
-
-
-def mark_pods_ready(cluster: LocalCluster, stop: threading.Event) -> None:
-    """What `specfleet sim pods` does for each pod, minus the processes: kwok starts specfleet's
-    pods not Ready; a kubelet's readiness probe would make them Ready."""
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    core = client.CoreV1Api(api)
-    ready = {
-        "status": {
-            "conditions": [{"type": t, "status": "True"} for t in ("Ready", "ContainersReady")]
-        }
-    }
-    while not stop.is_set():
-        pods = core.list_pod_for_all_namespaces(
-            label_selector="app.kubernetes.io/managed-by=specfleet"
-        )
-        for pod in pods.items:
-            conditions = {c.type: c.status for c in pod.status.conditions or []}
-            if pod.status.phase == "Running" and conditions.get("Ready") != "True":
-                with contextlib.suppress(client.ApiException):
-                    core.patch_namespaced_pod_status(
-                        pod.metadata.name, pod.metadata.namespace, ready
-                    )
-        stop.wait(1)
 
 
 def ready_count(cluster: LocalCluster, namespace: str) -> int:
@@ -155,16 +129,14 @@ def main() -> None:
         "--resync-seconds=30",
     ]
     operator = subprocess.Popen(argv, env=env)
-    stop = threading.Event()
-    threading.Thread(target=mark_pods_ready, args=(cluster, stop), daemon=True).start()
     try:
-        time.sleep(5)
-        results = [
-            measure(cluster, count, f"http://127.0.0.1:{metrics}/metrics", operator.pid)
-            for count in counts
-        ]
+        with pods_marked_ready(cluster):
+            time.sleep(5)
+            results = [
+                measure(cluster, count, f"http://127.0.0.1:{metrics}/metrics", operator.pid)
+                for count in counts
+            ]
     finally:
-        stop.set()
         operator.terminate()
         operator.wait(30)
     columns = list(results[0])

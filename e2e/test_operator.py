@@ -17,6 +17,7 @@ import yaml
 
 from e2e.cluster.harness import Cluster, eventually
 from e2e.operator_runner import RunningOperator, as_process, in_process, service_account_kubeconfig
+from e2e.readiness import pods_marked_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCOUNT = "e2e-specfleet"
@@ -41,6 +42,13 @@ SPECMODEL: dict[str, Any] = {
 def crd(cluster: Cluster) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/specmodel.yaml"))
     cluster.kubectl("wait", "--for=condition=Established", "crd/specmodels.specfleet.dev")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ready_pods(cluster: Cluster) -> Iterator[None]:
+    """These tests run no engines, so nothing answers a readiness probe."""
+    with pods_marked_ready(cluster):
+        yield
 
 
 @pytest.fixture(scope="module")

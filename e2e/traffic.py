@@ -75,7 +75,7 @@ class Traffic:
             target = self._pick()
             if target is None:
                 self.report.failed[klass] += 1
-                self.report.errors.append("no ready pod")
+                self.report.errors.append(f"{time.strftime('%H:%M:%S')} {klass}: no ready pod")
                 continue
             openai = clients.setdefault(target, _client(target))
             task = asyncio.create_task(self._one(openai, klass, rng.random() < 0.5))
@@ -94,22 +94,19 @@ class Traffic:
         return self._targets[self._next]
 
     async def _refresh_targets(self, stop_at: float) -> None:
-        """Ready, not terminating pods whose engine answers /health through the gateway: kwok
-        marks pods Ready at once, so the kubelet's readiness probe is done here."""
+        """Ready, not terminating pods, as endpoints would list them: the stand-in kubelet
+        (`specfleet sim pods`) marks a pod Ready once its gateway answers /health."""
         core = client.CoreV1Api(self.api)
         selector = f"app.kubernetes.io/instance={self.specmodel}"
-        async with httpx.AsyncClient(timeout=1.0) as probe:
-            while time.time() < stop_at:
-                listed = await asyncio.to_thread(
-                    core.list_namespaced_pod, self.namespace, label_selector=selector
-                )
-                pods = self.api.sanitize_for_serialization(listed)["items"]
-                bases = [f"http://{p['status']['podIP']}:8080" for p in pods if _serving(p)]
-                healthy = await asyncio.gather(*(_healthy(probe, base) for base in bases))
-                self._targets = [f"{b}/v1" for b, ok in zip(bases, healthy, strict=True) if ok]
-                if self._targets:
-                    self.ready.set()
-                await asyncio.sleep(0.3)
+        while time.time() < stop_at:
+            listed = await asyncio.to_thread(
+                core.list_namespaced_pod, self.namespace, label_selector=selector
+            )
+            pods = self.api.sanitize_for_serialization(listed)["items"]
+            self._targets = [f"http://{p['status']['podIP']}:8080/v1" for p in pods if _serving(p)]
+            if self._targets:
+                self.ready.set()
+            await asyncio.sleep(0.3)
 
     async def _one(self, openai: AsyncOpenAI, klass: str, stream: bool) -> None:
         self.report.sent[klass] += 1
@@ -134,13 +131,6 @@ class Traffic:
             cause = f" ({exc.__cause__!r})" if exc.__cause__ else ""
             at = time.strftime("%H:%M:%S")
             self.report.errors.append(f"{at} {klass} via {openai.base_url}: {exc}{cause}"[:300])
-
-
-async def _healthy(probe: httpx.AsyncClient, base: str) -> bool:
-    try:
-        return (await probe.get(f"{base}/health")).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def _serving(pod: dict[str, Any]) -> bool:
