@@ -24,13 +24,18 @@ T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 GOOD_REVISION = RevisionRecord(number=1, hash="aaaaaaaaaa", verdict="good")
 
 
-def policy(override: str | None = None, **guard: Any) -> Policy:
+FLOORS = [
+    {"name": "code", "critical": True, "slo": {"minAcceptanceRate": 0.5}},
+    {"name": "chat", "slo": {"minToolCallValidity": 0.9}},
+]
+
+
+def policy(
+    override: str | None = None, classes: list[dict[str, Any]] = FLOORS, **guard: Any
+) -> Policy:
     doc = specmodel_doc(
         speculative={"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": 4},
-        classes=[
-            {"name": "code", "critical": True, "slo": {"minAcceptanceRate": 0.5}},
-            {"name": "chat", "slo": {"minToolCallValidity": 0.9}},
-        ],
+        classes=classes,
         defaultClass="chat",
         guard={"consecutiveBreaches": 3, "cooldownSeconds": 300, **guard},
     )
@@ -132,7 +137,7 @@ def test_engage_decision_carries_its_evidence() -> None:
     assert evidence["minSpeedup"] == 1.0 and evidence["windowSeconds"] == 60
     # E = 1 + accepted / steps = 1.4: the model says 1.4 / 1.2; the critical floor decided
     assert evidence["speedup"] == pytest.approx(1.4 / 1.2, abs=1e-3)
-    assert "acceptance 0.10 < 0.50" in evidence["breaches"]
+    assert "code: acceptance 0.10 < 0.50" in evidence["breaches"]
     assert decision.kill_switch.next_trial_after == (T0 + timedelta(seconds=300)).isoformat()
 
 
@@ -210,11 +215,18 @@ def test_failed_trial_doubles_the_cooldown() -> None:
 
 
 def test_trial_needs_the_stricter_threshold() -> None:
-    # speedup ≈ 1.05: above minSpeedup 1.0 but below 1.0 + releaseMargin 0.1
-    marginal = observe(0.26, 0.26)
+    # speedup (1 + 4 x 0.06) / 1.2 = 1.03: above minSpeedup 1.0, below 1.0 + releaseMargin 0.1;
+    # no acceptance floors, so only the stricter threshold can fail the trial
+    marginal = observe(0.06, 0.06)
+    no_floors = policy(classes=[{"name": "code", "critical": True}, {"name": "chat"}])
+    guard = GuardStatus(consecutive_bad=2)
+    running = decide(situation(marginal, policy=no_floors, guard=guard))
+    assert running.actions == [] and running.kill_switch.state != "engaged"
     trial = KillSwitchStatus(state="trial", source="guard", failed_trials=0)
-    decision = decide(situation(marginal, kill_switch=trial, guard=GuardStatus(consecutive_bad=2)))
-    assert [a.action for a in decision.actions] == ["trial_failed"]
+    decision = decide(situation(marginal, policy=no_floors, kill_switch=trial, guard=guard))
+    [failed] = decision.actions
+    assert failed.action == "trial_failed"
+    assert failed.message.startswith("Trial re-enable failed: code: speedup 1.03 < 1.10; ")
 
 
 def test_no_data_is_inconclusive_then_blind_then_restored() -> None:

@@ -270,7 +270,7 @@ class _State:
             )
 
     def _quality_breach(self, situation: Situation, evaluation: Evaluation) -> None:
-        breaches = [b for v in evaluation.classes for b in v.quality_breaches]
+        breaches = [f"{v.name}: {b}" for v in evaluation.classes for b in v.quality_breaches]
         evidence = {**evaluation.evidence(), "breaches": breaches}
         self.guard.quality_bad = 0
         number = situation.revision.number
@@ -338,11 +338,12 @@ class _State:
         guard = situation.policy.guard
         failed = self.kill_switch.failed_trials + (1 if action == "trial_failed" else 0)
         cooldown = min(guard.cooldown_seconds * 2**failed, guard.max_cooldown_seconds)
-        breaches = [b for v in evaluation.classes for b in v.speculation_breaches]
+        breaches = [f"{v.name}: {b}" for v in evaluation.classes for b in v.speculation_breaches]
         message = f"Speculation off: {'; '.join(breaches)} ({_speedup_words(evaluation)})."
         if action == "trial_failed":
             message = (
-                f"Trial re-enable failed: {_speedup_words(evaluation)}. Next trial in {cooldown}s."
+                f"Trial re-enable failed: {'; '.join(breaches)} ({_speedup_words(evaluation)}). "
+                f"Next trial in {cooldown}s."
             )
         self.guard.consecutive_bad = self.guard.consecutive_good = 0
         evidence = {**evaluation.evidence(), "breaches": breaches, "cooldownSeconds": cooldown}
