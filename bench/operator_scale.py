@@ -83,7 +83,7 @@ def create(cluster: LocalCluster, namespace: str, count: int) -> None:
 
 
 def measure(cluster: LocalCluster, count: int, metrics_url: str, pid: int) -> dict[str, Any]:
-    namespace = f"bench-{count}"
+    namespace = f"bench-{count}-{int(time.time())}"
     cluster.kubectl("create", "namespace", namespace)
     before = writes(metrics_url)
     _, cpu_before = process_usage(pid)

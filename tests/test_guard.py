@@ -137,7 +137,7 @@ def test_engage_decision_carries_its_evidence() -> None:
     assert evidence["minSpeedup"] == 1.0 and evidence["windowSeconds"] == 60
     # E = 1 + accepted / steps = 1.4: the model says 1.4 / 1.2; the critical floor decided
     assert evidence["speedup"] == pytest.approx(1.4 / 1.2, abs=1e-3)
-    assert "code: acceptance 0.10 < 0.50" in evidence["breaches"]
+    assert "code: acceptance 0.10 < 0.50 (n=200)" in evidence["breaches"]
     assert decision.kill_switch.next_trial_after == (T0 + timedelta(seconds=300)).isoformat()
 
 
@@ -164,6 +164,18 @@ def test_too_few_samples_is_inconclusive_never_bad() -> None:
 def test_critical_class_breach_is_enough() -> None:
     critical_bad = observe(code=0.3, chat=0.9)  # weighted speedup fine, code below 0.5 floor
     _, actions = run(situation(critical_bad), [critical_bad] * 3)
+    assert actions == ["kill_switch_engaged"]
+
+
+def test_acceptance_floor_needs_confidence_over_requests() -> None:
+    # code 0.45 against the 0.5 floor: 200 requests are not enough to be sure, 2000 are
+    def dip(requests: float) -> Observation:
+        code = window(0.45, requests=requests)
+        return replace(observe(code=0.45, chat=0.9), classes={"code": code, "chat": window(0.9)})
+
+    _, actions = run(situation(dip(200)), [dip(200)] * 5)
+    assert actions == []
+    _, actions = run(situation(dip(2000)), [dip(2000)] * 3)
     assert actions == ["kill_switch_engaged"]
 
 

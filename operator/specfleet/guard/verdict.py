@@ -201,7 +201,12 @@ def _judge_speculation(
     breaches = []
     floor = klass.slo.min_acceptance_rate
     if floor is not None and alpha < floor:
-        breaches.append(f"acceptance {alpha:.2f} < {floor:.2f}")
+        # A request's own rate lies in [0, 1], so its variance is at most α(1-α): counting
+        # requests as trials is a conservative bound (tokens of one request are not independent).
+        requests = window.requests or 0.0
+        _, upper = wilson_interval(alpha * requests, requests)
+        if upper < floor:
+            breaches.append(f"acceptance {alpha:.2f} < {floor:.2f} (n={requests:.0f})")
     if speedup < threshold:
         breaches.append(f"speedup {speedup:.2f} < {threshold:.2f}")
     return speedup, source, breaches
