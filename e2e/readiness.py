@@ -7,15 +7,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 from kubernetes import client, config
 
 from e2e.cluster.harness import Cluster
+from specfleet.sim.pods import ready_patch
 
 SELECTOR = "app.kubernetes.io/managed-by=specfleet"
-READY = {
-    "status": {"conditions": [{"type": t, "status": "True"} for t in ("Ready", "ContainersReady")]}
-}
 
 
 @contextlib.contextmanager
@@ -39,6 +38,8 @@ def _mark(cluster: Cluster, stop: threading.Event, period_s: float) -> None:
                 if pod.status.phase == "Running" and conditions.get("Ready") != "True":
                     with contextlib.suppress(client.ApiException):
                         core.patch_namespaced_pod_status(
-                            pod.metadata.name, pod.metadata.namespace, READY
+                            pod.metadata.name,
+                            pod.metadata.namespace,
+                            ready_patch(datetime.now(UTC)),
                         )
         stop.wait(period_s)

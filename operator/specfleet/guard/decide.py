@@ -15,6 +15,7 @@ One evaluation per tick and SpecModel:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -30,7 +31,7 @@ from specfleet.api.status import (
 )
 from specfleet.guard.policy import TPOT_MEMORY_SECONDS, Policy
 from specfleet.guard.speedup import weighted
-from specfleet.guard.verdict import Evaluation, evaluate
+from specfleet.guard.verdict import ClassVerdict, Evaluation, evaluate
 from specfleet.telemetry.model import ClassWindow, Observation
 
 HOUR = timedelta(hours=1)
@@ -270,7 +271,7 @@ class _State:
             )
 
     def _quality_breach(self, situation: Situation, evaluation: Evaluation) -> None:
-        breaches = [f"{v.name}: {b}" for v in evaluation.classes for b in v.quality_breaches]
+        breaches = _named(evaluation, lambda v: v.quality_breaches)
         evidence = {**evaluation.evidence(), "breaches": breaches}
         self.guard.quality_bad = 0
         number = situation.revision.number
@@ -338,7 +339,7 @@ class _State:
         guard = situation.policy.guard
         failed = self.kill_switch.failed_trials + (1 if action == "trial_failed" else 0)
         cooldown = min(guard.cooldown_seconds * 2**failed, guard.max_cooldown_seconds)
-        breaches = [f"{v.name}: {b}" for v in evaluation.classes for b in v.speculation_breaches]
+        breaches = _named(evaluation, lambda v: v.speculation_breaches)
         message = f"Speculation off: {'; '.join(breaches)} ({_speedup_words(evaluation)})."
         if action == "trial_failed":
             message = (
@@ -430,6 +431,11 @@ class _State:
                 since=self.stamp,
                 reason=message,
             )
+
+
+def _named(evaluation: Evaluation, breaches: Callable[[ClassVerdict], Sequence[str]]) -> list[str]:
+    """Each class's breaches, prefixed with the class's name."""
+    return [f"{v.name}: {b}" for v in evaluation.classes for b in breaches(v)]
 
 
 def _speedup_words(evaluation: Evaluation) -> str:

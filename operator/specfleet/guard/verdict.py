@@ -204,8 +204,7 @@ def _judge_speculation(
         # A request's own rate lies in [0, 1], so its variance is at most α(1-α): counting
         # requests as trials is a conservative bound (tokens of one request are not independent).
         requests = window.requests or 0.0
-        _, upper = wilson_interval(alpha * requests, requests)
-        if upper < floor:
+        if _confidently_below(alpha, requests, floor):
             breaches.append(f"acceptance {alpha:.2f} < {floor:.2f} (n={requests:.0f})")
     if speedup < threshold:
         breaches.append(f"speedup {speedup:.2f} < {threshold:.2f}")
@@ -240,11 +239,16 @@ def _judge_quality(
             continue
         readings[name] = value
         limit = _limit(floor, good)
-        _, upper = wilson_interval(value * samples, samples)
-        if upper < limit:  # confidently below, not a noisy dip
+        if _confidently_below(value, samples, limit):
             breaches.append(f"{name} {value:.3f} < {limit:.3f} (n={samples:.0f})")
     errors = _judge_errors(window, baseline, readings)
     return Judged([*breaches, errors] if errors else breaches, readings)
+
+
+def _confidently_below(value: float, samples: float, limit: float) -> bool:
+    """The Wilson 95% upper bound is under the limit: a breach, not a noisy dip."""
+    _, upper = wilson_interval(value * samples, samples)
+    return upper < limit
 
 
 def _limit(floor: float | None, good: float | None) -> float:

@@ -150,15 +150,8 @@ class PodRuntime:
         else:
             log.warning("pod %s/%s never became healthy", namespace, name)
             return
-        now = datetime.now(UTC).isoformat()
-        conditions = [
-            {"type": kind, "status": "True", "lastTransitionTime": now}
-            for kind in ("Ready", "ContainersReady")
-        ]
         try:
-            self._core.patch_namespaced_pod_status(
-                name, namespace, {"status": {"conditions": conditions}}
-            )
+            self._core.patch_namespaced_pod_status(name, namespace, ready_patch(datetime.now(UTC)))
         except client.ApiException as exc:  # deleted meanwhile
             log.info("pod %s/%s not marked Ready: %s", namespace, name, exc.reason)
 
@@ -192,6 +185,15 @@ class PodRuntime:
                     (local / key).write_text(value)
                 mounts[mount["mountPath"]] = local
         return mounts
+
+
+def ready_patch(now: datetime) -> dict[str, Any]:
+    """The pod status patch a kubelet's passing readiness probe amounts to."""
+    conditions = [
+        {"type": kind, "status": "True", "lastTransitionTime": now.isoformat()}
+        for kind in ("Ready", "ContainersReady")
+    ]
+    return {"status": {"conditions": conditions}}
 
 
 def _pre_stop_seconds(containers: list[Pod]) -> float:
