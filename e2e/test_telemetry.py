@@ -92,11 +92,14 @@ def test_per_class_acceptance_follows_the_scenario_and_sums_to_the_engine_counte
             expected_tokens_per_step(0.8, K), abs=0.25
         )
         assert before.classes["code"].requests >= 30
+        code = before.classes["code"]
+        # in flight for at least its decode: 47 tokens after the first, at the mean TPOT
+        assert code.request_seconds / code.requests >= 0.8 * 47 * code.mean_tpot_seconds
         time.sleep(max(0.0, COLLAPSE_AT + 2 * WINDOW - fleet.scenario_time()))
         after = read(reader, namespace)
         assert after.classes["code"].acceptance_rate == pytest.approx(rate(0.2), abs=0.06)
         assert after.classes["chat"].acceptance_rate == pytest.approx(rate(0.6), abs=0.06)
-        assert reader.queries == 2 * 11  # two ticks of one fixed batch, whatever the fleet size
+        assert reader.queries == 2 * 12  # two ticks of one fixed batch, whatever the fleet size
         report = traffic.result()
         assert sum(report.failed.values()) == 0, report.errors[:5]
         assert_gateway_sums_equal_engine_counters(local_cluster, namespace)

@@ -272,6 +272,23 @@ async def test_vllm_per_class_counters_equal_the_engine_counters() -> None:
         assert metric(text, "specfleet_spec_steps_total") == drafts_total
 
 
+async def test_request_seconds_count_the_time_requests_spend_in_flight() -> None:
+    """Its rate is the requests in flight (Little's law), which the guard's load term reads."""
+    async with through_gateway("vllm", SimOptions(time_scale=1.0, seed=5)) as (_sim, gw):
+        oai, spent = client(gw.url), 0.0
+        for stream in (False, True, False, True):
+            started = asyncio.get_running_loop().time()
+            answer = await oai.chat.completions.create(
+                model="llama", messages=MESSAGES, max_tokens=24, stream=stream
+            )
+            if stream:
+                async for _ in answer:  # type: ignore[union-attr]
+                    pass
+            spent += asyncio.get_running_loop().time() - started
+        counted = metric(await scrape(gw.metrics_url), "specfleet_request_seconds_total")
+        assert 0.6 * spent < counted <= spent
+
+
 async def test_tensorrt_llm_exact_counts_when_the_engine_reports_them() -> None:
     options = SimOptions(time_scale=FAST, seed=4)
     async with through_gateway("tensorrt-llm", options, per_request_stats=True) as (sim, gw):

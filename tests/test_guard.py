@@ -15,6 +15,8 @@ from specfleet.guard import Policy, Situation, decide
 from specfleet.guard.speedup import (
     expected_speedup,
     expected_tokens_per_step,
+    load_factor,
+    paying_batch,
     speedup_from_length,
     wilson_interval,
 )
@@ -115,6 +117,47 @@ def test_speedup_formula() -> None:
     assert expected_speedup(0.8, 4, 0.05) == pytest.approx(3.3616 / 1.2)
     assert expected_tokens_per_step(1.0, 4) == 5
     assert expected_speedup(0.05, 4, 0.1) < 1  # α below c: speculation cannot pay
+
+
+def test_load_factor_and_the_batch_where_speculation_stops_paying() -> None:
+    assert load_factor(0, 4, 0.01) == 1.0
+    assert load_factor(100, 4, 0.01) == pytest.approx(2 / 6)  # verify 5 tokens per request
+    assert load_factor(100, 4, 0.0) == 1.0
+    batch = paying_batch(2.5, 4, 0.01, 1.1)
+    assert 2.5 * load_factor(batch, 4, 0.01) == pytest.approx(1.1)
+    assert paying_batch(1.0, 4, 0.01, 1.1) == 0.0  # does not pay even without load
+    assert paying_batch(2.5, 4, 0.0, 1.1) == float("inf")
+    assert paying_batch(20.0, 4, 0.01, 1.1) == float("inf")  # k + 1 tokens cost at most 5x
+
+
+def loaded(alpha: float, in_flight: float, speculation: bool = True) -> Observation:
+    """Both classes at `alpha`, with `in_flight` requests in flight on the one replica."""
+    seconds = in_flight * 60 / 2
+    classes = {name: window(alpha, request_seconds=seconds) for name in ("code", "chat")}
+    return Observation(
+        at=T0, window_seconds=60, revision=1, speculation=speculation, classes=classes
+    )
+
+
+def test_load_makes_healthy_speculation_lose_and_trials_wait_for_it_to_drop() -> None:
+    # α 0.5 -> E = 3, speedup 3 / 1.2 = 2.5 without load; at 200 in flight x 3/11 = 0.68
+    assert not run(situation(loaded(0.5, 10)), [loaded(0.5, 10)] * 5)[1]
+    busy, quiet = loaded(0.5, 200), loaded(0.5, 30, speculation=False)
+    state, actions = run(situation(busy), [busy] * 3)
+    assert actions == ["kill_switch_engaged"]
+    assert state.guard.trial_max_in_flight == pytest.approx(46.7)
+    assert "lost to load (200 requests in flight per replica)" in state.kill_switch.reason
+    still_busy = loaded(0.5, 100, speculation=False)
+    state, actions = run(state, [still_busy] * 30)  # 450 s: past the 300 s cooldown
+    assert actions == [] and state.kill_switch.state == "engaged"
+    state, actions = run(state, [quiet])
+    assert actions == ["trial_started"]
+
+
+def test_an_acceptance_collapse_under_load_is_not_blamed_on_load() -> None:
+    collapsed = loaded(0.1, 200)
+    state, actions = run(situation(collapsed), [collapsed] * 3)
+    assert actions == ["kill_switch_engaged"] and state.guard.trial_max_in_flight is None
 
 
 def test_three_bad_windows_engage_the_kill_switch_two_do_not() -> None:

@@ -62,5 +62,11 @@ class EngineConfig(ApiModel):
     speculative: SpeculativeSpec | None = None
 
     def canonical(self) -> dict[str, Any]:
-        """Wire form with defaults filled in, so omitted and explicit defaults compare equal."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+        """Wire form with defaults filled in, so omitted and explicit defaults compare equal.
+        The guard's load term is no engine setting: changing it must not roll pods."""
+        return self.model_dump(
+            by_alias=True,
+            exclude_none=True,
+            mode="json",
+            exclude={"speculative": {"per_token_compute"}},
+        )

@@ -35,6 +35,7 @@ class SpeculativeMethod(StrEnum):
 DRAFT_MODEL_METHODS = ("eagle3", "eagle", "draft_model")
 TRTLLM_METHODS = ("eagle3", "mtp", "ngram", "draft_model")
 
+DEFAULT_PER_TOKEN_COMPUTE = 0.01
 DEFAULT_DRAFT_COST: dict[str, float] = {
     "eagle3": 0.05,
     "eagle": 0.05,
@@ -291,6 +292,17 @@ class SpeculativeSpec(ApiModel):
         description="c: one draft forward's cost over one target forward, used by the guard's "
         "speedup model. Defaults by method (eagle3 0.05, draft_model 0.15, ngram 0.01).",
     )
+    per_token_compute: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="g: how much one more token in a forward pass adds to its time, relative "
+        "to a one-token forward; used by the guard's speedup model. A verify step over B "
+        "requests runs B·(k+1) tokens, plain decoding B, so speculation loses at high load. "
+        "0.01 means a forward costs twice a one-token forward at 100 tokens (where an 8B "
+        "FP8 model on an H100 turns compute-bound), the default; 0 ignores load. Changing it rolls "
+        "no pods.",
+    )
     engine_options: FreeForm | None = Field(
         default=None,
         description="Escape hatch: keys merged as they are into the engine's speculative config.",
@@ -299,6 +311,11 @@ class SpeculativeSpec(ApiModel):
 
     def effective_draft_cost(self) -> float:
         return self.draft_cost if self.draft_cost is not None else DEFAULT_DRAFT_COST[self.method]
+
+    def effective_per_token_compute(self) -> float:
+        return (
+            DEFAULT_PER_TOKEN_COMPUTE if self.per_token_compute is None else self.per_token_compute
+        )
 
 
 class ClassMatch(ApiModel):

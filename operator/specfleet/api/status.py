@@ -134,6 +134,11 @@ class GuardStatus(ApiModel):
     )
     probation_since: str | None = Field(default=None, description="When probation started.")
     trial_since: str | None = Field(default=None, description="When the trial re-enable began.")
+    trial_max_in_flight: float | None = Field(
+        default=None,
+        description="Set when speculation lost to load, not to acceptance: trials wait until "
+        "the requests in flight per replica fall to this many.",
+    )
 
 
 class ClassObservation(ApiModel):

@@ -36,6 +36,8 @@ class RequestRecord:
 
     class_name: str
     outcome: str
+    seconds: float = 0.0
+    """From the request's arrival to its last byte (or failure)."""
     ttft: float | None = None
     tpot: float | None = None
     output_tokens: int | None = None
@@ -66,6 +68,11 @@ class GatewayMetrics:
         )
         self.output_tokens = Counter(
             "specfleet_output_tokens", "Output tokens (usage.completion_tokens).", ["class"],
+            registry=r,
+        )  # fmt: skip
+        self.request_seconds = Counter(
+            "specfleet_request_seconds", "Seconds inference requests spent in flight; its "
+            "rate is the mean number of requests in flight (Little's law).", ["class"],
             registry=r,
         )  # fmt: skip
         self.ttft = Histogram(
@@ -125,6 +132,7 @@ class _ClassSeries:
         self.accepted_tokens = metrics.accepted_tokens.labels(name)
         self.spec_steps = metrics.spec_steps.labels(name)
         self.output_tokens = metrics.output_tokens.labels(name)
+        self.request_seconds = metrics.request_seconds.labels(name)
         self.ttft = metrics.ttft.labels(name)
         self.tpot = metrics.tpot.labels(name)
         self.tool_calls = {v: metrics.tool_calls.labels(name, _valid(v)) for v in (True, False)}
@@ -135,6 +143,7 @@ class _ClassSeries:
 
     def record(self, record: RequestRecord) -> None:
         self.requests[record.outcome].inc()
+        self.request_seconds.inc(record.seconds)
         if record.ttft is not None:
             self.ttft.observe(record.ttft)
         if record.tpot is not None:

@@ -178,6 +178,7 @@ class Proxy:
             log.warning("engine failed mid-response: %s", exc)
             record.outcome = "upstream_error"
         finally:
+            record.seconds = time.perf_counter() - exchange.started
             self._record(record)
         self._cut(request)
         return exchange.response or web.Response(status=499)

@@ -30,7 +30,7 @@ from specfleet.api.status import (
     RevisionRecord,
 )
 from specfleet.guard.policy import TPOT_MEMORY_SECONDS, Policy
-from specfleet.guard.speedup import weighted
+from specfleet.guard.speedup import paying_batch, weighted
 from specfleet.guard.verdict import ClassVerdict, Evaluation, evaluate
 from specfleet.telemetry.model import ClassWindow, Observation
 
@@ -303,7 +303,7 @@ class _State:
             return
         state = self.kill_switch.state
         if state == KillSwitchState.ENGAGED:
-            self._maybe_trial(situation)
+            self._maybe_trial(situation, evaluation)
         elif evaluation.speculation_bad is not None:
             self._count(evaluation.speculation_bad)
             if state == KillSwitchState.TRIAL:
@@ -346,6 +346,13 @@ class _State:
                 f"Trial re-enable failed: {'; '.join(breaches)} ({_speedup_words(evaluation)}). "
                 f"Next trial in {cooldown}s."
             )
+        max_in_flight = _lost_to_load(situation, evaluation)
+        if max_in_flight is not None:
+            message += (
+                f" It lost to load ({evaluation.in_flight:.0f} requests in flight per replica): "
+                f"trials wait until there are at most {max_in_flight:.0f}."
+            )
+        self.guard.trial_max_in_flight = max_in_flight
         self.guard.consecutive_bad = self.guard.consecutive_good = 0
         evidence = {**evaluation.evidence(), "breaches": breaches, "cooldownSeconds": cooldown}
         if self.act(action, reason, message, evidence):
@@ -358,10 +365,13 @@ class _State:
                 next_trial_after=(situation.now + timedelta(seconds=cooldown)).isoformat(),
             )
 
-    def _maybe_trial(self, situation: Situation) -> None:
+    def _maybe_trial(self, situation: Situation, evaluation: Evaluation) -> None:
         due = self.kill_switch.next_trial_after
         if due is None or situation.now < datetime.fromisoformat(due):
             return
+        max_in_flight, in_flight = self.guard.trial_max_in_flight, evaluation.in_flight
+        if max_in_flight is not None and in_flight is not None and in_flight > max_in_flight:
+            return  # the load that made speculation lose has not dropped
         message = "Trial re-enable of speculation after the cooldown."
         if self.act(
             "trial_started",
@@ -385,11 +395,8 @@ class _State:
         costs one window, not N."""
         guard = situation.policy.guard
         plainly_bad = evaluation.speedup is not None and evaluation.speedup < guard.min_speedup
-        critical = any(
-            v.speculation_breaches and c.critical
-            for v, c in zip(evaluation.classes, situation.policy.classes, strict=True)
-        )
-        if plainly_bad or critical or self.guard.consecutive_bad >= guard.consecutive_breaches:
+        breached = evaluation.critical_breach
+        if plainly_bad or breached or self.guard.consecutive_bad >= guard.consecutive_breaches:
             self._engage(situation, evaluation, "trial_failed", "TrialFailed")
             return
         since = datetime.fromisoformat(self.guard.trial_since or self.stamp)
@@ -431,6 +438,20 @@ class _State:
                 since=self.stamp,
                 reason=message,
             )
+
+
+def _lost_to_load(situation: Situation, evaluation: Evaluation) -> float | None:
+    """The batch up to which speculation would pay again, when load (not acceptance) is what
+    made it lose: the speedup without the load term reaches a trial's threshold."""
+    if evaluation.speedup is None or evaluation.in_flight is None or evaluation.load >= 1.0:
+        return None
+    if evaluation.below_acceptance_floor:
+        return None
+    guard, policy = situation.policy.guard, situation.policy
+    threshold = guard.min_speedup + guard.release_margin
+    unloaded = evaluation.speedup / evaluation.load
+    batch = paying_batch(unloaded, policy.k, policy.per_token_compute, threshold)
+    return round(batch, 1) if 0.0 < batch < evaluation.in_flight else None
 
 
 def _named(evaluation: Evaluation, breaches: Callable[[ClassVerdict], Sequence[str]]) -> list[str]:

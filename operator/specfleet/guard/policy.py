@@ -30,6 +30,9 @@ class Policy:
     k: int
     """Draft tokens per verify step (0 when no speculation is configured)."""
     draft_cost: float
+    per_token_compute: float
+    """g: a forward over n tokens costs 1 + g·n one-token forwards (the load term)."""
+    replicas: int
     override: str | None
     """`annotation` or `spec` when a human or Git decides speculation; None when the guard does."""
 
@@ -45,5 +48,13 @@ class Policy:
             classes=[ClassPolicy(c.name, c.slo or ClassSlo(), c.critical) for c in spec.classes],
             k=speculative.num_speculative_tokens if speculative else 0,
             draft_cost=speculative.effective_draft_cost() if speculative else 0.0,
+            per_token_compute=_per_token_compute(spec.speculative or speculative),
+            replicas=spec.pod.replicas,
             override=override,
         )
+
+
+def _per_token_compute(speculative: SpeculativeSpec | None) -> float:
+    """From the spec even when a rollback serves an older revision: revisions do not store it
+    (it is the GPU's property, not the engine's config)."""
+    return speculative.effective_per_token_compute() if speculative else 0.0

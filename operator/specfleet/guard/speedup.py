@@ -3,7 +3,8 @@
 With acceptance rate α, k draft tokens per verify step and draft cost c (one draft forward over
 one target forward), a verify step yields E = (1 - α^(k+1)) / (1 - α) tokens on average and
 costs 1 + k·c target-forward times, so the speedup is E / (1 + k·c) (Leviathan et al. 2023).
-Speculation can pay only if α > c.
+Speculation can pay only if α > c, and only while the batch is small enough that verifying
+k + 1 tokens per request costs little more than one (`load_factor`).
 
 Engines report E directly (mean acceptance length = 1 + accepted / verify steps), so the guard
 uses E / (1 + k·c) and needs no i.i.d. assumption. Note that the engines' "acceptance rate"
@@ -28,6 +29,27 @@ def expected_speedup(alpha: float, k: int, draft_cost: float) -> float:
 
 def speedup_from_length(mean_acceptance_length: float, k: int, draft_cost: float) -> float:
     return mean_acceptance_length / (1.0 + k * draft_cost)
+
+
+def load_factor(batch: float, k: int, per_token_compute: float) -> float:
+    """Plain step time over verify step time at `batch` requests per replica, draft cost aside.
+
+    A forward over n tokens costs 1 + g·n one-token forwards: memory-bound at small n, compute
+    grows with n. A verify step runs B·(k+1) tokens, a plain step B, so the speedup above is
+    multiplied by (1 + g·B) / (1 + g·B·(k+1)): about 1 at low load, far below it at high load.
+    """
+    return (1.0 + per_token_compute * batch) / (1.0 + per_token_compute * batch * (k + 1))
+
+
+def paying_batch(unloaded: float, k: int, per_token_compute: float, threshold: float) -> float:
+    """The largest batch at which `unloaded · load_factor(batch)` still reaches `threshold`:
+    0 when it does not even at batch 0, infinite when load can never push it below."""
+    r = threshold / unloaded if unloaded > 0 else math.inf
+    if r > 1.0:
+        return 0.0
+    if per_token_compute <= 0.0 or r * (k + 1) <= 1.0:
+        return math.inf
+    return (1.0 - r) / (per_token_compute * (r * (k + 1) - 1.0))
 
 
 def wilson_interval(successes: float, trials: float, z: float = 1.96) -> tuple[float, float]:

@@ -19,6 +19,7 @@ from specfleet.guard.policy import (
 )
 from specfleet.guard.speedup import (
     expected_speedup,
+    load_factor,
     speedup_from_length,
     weighted,
     wilson_interval,
@@ -51,6 +52,9 @@ class ClassVerdict(NamedTuple):
     source: str | None = None
     """Where the speedup comes from: the model, the rate, or measured TPOT."""
     speculation_breaches: Sequence[str] = ()
+    load: float = 1.0
+    """The model's load factor at the window's requests in flight (1: no load term)."""
+    below_acceptance_floor: bool = False
 
     @property
     def verdict(self) -> str:
@@ -88,6 +92,7 @@ class ClassVerdict(NamedTuple):
                     "meanAcceptanceLength": _round(window.mean_acceptance_length),
                     "k": self.policy.k,
                     "draftCost": self.policy.draft_cost,
+                    "loadFactor": _round(self.load),
                     "speedup": _round(self.speedup),
                     "speedupSource": self.source,
                 }
@@ -102,6 +107,14 @@ class Evaluation(NamedTuple):
     threshold: float
     speculation_bad: bool | None
     """None: inconclusive (or speculation off)."""
+    in_flight: float | None = None
+    """Mean requests in flight per replica over the window."""
+    load: float = 1.0
+    """The speedup model's load factor at `in_flight` (1 with speculation off)."""
+    critical_breach: bool = False
+    """A critical class breached its speculation floors (acceptance rate or speedup)."""
+    below_acceptance_floor: bool = False
+    """A critical class's acceptance rate is confidently below its floor."""
 
     @property
     def quality_bad(self) -> bool | None:
@@ -113,6 +126,7 @@ class Evaluation(NamedTuple):
         return {
             "speedup": _round(self.speedup),
             "minSpeedup": self.threshold,
+            "inFlightPerReplica": _round(self.in_flight),
             "classes": {c.name: c.evidence() for c in self.classes if c.conclusive},
         }
 
@@ -124,6 +138,10 @@ def evaluate(
     tpot_without_speculation: dict[str, float],
     baseline: QualityBaseline | None,
 ) -> Evaluation:
+    in_flight = _in_flight_per_replica(policy, observation)
+    load = 1.0
+    if in_flight is not None and observation.speculation:
+        load = load_factor(in_flight, policy.k, policy.per_token_compute)
     verdicts = [
         judge(
             policy,
@@ -133,6 +151,7 @@ def evaluate(
             threshold,
             tpot_without_speculation.get(c.name),
             baseline,
+            load,
         )
         for c in policy.classes
     ]
@@ -140,14 +159,22 @@ def evaluate(
     speedups = {v.name: v.speedup for v in conclusive if v.speedup is not None}
     speedup = weighted(speedups, {v.name: v.weight for v in conclusive})
     speculation_bad: bool | None = None
+    critical = [v for v, c in zip(verdicts, policy.classes, strict=True) if c.critical]
+    critical_breach = any(v.speculation_breaches for v in critical)
     if observation.speculation and speedup is not None:
-        critical = any(
-            v.speculation_breaches
-            for v, c in zip(verdicts, policy.classes, strict=True)
-            if c.critical
-        )
-        speculation_bad = speedup < threshold or critical
-    return Evaluation(verdicts, speedup, threshold, speculation_bad)
+        speculation_bad = speedup < threshold or critical_breach
+    below_floor = any(v.below_acceptance_floor for v in critical)
+    return Evaluation(
+        verdicts, speedup, threshold, speculation_bad, in_flight, load, critical_breach, below_floor
+    )
+
+
+def _in_flight_per_replica(policy: Policy, observation: Observation) -> float | None:
+    """Little's law: seconds in flight over the window's seconds is the mean batch."""
+    seconds = [w.request_seconds for w in observation.classes.values() if w.request_seconds]
+    if not seconds or not observation.window_seconds:
+        return None
+    return sum(seconds) / observation.window_seconds / max(policy.replicas, 1)
 
 
 def judge(
@@ -158,14 +185,15 @@ def judge(
     threshold: float,
     tpot_off: float | None,
     baseline: QualityBaseline | None,
+    load: float = 1.0,
 ) -> ClassVerdict:
     if window is None or not window.requests or window.requests < policy.guard.min_requests:
         return ClassVerdict(klass.name, False, 0.0, None, klass.slo, policy, baseline)
     conclusive, judged = True, None
     if speculation and policy.k:
-        judged = _judge_speculation(policy, klass, window, threshold, tpot_off)
+        judged = _judge_speculation(policy, klass, window, threshold, tpot_off, load)
         conclusive = judged is not None
-    speedup, source, breaches = judged or (None, None, ())
+    speedup, source, breaches, below_floor = judged or (None, None, (), False)
     return ClassVerdict(
         klass.name,
         conclusive,
@@ -177,6 +205,8 @@ def judge(
         speedup,
         source,
         breaches,
+        load,
+        below_floor,
     )
 
 
@@ -186,8 +216,10 @@ def _judge_speculation(
     window: ClassWindow,
     threshold: float,
     tpot_off: float | None,
-) -> tuple[float, str, list[str]] | None:
-    """The class's speedup, its source and the breaches; None when too little was drafted."""
+    load: float,
+) -> tuple[float, str, list[str], bool] | None:
+    """The class's speedup, its source, the breaches and whether the acceptance rate is below
+    its floor; None when too little was drafted."""
     alpha = window.acceptance_rate
     if alpha is None or (window.draft_tokens or 0.0) < policy.guard.min_draft_tokens:
         return None
@@ -196,19 +228,21 @@ def _judge_speculation(
         speedup, source = speedup_from_length(length, policy.k, policy.draft_cost), "model"
     else:  # no verify-step counts: read the rate as an i.i.d. α (an underestimate)
         speedup, source = expected_speedup(alpha, policy.k, policy.draft_cost), "model (rate)"
+    speedup *= load
     if tpot_off and window.mean_tpot_seconds:
         speedup, source = tpot_off / window.mean_tpot_seconds, "measured"
-    breaches = []
+    breaches, below_floor = [], False
     floor = klass.slo.min_acceptance_rate
     if floor is not None and alpha < floor:
         # A request's own rate lies in [0, 1], so its variance is at most α(1-α): counting
         # requests as trials is a conservative bound (tokens of one request are not independent).
         requests = window.requests or 0.0
-        if _confidently_below(alpha, requests, floor):
+        below_floor = _confidently_below(alpha, requests, floor)
+        if below_floor:
             breaches.append(f"acceptance {alpha:.2f} < {floor:.2f} (n={requests:.0f})")
     if speedup < threshold:
         breaches.append(f"speedup {speedup:.2f} < {threshold:.2f}")
-    return speedup, source, breaches
+    return speedup, source, breaches, below_floor
 
 
 def _judge_quality(

@@ -125,6 +125,7 @@ def window(slices: list[ClassSlice], speculation: bool, tool_calls: bool) -> Cla
         accepted_tokens=float(total.accepted_tokens) if speculation else None,
         steps=float(total.steps) if speculation else None,
         output_tokens=float(tokens),
+        request_seconds=total.decode_seconds,
         p95_ttft_seconds=per_token(total.p95_ttft_total),
         p95_tpot_seconds=per_token(total.p95_tpot_total),
         mean_tpot_seconds=per_token(total.tpot_seconds_total),

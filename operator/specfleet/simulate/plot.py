@@ -123,7 +123,9 @@ def _speedup(axis: Any, view: Points) -> None:
     axis.plot(
         times, view.line([t.speedup for t in ticks]), color="k", lw=1, label="guard's speedup"
     )
-    axis.plot(times, view.line([t.speedup for t in truths]), "k--", lw=1, label="model at true α")
+    axis.plot(
+        times, view.line([t.speedup for t in truths]), "k--", lw=1, label="model at true α and load"
+    )
     axis.plot(
         times,
         view.line([t.tpot_speedup for t in truths]),

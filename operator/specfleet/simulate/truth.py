@@ -1,9 +1,9 @@
 """What the guard should have seen: the scenario's true numbers, without sampling noise.
 
 Speculation truly stops paying when the guard's own speedup function at the scenario's true α
-(traffic-weighted by expected output tokens) falls below minSpeedup, or a critical class's true
-acceptance rate (the engines' accepted / drafted, in expectation) falls below its floor. The
-true TPOT speedup (timing model, load included) is reported beside it: the model ignores load.
+and true batch (traffic-weighted by expected output tokens) falls below minSpeedup, or a
+critical class's true acceptance rate (the engines' accepted / drafted, in expectation) falls
+below its floor. The true TPOT speedup (the simulator's timing model) is reported beside it.
 A revision is truly bad when its effects put a class's tool-call / structured-output validity
 below the guard's limit or its error rate above it, judged against the last good revision.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from specfleet.guard import Policy
 from specfleet.guard.policy import MIN_ERROR_RATE_BREACH, QUALITY_MARGIN
-from specfleet.guard.speedup import weighted
+from specfleet.guard.speedup import load_factor, weighted
 from specfleet.simulate import physics
 from specfleet.simulate.world import Conditions, Setting, World
 
@@ -39,9 +39,11 @@ def truth_at(world: World, t: float, config: str) -> Truth:
     if not on.k or not policy.k:
         return Truth({}, {}, None, None)
     rates, speedups, weights = {}, {}, {}
+    load = load_factor(on.batch, on.k, policy.per_token_compute)
     for c in on.classes:
         rates[c.name] = physics.engine_acceptance_rate(c.alpha, on.k, c.decay)
-        speedups[c.name] = physics.modelled_speedup(c.alpha, on.k, policy.draft_cost, c.decay)
+        modelled = physics.modelled_speedup(c.alpha, on.k, policy.draft_cost, c.decay)
+        speedups[c.name] = modelled * load
         weights[c.name] = c.rate * c.output_tokens
     floors = {
         p.name: p.slo.min_acceptance_rate

@@ -21,6 +21,8 @@ class ClassWindow:
     steps: float | None = None
     """Verify steps (engine `num_drafts`)."""
     output_tokens: float | None = None
+    request_seconds: float | None = None
+    """Seconds requests spent in flight; over the window, the mean requests in flight."""
     p95_ttft_seconds: float | None = None
     p95_tpot_seconds: float | None = None
     mean_tpot_seconds: float | None = None

@@ -61,6 +61,7 @@ QUERIES: dict[str, tuple[str, str | None, str | None]] = {
     "accepted_tokens": (_increase("specfleet_spec_accepted_tokens_total"), None, None),
     "steps": (_increase("specfleet_spec_steps_total"), None, None),
     "output_tokens": (_increase("specfleet_output_tokens_total"), None, None),
+    "request_seconds": (_increase("specfleet_request_seconds_total"), None, None),
     "p95_ttft_seconds": (_quantile("specfleet_ttft_seconds"), None, None),
     "p95_tpot_seconds": (_quantile("specfleet_tpot_seconds"), None, None),
     "mean_tpot_seconds": (_mean("specfleet_tpot_seconds"), None, None),
