@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from pathlib import Path
 
 import click
+import uvloop
 
 from specfleet.gateway.config import ConfigError, load_gateway_config, load_specmodel_config
 from specfleet.gateway.proxy import ProxySettings
@@ -97,4 +97,4 @@ def gateway(
         watch=Watch(path, loader, reload_interval),
         shutdown_grace=shutdown_grace,
     )
-    asyncio.run(run(server))
+    uvloop.run(run(server))

@@ -75,6 +75,10 @@ class StreamReader:
         self.last_token_t = 0.0
         self.reading = exchange.body is not None
 
+    def may_drop(self, data: bytes) -> bool:
+        """Whether `take` could drop an event of `data`: only the usage chunk is ever dropped."""
+        return self.exchange.strip_usage and b'"usage"' in data
+
     def take(self, events: list[bytes], now: float) -> bytes:
         """The bytes to relay for these events."""
         if not self.reading and not self.exchange.strip_usage:

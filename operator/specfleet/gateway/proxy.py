@@ -98,6 +98,7 @@ class Proxy:
             connector=connector,
             timeout=timeout,
             auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),  # a proxy keeps no client's cookies
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
         )
 
@@ -179,6 +180,9 @@ class Proxy:
             record.outcome = "upstream_error"
         finally:
             record.seconds = time.perf_counter() - exchange.started
+            # Classified once the client has its answer: nothing on the way to the engine or
+            # back waits for it.
+            record.class_name = self._classify(routing, request, exchange.body)
             self._record(record)
         self._cut(request)
         return exchange.response or web.Response(status=499)
@@ -189,7 +193,6 @@ class Proxy:
         raw = await self._read_body(request, limit)
         body = parse_object(raw) if raw is not None else None
         exchange.body = body
-        record.class_name = self._classify(routing, request, body)
         if raw is None:
             record.outcome = "client_error"
             return too_large(limit)
@@ -263,10 +266,17 @@ class Proxy:
         try:
             async for data in upstream.content.iter_any():
                 events = splitter.feed(data)
-                if events:
-                    out = reader.take(events, time.perf_counter())
+                if not events:
+                    continue
+                now = time.perf_counter()
+                if reader.may_drop(data):
+                    out = reader.take(events, now)
                     if out:
                         await self._write(exchange.request, response, out)
+                    continue
+                # Relayed first, read after: the client's next token never waits on parsing.
+                await self._write(exchange.request, response, b"".join(events))
+                reader.take(events, now)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamBroke(str(exc)) from exc
         if splitter.rest:
