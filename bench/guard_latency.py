@@ -109,16 +109,16 @@ def start(policy: Policy, index: int) -> Situation:
 def run(specmodels: int, ticks: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     situations = [start(specmodel_policy(i, rng), i) for i in range(specmodels)]
-    inputs = [[observation(i, tick, True, rng) for i in range(specmodels)] for tick in range(ticks)]
     per_call: list[float] = []
     per_tick: list[float] = []
     cpu_per_tick: list[float] = []
     actions = 0
     for tick in range(ticks):
         now = T0 + timedelta(seconds=15 * (tick + 1))
+        # Built per tick, as telemetry hands them over: only one tick's windows are alive.
         calls = [
-            replace(s, observation=replace(seen, speculation=s.speculation), now=now)
-            for s, seen in zip(situations, inputs[tick], strict=True)
+            replace(s, observation=observation(i, tick, s.speculation, rng), now=now)
+            for i, s in enumerate(situations)
         ]
         decisions: list[Decision] = []
         began, cpu = time.perf_counter(), time.process_time()
