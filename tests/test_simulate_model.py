@@ -109,6 +109,29 @@ def test_the_operator_judges_only_a_full_window_after_the_rollout() -> None:
     assert operator.situation(observation, done, start + timedelta(seconds=120)).settled
 
 
+def test_a_trial_is_judged_one_interval_after_its_rollout() -> None:
+    w = world()
+    config, specmodel = w.changes[0].config, w.changes[0].specmodel
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    fleet = Fleet(serving=Setting(config, False))
+    trial = KillSwitchStatus(state=KillSwitchState.TRIAL, source="guard")
+    operator = Operator.start(specmodel, fleet, start - timedelta(hours=1))
+    operator = replace(operator, status=operator.status.model_copy(update={"kill_switch": trial}))
+    moving = fleet.request(operator.target(start), 0.0, 60.0)
+    assert moving.pending == Setting(config, True)
+    operator = operator.reconciled(moving, start)
+    done = moving.advance(60.0)
+    operator = operator.reconciled(done, start + timedelta(seconds=60))
+    observation = Observation(at=start, window_seconds=60, revision=1, speculation=True)
+    assert not operator.situation(observation, done, start + timedelta(seconds=70)).settled
+    assert operator.situation(observation, done, start + timedelta(seconds=75)).settled
+    # a cooldown shorter than the window could leave old speculating pods in it: a full window
+    quick = specmodel.model_copy(deep=True)
+    quick.spec.guard.cooldown_seconds = 30
+    operator = replace(operator, specmodel=quick)
+    assert not operator.situation(observation, done, start + timedelta(seconds=75)).settled
+
+
 def test_revision_effects_follow_the_revision_environment_effects_everyone() -> None:
     rollouts = [
         {"t": 100, "spec": {}, "effects": {"error_rate": 0.02}},

@@ -7,8 +7,8 @@ from datetime import datetime
 
 from specfleet.api import Decision as DecisionRecord
 from specfleet.api import SpecModel, SpecModelStatus
-from specfleet.api.spec import SpeculativeSpec
-from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchStatus
+from specfleet.api.spec import GuardSpec, SpeculativeSpec
+from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchState, KillSwitchStatus
 from specfleet.controller.plan import Plan
 from specfleet.controller.status import Rollout
 from specfleet.guard import Decision, Policy, Situation
@@ -38,17 +38,19 @@ def situation(
             r.verdict == "good" and r.number != the_plan.active.number for r in the_plan.revisions
         ),
         speculation=the_plan.speculation,
-        settled=settled(status, the_plan, rollout, specmodel.spec.guard.window_seconds, now),
+        settled=settled(status, the_plan, rollout, specmodel.spec.guard, now),
         observation=observation,
         now=now,
     )
 
 
 def settled(
-    status: SpecModelStatus, the_plan: Plan, rollout: Rollout, window: int, now: datetime
+    status: SpecModelStatus, the_plan: Plan, rollout: Rollout, guard: GuardSpec, now: datetime
 ) -> bool:
     """Judge a window only when every pod in it ran the current plan: rollout complete, running
-    the planned speculation, and complete for at least one window."""
+    the planned speculation, and complete for at least one window. A trial needs only one
+    interval: its speculating pods' series are new (the last ones stopped a cooldown ago), so
+    the window holds nothing else, and a failing trial costs less the sooner it is judged."""
     if not rollout.complete or rollout.speculation_running != the_plan.speculation:
         return False
     plan_status = status.serving_plan
@@ -57,7 +59,11 @@ def settled(
     ready = next((c for c in status.conditions if c.type == "Ready"), None)
     if ready is None or ready.status != "True" or ready.last_transition_time is None:
         return False
-    return (now - datetime.fromisoformat(ready.last_transition_time)).total_seconds() >= window
+    needed = guard.window_seconds
+    trial = status.kill_switch is not None and status.kill_switch.state == KillSwitchState.TRIAL
+    if trial and guard.cooldown_seconds >= guard.window_seconds:
+        needed = guard.interval_seconds
+    return (now - datetime.fromisoformat(ready.last_transition_time)).total_seconds() >= needed
 
 
 def apply_decision(
