@@ -215,8 +215,9 @@ def test_revision_ignores_non_engine_fields_but_not_engine_fields() -> None:
     assert revision_hash(base) != revision_hash(quant)
     spec = {"method": "eagle3", "draftModel": "d"}
     plain = parse_specmodel(specmodel_doc(speculative=spec)).engine_config()
-    tuned = specmodel_doc(speculative={**spec, "perTokenCompute": 0.02})
-    assert revision_hash(parse_specmodel(tuned).engine_config()) == revision_hash(plain)
+    for knob in ({"perTokenCompute": 0.02}, {"draftCost": 0.2}):  # the guard's, not the engine's
+        tuned = specmodel_doc(speculative={**spec, **knob})
+        assert revision_hash(parse_specmodel(tuned).engine_config()) == revision_hash(plain)
 
 
 def test_rollback_plan_serves_the_old_config_with_the_current_classes() -> None:

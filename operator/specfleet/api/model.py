@@ -63,10 +63,10 @@ class EngineConfig(ApiModel):
 
     def canonical(self) -> dict[str, Any]:
         """Wire form with defaults filled in, so omitted and explicit defaults compare equal.
-        The guard's load term is no engine setting: changing it must not roll pods."""
+        The guard's speedup-model knobs are no engine settings: changing them must not roll pods."""
         return self.model_dump(
             by_alias=True,
             exclude_none=True,
             mode="json",
-            exclude={"speculative": {"per_token_compute"}},
+            exclude={"speculative": {"draft_cost", "per_token_compute"}},
         )

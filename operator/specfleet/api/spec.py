@@ -290,7 +290,8 @@ class SpeculativeSpec(ApiModel):
         ge=0,
         le=1,
         description="c: one draft forward's cost over one target forward, used by the guard's "
-        "speedup model. Defaults by method (eagle3 0.05, draft_model 0.15, ngram 0.01).",
+        "speedup model. Defaults by method (eagle3 0.05, draft_model 0.15, ngram 0.01). "
+        "Changing it rolls no pods.",
     )
     per_token_compute: float | None = Field(
         default=None,
