@@ -44,15 +44,38 @@ class SimSettings:
     drain_seconds: float = 10.0
 
 
+Command = tuple[list[str], Path]
+"""A process to start: its argv and its log file."""
+
+
 @dataclass
 class PodProcesses:
     name: str
-    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    ip: str
     pre_stop_seconds: float = 0.0
     """The pod's own preStop pause (its `sleep N` hooks), while endpoints drop the pod."""
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stopped: bool = False
+
+    def launch(self, commands: list[Command], after: threading.Thread | None = None) -> bool:
+        """Starts the pod's processes once `after` (the stopping of the pod that last held this
+        pod's IP) is done, unless this pod was stopped first."""
+        if after is not None:
+            log.info("pod %s waits for %s's last holder to stop", self.name, self.ip)
+            after.join()
+        with self._lock:
+            if not self._stopped:
+                self.processes = [_spawn(argv, log_path) for argv, log_path in commands]
+            return not self._stopped
+
+    def alive(self) -> bool:
+        return bool(self.processes) and all(p.poll() is None for p in self.processes)
 
     def stop(self, drain_seconds: float, pre_stop: bool = True) -> None:
         """Like a kubelet: the preStop pause, SIGTERM, then SIGKILL after the drain."""
+        with self._lock:
+            self._stopped = True
         if pre_stop:
             time.sleep(self.pre_stop_seconds)
         for process in self.processes:
@@ -71,6 +94,11 @@ class PodRuntime:
         self._core = client.CoreV1Api(api)
         self.settings = settings
         self.running: dict[str, PodProcesses] = {}
+        self._releasing: dict[str, threading.Thread] = {}
+        """Pod IP -> the thread stopping the pod that held it last. kwok frees a deleted pod's
+        IP at once, a CNI only once the pod's sandbox is gone: a new pod given that IP starts
+        after the old one's processes have stopped, or the old gateway would answer its
+        readiness probe and the new one would fail to bind."""
         self._lock = threading.Lock()
 
     def run(self, stop: threading.Event) -> None:
@@ -107,8 +135,12 @@ class PodRuntime:
                 self.running[uid] = self._start(pod)
                 return
             stopping = None if alive else self.running.pop(uid, None)
-        if stopping is not None:
-            threading.Thread(target=stopping.stop, args=(self.settings.drain_seconds,)).start()
+            if stopping is not None:
+                stopper = threading.Thread(
+                    target=stopping.stop, args=(self.settings.drain_seconds,)
+                )
+                self._releasing[stopping.ip] = stopper
+                stopper.start()
 
     def stop_all(self) -> None:
         with self._lock:
@@ -125,30 +157,39 @@ class PodRuntime:
         containers = {c["name"]: c for c in pod["spec"]["containers"]}
         logs = workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        log.info("starting simulator and gateway for pod %s/%s at %s", namespace, name, ip)
         processes = PodProcesses(
-            name=f"{namespace}/{name}",
-            pre_stop_seconds=_pre_stop_seconds(pod["spec"]["containers"]),
-            processes=[
-                _spawn(self._engine_argv(containers["engine"], ip, mounts), logs / "engine.log"),
-                _spawn(_gateway_argv(containers["gateway"], ip, mounts), logs / "gateway.log"),
-            ],
+            f"{namespace}/{name}", ip, _pre_stop_seconds(pod["spec"]["containers"])
         )
-        threading.Thread(target=self._mark_ready, args=(namespace, name, ip), daemon=True).start()
+        commands = [
+            (self._engine_argv(containers["engine"], ip, mounts), logs / "engine.log"),
+            (_gateway_argv(containers["gateway"], ip, mounts), logs / "gateway.log"),
+        ]
+        previous = self._releasing.pop(ip, None)
+        threading.Thread(
+            target=self._run_pod, args=(processes, commands, previous), daemon=True
+        ).start()
         return processes
 
-    def _mark_ready(self, namespace: str, name: str, ip: str) -> None:
-        """The readiness probe: once the engine answers /health through the gateway, the pod is
-        Ready (kwok starts specfleet's pods not Ready, so rollouts wait for this)."""
+    def _run_pod(
+        self, pod: PodProcesses, commands: list[Command], previous: threading.Thread | None
+    ) -> None:
+        if pod.launch(commands, after=previous):
+            log.info("started simulator and gateway for pod %s at %s", pod.name, pod.ip)
+            self._mark_ready(pod)
+
+    def _mark_ready(self, pod: PodProcesses) -> None:
+        """The readiness probe: once the engine answers /health through the pod's own gateway,
+        the pod is Ready (kwok starts specfleet's pods not Ready, so rollouts wait for this)."""
+        namespace, name = pod.name.split("/", 1)
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and pod.alive():
             try:
-                with urllib.request.urlopen(f"http://{ip}:{GATEWAY_PORT}/health", timeout=1):
+                with urllib.request.urlopen(f"http://{pod.ip}:{GATEWAY_PORT}/health", timeout=1):
                     break
             except OSError:
                 time.sleep(0.2)
         else:
-            log.warning("pod %s/%s never became healthy", namespace, name)
+            log.warning("pod %s never became healthy (its processes: %s)", pod.name, pod.alive())
             return
         try:
             self._core.patch_namespaced_pod_status(name, namespace, ready_patch(datetime.now(UTC)))
