@@ -1,5 +1,6 @@
-"""kopf wiring, thin: watches fill indexes; any event on a SpecModel or one of its children
-reconciles that SpecModel in a worker thread; a periodic resync is the level-based safety net.
+"""kopf wiring, thin: watches fill indexes; any event on a SpecModel, one of its children or
+pods puts the SpecModel on the work queue, and workers reconcile it in threads; a periodic
+resync is the level-based safety net.
 
 No per-object timers or daemons: they would put a kopf finalizer on every SpecModel.
 """
@@ -16,6 +17,7 @@ import kopf
 from specfleet.api import GROUP, PLURAL, VERSION
 from specfleet.controller.children import summary
 from specfleet.controller.operator import Index, Key, Operator
+from specfleet.controller.queue import WorkQueue
 
 MANAGED = {"app.kubernetes.io/managed-by": "specfleet"}
 INSTANCE = "app.kubernetes.io/instance"
@@ -27,6 +29,7 @@ CHILD_RESOURCES = [
     ("monitoring.coreos.com", "v1", "servicemonitors"),
 ]
 CHILD_INDEXES = [f"children_{plural}" for _, _, plural in CHILD_RESOURCES]
+RECONCILE_WORKERS = 8
 log = logging.getLogger(__name__)
 
 
@@ -57,8 +60,8 @@ kopf.index("", "v1", "pods", labels=MANAGED, id="pods")(_by_owner)
 def _index_children(group: str, version: str, plural: str) -> None:
     kopf.index(group, version, plural, labels=MANAGED, id=f"children_{plural}")(_by_owner)
 
-    def child_event(namespace: str | None, labels: kopf.Labels, memo: Any, **kwargs: Any) -> None:
-        _reconcile(memo, _owner(namespace, labels), kwargs)
+    async def child_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
+        memo["queue"].add(_owner(namespace, labels))
 
     kopf.on.event(group, version, plural, labels=MANAGED, id=f"{plural}_event")(child_event)
 
@@ -68,17 +71,17 @@ for _group, _version, _plural in CHILD_RESOURCES:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def specmodel_event(type: str, namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
+async def specmodel_event(type: str, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
     key = (namespace or "", name)
     if type == "DELETED":
-        memo["operator"].forget(key)
+        await asyncio.to_thread(memo["operator"].forget, key)
         return
-    _reconcile(memo, key, kwargs)
+    memo["queue"].add(key)
 
 
 @kopf.on.event("", "v1", "pods", labels=MANAGED)
-def pod_event(namespace: str | None, labels: kopf.Labels, memo: Any, **kwargs: Any) -> None:
-    _reconcile(memo, _owner(namespace, labels), kwargs)
+async def pod_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
+    memo["queue"].add(_owner(namespace, labels))
 
 
 def _reconcile(memo: Any, key: Key, indexes: dict[str, Any]) -> None:
@@ -99,9 +102,11 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 async def start_loops(memo: Any, **indexes: Any) -> None:
+    memo["queue"] = WorkQueue()
     memo["tasks"] = [
         asyncio.create_task(_resync_forever(memo, indexes)),
         asyncio.create_task(_guard_forever(memo, indexes)),
+        *(asyncio.create_task(_work(memo, indexes)) for _ in range(RECONCILE_WORKERS)),
     ]
 
 
@@ -111,16 +116,31 @@ async def stop_loops(memo: Any, **_: Any) -> None:
         task.cancel()
 
 
+async def _work(memo: Any, indexes: dict[str, Any]) -> None:
+    """One reconcile worker: takes keys off the queue; a failed apply comes back after its
+    backoff."""
+    queue: WorkQueue = memo["queue"]
+    operator: Operator = memo["operator"]
+    while True:
+        key = await queue.get()
+        try:
+            await asyncio.to_thread(_reconcile, memo, key, indexes)
+        except Exception:  # one broken SpecModel must not stop the worker
+            log.exception("reconcile of %s/%s failed", *key)
+        finally:
+            queue.done(key)
+        retry_in = operator.retry_in(key)
+        if retry_in is not None:
+            queue.add_after(key, retry_in)
+
+
 async def _resync_forever(memo: Any, indexes: dict[str, Any]) -> None:
     """The level-based safety net: every SpecModel again, from the watches' current view."""
     while True:
         await asyncio.sleep(memo["resync_seconds"])
         specmodel_index: Index = indexes["specmodels"]
         for key in list(specmodel_index):
-            try:
-                await asyncio.to_thread(_reconcile, memo, key, indexes)
-            except Exception:  # one broken SpecModel must not stop the others' resync
-                log.exception("resync of %s/%s failed", *key)
+            memo["queue"].add(key)
 
 
 async def _guard_forever(memo: Any, indexes: dict[str, Any]) -> None:

@@ -113,6 +113,14 @@ class Operator:
             with contextlib.suppress(KeyError):
                 gauge.remove(*key)
 
+    def retry_in(self, key: Key) -> float | None:
+        """Seconds until a SpecModel whose apply failed may be tried again; None if it did not
+        fail."""
+        if key not in self._backoff:
+            return None
+        next_at, _ = self._backoff[key]
+        return max(0.0, next_at - time.monotonic())
+
     def _recently_applied(self, key: Key) -> dict[children.ChildKey, str]:
         at, hashes = self._applied.get(key, (0.0, {}))
         return hashes if time.monotonic() - at < RECENT_SECONDS else {}
