@@ -314,3 +314,51 @@ def test_service_monitor_is_optional() -> None:
 def test_render_is_pure_and_deterministic() -> None:
     for specmodel in all_specmodels():
         assert render(specmodel) == render(specmodel)
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return selector.items() <= labels.items()
+
+
+def test_a_canary_is_one_pod_beside_the_fleet_behind_the_same_service() -> None:
+    doc = specmodel_doc(
+        engine={"name": "tensorrt-llm"},
+        speculative={"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": 4},
+        pod={"replicas": 2},
+        monitoring={"serviceMonitor": True},
+    )
+    specmodel = parse_specmodel(doc)
+    without = render(specmodel, ServingPlan(speculation=False))
+    trial = render(specmodel, ServingPlan(speculation=False, canary=True))
+    assert trial[: len(without)] == without  # the fleet's children do not change at all
+    fleet, canary = by_kind(trial, "Deployment")
+    assert (canary["metadata"]["name"], canary["spec"]["replicas"]) == ("m-canary", 1)
+    canary_pod = canary["spec"]["template"]["metadata"]["labels"]
+    fleet_pod = fleet["spec"]["template"]["metadata"]["labels"]
+    assert (canary_pod["specfleet.dev/speculation"], fleet_pod["specfleet.dev/speculation"]) == (
+        "on",
+        "off",
+    )
+    # disjoint Deployment selectors: no ReplicaSet of one can adopt the other's pods
+    assert not matches(fleet["spec"]["selector"]["matchLabels"], canary_pod)
+    assert not matches(canary["spec"]["selector"]["matchLabels"], fleet_pod)
+    [pdb] = by_kind(trial, "PodDisruptionBudget")
+    assert not matches(pdb["spec"]["selector"]["matchLabels"], canary_pod)
+    [svc] = by_kind(trial, "Service")
+    assert matches(svc["spec"]["selector"], canary_pod) and matches(
+        svc["spec"]["selector"], fleet_pod
+    )
+    # telemetry tells the canary apart by the labels the ServiceMonitor maps
+    assert canary_pod["app.kubernetes.io/instance"] == "m"
+    # its own ConfigMaps, with its speculation: TensorRT-LLM's YAML and the gateway's k
+    configs = {c["metadata"]["name"]: c["data"] for c in by_kind(trial, "ConfigMap")}
+    assert "speculative_config" in configs["m-canary-engine"][OPTIONS_FILE]
+    assert "speculative_config" not in configs["m-engine"][OPTIONS_FILE]
+    assert "numSpeculativeTokens: 4" in configs["m-canary-gateway"]["gateway.yaml"]
+    volumes = {v["name"]: v for v in canary["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["engine-config"]["configMap"]["name"] == "m-canary-engine"
+
+
+def test_no_canary_without_a_speculative_config() -> None:
+    specmodel = parse_specmodel(specmodel_doc())
+    assert render(specmodel, ServingPlan(canary=True)) == render(specmodel)

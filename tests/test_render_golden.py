@@ -45,17 +45,28 @@ QUANTIZATIONS: dict[str, dict[str, Any]] = {
 }
 
 
-def cases() -> list[tuple[str, dict[str, Any], bool]]:
-    """(name, spec, speculation): every method on bf16 with speculation on and off, and every
-    quantization with the engine's first method."""
+def cases() -> list[tuple[str, dict[str, Any], ServingPlan]]:
+    """(name, spec, plan): every method on bf16 with speculation on and off, every quantization
+    with the engine's first method, and a trial's canary beside two replicas per engine."""
     out = []
     for engine, methods in ENGINE_METHODS.items():
         for method in methods:
             for speculation in (True, False):
                 spec = {"engine": {"name": engine}, "speculative": METHODS[method]}
-                out.append(
-                    (f"{engine}-bf16-{method}-{'on' if speculation else 'off'}", spec, speculation)
-                )
+                name = f"{engine}-bf16-{method}-{'on' if speculation else 'off'}"
+                out.append((name, spec, ServingPlan(speculation=speculation)))
+        trial = {
+            "engine": {"name": engine},
+            "speculative": METHODS[methods[0]],
+            "pod": {"replicas": 2},
+        }
+        out.append(
+            (
+                f"{engine}-bf16-{methods[0]}-canary",
+                trial,
+                ServingPlan(speculation=False, canary=True),
+            )
+        )
         for quant, quantization in QUANTIZATIONS.items():
             if quant == "bf16":
                 continue
@@ -65,17 +76,17 @@ def cases() -> list[tuple[str, dict[str, Any], bool]]:
                 "speculative": METHODS[methods[0]],
                 "pod": {"gpu": {"product": "NVIDIA-B200"}} if quant == "nvfp4" else {},
             }
-            out.append((f"{engine}-{quant}-{methods[0]}-on", spec, True))
+            out.append((f"{engine}-{quant}-{methods[0]}-on", spec, ServingPlan()))
     online = {"engine": {"name": "vllm"}, "quantization": {"weights": "fp8", "online": True}}
-    out.append(("vllm-fp8online-none", online, True))
+    out.append(("vllm-fp8online-none", online, ServingPlan()))
     return out
 
 
-@pytest.mark.parametrize(("name", "spec", "speculation"), cases(), ids=[c[0] for c in cases()])
-def test_golden(name: str, spec: dict[str, Any], speculation: bool) -> None:
+@pytest.mark.parametrize(("name", "spec", "plan"), cases(), ids=[c[0] for c in cases()])
+def test_golden(name: str, spec: dict[str, Any], plan: ServingPlan) -> None:
     doc = specmodel_doc(**spec)
     doc["metadata"]["name"] = "golden"
-    rendered = dump_all(render(parse_specmodel(doc), ServingPlan(speculation=speculation)))
+    rendered = dump_all(render(parse_specmodel(doc), plan))
     path = GOLDEN / f"{name}.yaml"
     if UPDATE:
         GOLDEN.mkdir(exist_ok=True)

@@ -14,27 +14,33 @@ from specfleet.sim.engine_args import parse_trtllm, parse_vllm
 GOLDEN = sorted((Path(__file__).parent / "golden").glob("*.yaml"))
 
 
-def _engine(path: Path) -> tuple[list[str], dict[str, str]]:
+def _engines(path: Path) -> list[tuple[list[str], dict[str, str], bool]]:
+    """Each Deployment's engine command line, the files of the ConfigMaps its pods mount, and
+    whether its pods are labelled as speculating (the fleet's, and a trial's canary)."""
     docs: list[dict[str, Any]] = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    files = {
-        k: v for d in docs if d["kind"] == "ConfigMap" for k, v in (d.get("data") or {}).items()
-    }
+    maps = {d["metadata"]["name"]: d.get("data") or {} for d in docs if d["kind"] == "ConfigMap"}
+    found = []
     for doc in docs:
         if doc["kind"] != "Deployment":
             continue
-        for container in doc["spec"]["template"]["spec"]["containers"]:
-            if container["name"] == "engine":
-                return [*(container.get("command") or []), *container.get("args", [])], files
-    raise AssertionError(f"{path.name}: no engine container")
+        template = doc["spec"]["template"]
+        mounted = [v["configMap"]["name"] for v in template["spec"]["volumes"] if "configMap" in v]
+        files = {k: v for name in mounted for k, v in maps[name].items()}
+        [engine] = [c for c in template["spec"]["containers"] if c["name"] == "engine"]
+        argv = [*(engine.get("command") or []), *engine.get("args", [])]
+        found.append(
+            (argv, files, template["metadata"]["labels"]["specfleet.dev/speculation"] == "on")
+        )
+    assert found, f"{path.name}: no engine container"
+    return found
 
 
 @pytest.mark.skipif(not GOLDEN, reason="no golden files")
 @pytest.mark.parametrize("path", GOLDEN, ids=[p.stem for p in GOLDEN])
 def test_golden_engine_args_start_the_simulator(path: Path) -> None:
-    argv, files = _engine(path)
-    if path.name.startswith("vllm"):
-        cfg = parse_vllm(argv, env={})
-    else:
-        cfg = parse_trtllm(argv, read_file=lambda p: files[Path(p).name])
-    on = "-on" in path.stem
-    assert (cfg.speculation is not None) == on, path.name
+    for argv, files, on in _engines(path):
+        if path.name.startswith("vllm"):
+            cfg = parse_vllm(argv, env={})
+        else:
+            cfg = parse_trtllm(argv, read_file=lambda p, files=files: files[Path(p).name])
+        assert (cfg.speculation is not None) == on, path.name

@@ -16,10 +16,15 @@ DEFAULT_GATEWAY_IMAGE = "ghcr.io/specfleet/specfleet:0.1.0"
 
 
 class ServingPlan(ApiModel):
-    """Which revision is active and whether speculation is on."""
+    """Which revision is active, whether the fleet runs speculation, and whether a trial's canary
+    runs beside it."""
 
     revision: int = Field(default=1, ge=1, description="Active revision number.")
     speculation: bool = Field(default=True, description="Run the speculative config, if any.")
+    canary: bool = Field(
+        default=False,
+        description="Also run one canary pod of the active revision with speculation (a trial).",
+    )
     engine_config: EngineConfig | None = Field(
         default=None,
         description="The active revision's engine config; omitted means the spec's own.",

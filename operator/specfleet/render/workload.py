@@ -1,5 +1,13 @@
 """The Kubernetes objects of one SpecModel: Deployment (engine + gateway sidecar), Service,
-ConfigMaps, PodDisruptionBudget and an optional ServiceMonitor. Pure: data in, data out."""
+ConfigMaps, PodDisruptionBudget and an optional ServiceMonitor, and during a trial the canary's
+Deployment and ConfigMaps. Pure: data in, data out.
+
+The canary's pods carry `app.kubernetes.io/name: specfleet-engine-canary`, so the fleet's
+Deployment selector (immutable, unchanged since the first release) and its PodDisruptionBudget
+never match them, and no ReplicaSet of the fleet can adopt them. The Service selects every pod
+that serves the SpecModel by `app.kubernetes.io/instance` and `app.kubernetes.io/managed-by`,
+labels the fleet's pods already carry: switching an existing Service to it drops no endpoint
+and rolls no pod."""
 
 from __future__ import annotations
 
@@ -26,6 +34,9 @@ SPECULATION_LABEL = "specfleet.dev/speculation"
 ENGINE_METRICS_PATH_ANNOTATION = "specfleet.dev/engine-metrics-path"
 ENGINE_CONFIG_HASH_ANNOTATION = "specfleet.dev/engine-config-hash"
 REVISION_HASH_ANNOTATION = "specfleet.dev/revision-hash"
+ENGINE_APP = "specfleet-engine"
+CANARY_APP = "specfleet-engine-canary"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "specfleet"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,8 @@ class Workload:
     revision_hash: str
     launch: EngineLaunch
     settings: RenderSettings
+    canary: bool = False
+    """A trial's canary: one pod, with speculation, in a Deployment of its own."""
 
     @property
     def name(self) -> str:
@@ -48,17 +61,31 @@ class Workload:
     def namespace(self) -> str:
         return self.specmodel.metadata.namespace
 
+    @property
+    def deployment_name(self) -> str:
+        """Names the Deployment and the ConfigMaps its pods mount."""
+        return canary_name(self.name) if self.canary else self.name
+
+    @property
+    def replicas(self) -> int:
+        return 1 if self.canary else self.specmodel.spec.pod.replicas
+
     def selector(self) -> dict[str, str]:
+        """The Deployment's own pods: the fleet's and the canary's never overlap."""
         return {
-            "app.kubernetes.io/name": "specfleet-engine",
+            "app.kubernetes.io/name": CANARY_APP if self.canary else ENGINE_APP,
             "app.kubernetes.io/instance": self.name,
         }
+
+    def serving_selector(self) -> dict[str, str]:
+        """Every pod that serves the SpecModel: the fleet's and a trial's canary."""
+        return {"app.kubernetes.io/instance": self.name, **MANAGED_BY}
 
     def labels(self) -> dict[str, str]:
         return {
             **self.settings.extra_labels,
             **self.selector(),
-            "app.kubernetes.io/managed-by": "specfleet",
+            **MANAGED_BY,
         }
 
     def pod_labels(self) -> dict[str, str]:
@@ -86,16 +113,25 @@ class Workload:
         return meta
 
 
+def canary_name(specmodel: str) -> str:
+    return f"{specmodel}-canary"
+
+
 def manifests(workload: Workload) -> list[Manifest]:
-    objects = [gateway_configmap(workload)]
-    if workload.launch.config_files:
-        objects.append(engine_configmap(workload))
-    objects += [deployment(workload), service(workload)]
+    objects = [*deployment_and_configs(workload), service(workload)]
     if workload.specmodel.spec.pod.replicas >= 2:
         objects.append(pod_disruption_budget(workload))
     if workload.specmodel.spec.monitoring.service_monitor:
         objects.append(service_monitor(workload))
     return objects
+
+
+def deployment_and_configs(workload: Workload) -> list[Manifest]:
+    """The Deployment and the ConfigMaps its pods mount: all a canary needs of its own."""
+    objects = [gateway_configmap(workload)]
+    if workload.launch.config_files:
+        objects.append(engine_configmap(workload))
+    return [*objects, deployment(workload)]
 
 
 def gateway_configmap(workload: Workload) -> Manifest:
@@ -104,7 +140,7 @@ def gateway_configmap(workload: Workload) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": workload.metadata(f"{workload.name}-gateway"),
+        "metadata": workload.metadata(f"{workload.deployment_name}-gateway"),
         "data": {"gateway.yaml": yaml.safe_dump(wire, sort_keys=True)},
     }
 
@@ -113,19 +149,18 @@ def engine_configmap(workload: Workload) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": workload.metadata(f"{workload.name}-engine"),
+        "metadata": workload.metadata(f"{workload.deployment_name}-engine"),
         "data": dict(workload.launch.config_files),
     }
 
 
 def deployment(workload: Workload) -> Manifest:
-    pod = workload.specmodel.spec.pod
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": workload.metadata(workload.name),
+        "metadata": workload.metadata(workload.deployment_name),
         "spec": {
-            "replicas": pod.replicas,
+            "replicas": workload.replicas,
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": STARTUP_BUDGET_SECONDS + 600,
             "selector": {"matchLabels": workload.selector()},
@@ -247,7 +282,7 @@ def volumes(workload: Workload) -> list[dict[str, Any]]:
     pod = workload.specmodel.spec.pod
     result: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": pod.shm_size_limit}},
-        {"name": "gateway-config", "configMap": {"name": f"{workload.name}-gateway"}},
+        {"name": "gateway-config", "configMap": {"name": f"{workload.deployment_name}-gateway"}},
     ]
     cache = workload.config.model.cache
     if cache and cache.persistent_volume_claim:
@@ -258,7 +293,7 @@ def volumes(workload: Workload) -> list[dict[str, Any]]:
             {"name": "model-cache", "emptyDir": {"sizeLimit": cache.empty_dir_size_limit}}
         )
     if workload.launch.config_files:
-        engine_cm = {"name": f"{workload.name}-engine"}
+        engine_cm = {"name": f"{workload.deployment_name}-engine"}
         result.append({"name": "engine-config", "configMap": engine_cm})
     return result
 
@@ -316,7 +351,7 @@ def service(workload: Workload) -> Manifest:
         "kind": "Service",
         "metadata": workload.metadata(workload.name),
         "spec": {
-            "selector": workload.selector(),
+            "selector": workload.serving_selector(),
             "ports": [
                 {"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"},
                 {"name": "metrics", "port": GATEWAY_METRICS_PORT, "targetPort": "metrics"},
