@@ -1,6 +1,7 @@
 """The guard against its alternatives on every example scenario: goodput of the guarded replay
 versus always-on, always-off and an oracle (same scenario, same draws), detection latency, false
-and missed actions; detection latency over many seeds; and what-if guard settings.
+and missed actions; detection latency over many seeds; the acceptance collapse over collapse
+lengths (where a recovery falls between two trials is luck); and what-if guard settings.
 
 Goodput: valid output tokens per decode-second (see `specfleet.simulate`).
 
@@ -40,10 +41,13 @@ EXAMPLES = {
 }
 WHAT_IF = {
     "defaults": {},
-    "cooldownSeconds 120": {"cooldownSeconds": 120},
+    "before canary trials": {"cooldownSeconds": 300, "maxCooldownSeconds": 3600},
     "consecutiveBreaches 2": {"consecutiveBreaches": 2},
-    "maxCooldownSeconds 600": {"maxCooldownSeconds": 600},
+    "maxCooldownSeconds 120": {"maxCooldownSeconds": 120},
 }
+COLLAPSE_LENGTHS = range(300, 1800, 150)
+"""Seconds the collapse lasts in `collapse_lengths`: where a recovery falls between two
+trials decides how long speculation stays off after it, so one scenario's length is luck."""
 
 
 def row(name: str, result: Result, wall: float) -> dict[str, Any]:
@@ -111,6 +115,28 @@ def seed_sweep(
     }
 
 
+def collapse_lengths(traffic_rps: float, seeds: int) -> dict[str, Any]:
+    """Guarded / oracle of the acceptance collapse recovering after each of COLLAPSE_LENGTHS
+    (900 s in the example), with 900 s of recovered traffic after it."""
+    document = yaml.safe_load((SCENARIOS / "acceptance-collapse.yaml").read_text())
+    specmodel = load_specmodel_document(EXAMPLES["acceptance-collapse"])
+    ratios = []
+    for length in COLLAPSE_LENGTHS:
+        document["traffic_rps"] = traffic_rps
+        document["classes"]["code"]["acceptance"] = [[0, 0.8], [600, 0.2], [600 + length, 0.8]]
+        document["duration_s"] = 600 + length + 900
+        world = build_world(specmodel, parse_scenario(document))
+        for seed in range(seeds):
+            result = simulate(world, SimulationSettings(seed=seed))
+            ratios.append(result.goodput["guarded"].rate / result.goodput["oracle"].rate)
+    return {
+        "trafficRps": traffic_rps,
+        "lengths": list(COLLAPSE_LENGTHS),
+        "seeds": seeds,
+        "vsOracle": {"min": round(min(ratios), 3), "mean": round(statistics.fmean(ratios), 3)},
+    }
+
+
 def _spread(values: list[float]) -> dict[str, float | None]:
     return {
         "min": min(values, default=None),
@@ -162,12 +188,20 @@ def main() -> None:
     print("\nover seeds (latency min/median/max s, guarded / oracle min and mean):")
     for s in sweeps:
         lat, back = s["latencySeconds"], s["rollbackLatencySeconds"]
-        rps = f" at {s['trafficRps']} req/s total" if s["trafficRps"] else ""
+        rps = f" at {s['trafficRps'] / 2:g} req/s per class" if s["trafficRps"] else ""
         print(
             f"  {s['scenario']}{rps}, {s['seeds']} seeds: detected {s['detected']} "
             f"({lat['min']}/{lat['median']}/{lat['max']}), rolled back {s['rollbacks']} "
             f"({back['min']}/{back['median']}/{back['max']}), false actions "
             f"{s['falseActions']}, vs oracle {s['vsOracle']['min']} / {s['vsOracle']['mean']}"
+        )
+    lengths = [collapse_lengths(rps, max(args.seeds // 10, 1)) for rps in (4.0, 8.0)]
+    print(f"\nacceptance collapse lasting {COLLAPSE_LENGTHS.start}-{COLLAPSE_LENGTHS[-1]} s:")
+    for length in lengths:
+        ratio = length["vsOracle"]
+        print(
+            f"  {length['trafficRps'] / 2:g} req/s per class, {length['seeds']} seeds per length: "
+            f"guarded / oracle min {ratio['min']}, mean {ratio['mean']}"
         )
     variants = [
         what_if(name, guard)
@@ -183,7 +217,7 @@ def main() -> None:
         )
     out = ROOT / "bench/results/simulate_goodput.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    results = {"examples": rows, "seeds": sweeps, "whatIf": variants}
+    results = {"examples": rows, "seeds": sweeps, "collapseLengths": lengths, "whatIf": variants}
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
 

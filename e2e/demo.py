@@ -8,7 +8,8 @@ gateway for every pod, sends traffic, and plays a story:
 1. revision 1 serves and passes probation;
 2. the `code` class's acceptance collapses: the kill switch engages, an alert goes out, TPOT
    recovers;
-3. (full mode) acceptance recovers: a trial re-enable after the cooldown turns speculation back on;
+3. (full mode) acceptance recovers: after the cooldown a trial runs speculation on one canary pod
+   beside the fleet; once the canary shows it pays, the fleet turns it back on;
 4. a quantization change (AWQ weights) breaks tool calls: rolled back to the last good revision.
 
 It ends by writing out/demo/timeline.png and out/demo/alerts.json. `--short` (CI) skips step 3.
@@ -205,7 +206,7 @@ def story(cluster: LocalCluster, fleet: Fleet, collapse: float, short: bool) -> 
         f"{code.get('acceptanceRate')}, speedup {engaged['evidence'].get('speedup')}"
     )
     if not short:
-        say("Step 3: acceptance recovers; after the cooldown a trial re-enables speculation")
+        say("Step 3: acceptance recovers; a trial on a canary pod re-enables speculation")
         wait_for(cluster, "kill_switch_released", 400)
     say(f"Step 4: Git changes the weights to AWQ ({AWQ}); tool calls break")
     bad = specmodel()

@@ -165,6 +165,15 @@ def test_collapse_engages_the_kill_switch_then_a_trial_re_enables(
             "Alertmanager alert",
             60,
         )
+        wait_action(local_cluster, namespace, "llama", "trial_started", recover + 60)
+        # a trial runs one canary pod with speculation; the fleet stays without it
+        canary = local_cluster.kubectl_json("get", "deployment", "llama-canary", "-n", namespace)
+        labels = canary["spec"]["template"]["metadata"]["labels"]
+        assert canary["spec"]["replicas"] == 1 and labels["specfleet.dev/speculation"] == "on"
+        assert labels["app.kubernetes.io/name"] == "specfleet-engine-canary"
+        assert not any(
+            "speculative" in arg for arg in engine_args(local_cluster, namespace, "llama")
+        )
         wait_action(
             local_cluster,
             namespace,
@@ -174,7 +183,18 @@ def test_collapse_engages_the_kill_switch_then_a_trial_re_enables(
         )
         history = actions(local_cluster, namespace, "llama")
         assert history.index("trial_started") < history.index("kill_switch_released")
-        assert status(local_cluster, namespace, "llama")["speculationActive"] is True
+        eventually(
+            lambda: status(local_cluster, namespace, "llama").get("speculationActive") is True,
+            "the fleet rolled to speculation",
+        )
+        eventually(
+            lambda: "llama-canary" not in deployments(local_cluster, namespace), "canary removed"
+        )
+        reasons = {
+            e["reason"]
+            for e in local_cluster.kubectl_json("get", "events", "-n", namespace)["items"]
+        }
+        assert {"CanaryCreated", "CanaryServing", "CanaryRemoved"} <= reasons
         report = traffic.result()
     assert sum(report.failed.values()) == 0, report.errors[:5]
     print(f"detection latency on the local cluster: {detected:.1f}s")
@@ -232,6 +252,11 @@ def test_quality_regression_rolls_back_and_holds_until_retry(
             90,
         )
         traffic.result(stop=True)
+
+
+def deployments(cluster: LocalCluster, namespace: str) -> set[str]:
+    items = cluster.kubectl_json("get", "deployments", "-n", namespace)["items"]
+    return {d["metadata"]["name"] for d in items}
 
 
 def engine_args(cluster: LocalCluster, namespace: str, name: str) -> list[str]:

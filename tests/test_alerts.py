@@ -53,6 +53,17 @@ def test_engaged_kill_switch_fires_with_the_numbers() -> None:
     assert alert.starts_at == NOW.isoformat()
 
 
+def test_a_trial_keeps_the_kill_switch_alert_firing_until_release() -> None:
+    trial = engaged_status().model_copy(
+        update={"kill_switch": KillSwitchStatus(state="trial", source="guard")}
+    )
+    assert [a.name for a in firing("ns", "m", trial, NOW)] == ["SpecfleetKillSwitchEngaged"]
+    released = trial.model_copy(
+        update={"kill_switch": KillSwitchStatus(state="released", source="guard")}
+    )
+    assert firing("ns", "m", released, NOW) == []
+
+
 def test_annotation_kill_switch_does_not_alert() -> None:
     status = SpecModelStatus(kill_switch=KillSwitchStatus(state="engaged", source="annotation"))
     assert firing("ns", "m", status, NOW) == []

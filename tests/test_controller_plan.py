@@ -82,7 +82,8 @@ def test_unchanged_retry_annotation_keeps_the_hold() -> None:
         ("auto", "off", "released", False, "spec"),
         (None, "on", "engaged", True, "spec"),
         (None, "auto", "engaged", False, "guard"),
-        ("auto", "auto", "trial", True, "guard"),
+        ("auto", "auto", "released", True, "guard"),
+        ("release", "auto", "trial", True, "annotation"),
     ],
 )
 def test_speculation_precedence(
@@ -93,6 +94,16 @@ def test_speculation_precedence(
     status = SpecModelStatus(kill_switch=KillSwitchStatus(state=guard_state, source="guard"))
     result = plan(sm, status, NOW)
     assert (result.speculation, result.speculation_source) == (expected, source)
+    assert not result.canary  # only the guard's own trial runs a canary
+
+
+def test_a_trial_keeps_the_fleet_off_and_runs_a_canary() -> None:
+    sm = specmodel(speculative=EAGLE)
+    trial = SpecModelStatus(kill_switch=KillSwitchStatus(state="trial", source="guard"))
+    result = plan(sm, trial, NOW)
+    assert (result.speculation, result.canary, result.speculation_source) == (False, True, "guard")
+    released = SpecModelStatus(kill_switch=KillSwitchStatus(state="released", source="guard"))
+    assert plan(sm, released, NOW).canary is False
 
 
 def test_an_ended_override_hands_the_switch_back_to_the_guard_released() -> None:

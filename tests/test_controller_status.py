@@ -7,6 +7,7 @@ from typing import Any
 
 from conftest import specmodel_doc
 from specfleet.api import SpecModelStatus, parse_specmodel
+from specfleet.api.status import KillSwitchStatus
 from specfleet.controller.children import APPLIED_HASH, changes, summary, with_applied_hash
 from specfleet.controller.events import transitions
 from specfleet.controller.plan import plan
@@ -207,3 +208,39 @@ def test_child_summaries_decide_like_the_whole_objects() -> None:
     assert [b["metadata"]["name"] for b in changes(desired, summaries).prune] == ["stale"]
     assert all("managedFields" not in b["metadata"] for b in summaries.values())
     assert "containers" not in str(summaries[deployment_key])
+
+
+def test_a_trial_shows_its_canary_in_status_conditions_and_events() -> None:
+    sm = parse_specmodel(specmodel_doc(speculative={"method": "ngram"}, pod={"replicas": 2}))
+    engaged = status_for(
+        Observed(deployment=deployment(speculation="off")),
+        SpecModelStatus(kill_switch=KillSwitchStatus(state="engaged", source="guard")),
+        speculative={"method": "ngram"},
+        pod={"replicas": 2},
+    )
+    trial = engaged.model_copy(
+        update={"kill_switch": KillSwitchStatus(state="trial", source="guard")}
+    )
+    fleet = deployment(speculation="off")
+    starting = next_status(sm, plan(sm, trial, NOW), Observed(deployment=fleet), trial, NOW)
+    assert starting.canary is not None and starting.canary.state == "Starting"
+    assert (starting.canary.deployment, starting.canary.ready_since) == ("m-canary", None)
+    assert conditions(starting)["SpeculationActive"] == ("False", "CanaryTrial")
+    assert starting.speculation_active is False and starting.serving_plan.speculation is False
+    assert starting.phase == "Ready"  # the fleet serves; the canary is extra
+    assert [e.reason for e in transitions(engaged, starting)] == ["CanaryCreated"]
+    canary = deployment(replicas=1, updated=1, available=1)
+    seen = Observed(deployment=fleet, canary=canary)
+    serving = next_status(sm, plan(sm, starting, LATER), seen, starting, LATER)
+    assert serving.canary is not None and serving.canary.state == "Serving"
+    assert serving.canary.ready_since == LATER.isoformat()
+    assert [e.reason for e in transitions(starting, serving)] == ["CanaryServing"]
+    later = LATER + timedelta(minutes=1)
+    again = next_status(sm, plan(sm, serving, later), seen, serving, later)
+    assert again.canary == serving.canary  # ready since it first was
+    released = again.model_copy(
+        update={"kill_switch": KillSwitchStatus(state="released", source="guard")}
+    )
+    done = next_status(sm, plan(sm, released, later), seen, released, later)
+    assert done.canary is None and done.serving_plan.speculation is True
+    assert "CanaryRemoved" in {e.reason for e in transitions(again, done)}

@@ -39,7 +39,7 @@ def policy(
         speculative={"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": 4},
         classes=classes,
         defaultClass="chat",
-        guard={"consecutiveBreaches": 3, "cooldownSeconds": 300, **guard},
+        guard={"consecutiveBreaches": 3, **guard},
     )
     return Policy.of(parse_specmodel(doc), override)
 
@@ -88,19 +88,26 @@ def situation(observation: Observation | None, **changes: Any) -> Situation:
     return replace(base, **changes)
 
 
+FLEET_WITHOUT = observe(0.8, 0.8, speculation=False)
+
+
 def run(
     start: Situation, observations: list[Observation | None], step: float = 15
 ) -> tuple[Situation, list[str]]:
-    """Feeds observations tick by tick, carrying the decision's state forward."""
+    """Feeds observations tick by tick, carrying the decision's state forward. During a trial
+    each observation is the canary's, beside a fleet without speculation (FLEET_WITHOUT)."""
     current, actions = start, []
     for index, observation in enumerate(observations):
         now = start.now + timedelta(seconds=step * index)
-        decision = decide(replace(current, observation=observation, now=now))
+        tick = replace(current, observation=observation, now=now)
+        if current.kill_switch.state == "trial":
+            tick = replace(tick, observation=FLEET_WITHOUT, canary=observation)
+        decision = decide(tick)
         actions += [a.action for a in decision.actions]
         revision = current.revision.model_copy(update={"verdict": decision.verdict})
         speculation = decision.kill_switch.state != "engaged" and current.speculation
         if current.policy.override is None:
-            speculation = decision.kill_switch.state != "engaged"
+            speculation = decision.kill_switch.state == "released"
         current = replace(
             current,
             guard=decision.guard,
@@ -181,7 +188,7 @@ def test_engage_decision_carries_its_evidence() -> None:
     # E = 1 + accepted / steps = 1.4: the model says 1.4 / 1.2; the critical floor decided
     assert evidence["speedup"] == pytest.approx(1.4 / 1.2, abs=1e-3)
     assert "code: acceptance 0.10 < 0.50 (n=200)" in evidence["breaches"]
-    assert decision.kill_switch.next_trial_after == (T0 + timedelta(seconds=300)).isoformat()
+    assert decision.kill_switch.next_trial_after == (T0 + timedelta(seconds=60)).isoformat()
 
 
 def test_a_good_window_resets_the_count() -> None:
@@ -266,7 +273,7 @@ def test_failed_trial_doubles_the_cooldown() -> None:
     assert actions == ["kill_switch_engaged", "trial_started", "trial_failed"]
     assert state.kill_switch.failed_trials == 1
     due = datetime.fromisoformat(state.kill_switch.next_trial_after or "")
-    assert due - state.now == timedelta(seconds=600)
+    assert due - state.now == timedelta(seconds=120)
 
 
 def test_trial_needs_the_stricter_threshold() -> None:
@@ -278,10 +285,34 @@ def test_trial_needs_the_stricter_threshold() -> None:
     running = decide(situation(marginal, policy=no_floors, guard=guard))
     assert running.actions == [] and running.kill_switch.state != "engaged"
     trial = KillSwitchStatus(state="trial", source="guard", failed_trials=0)
-    decision = decide(situation(marginal, policy=no_floors, kill_switch=trial, guard=guard))
+    # the fleet beside the canary measures TPOT without speculation in the same window: 1.03x
+    fleet = observe(0.06, 0.06, speculation=False, tpot=0.0206)
+    beside = situation(fleet, policy=no_floors, kill_switch=trial, guard=guard)
+    decision = decide(replace(beside, canary=marginal))
     [failed] = decision.actions
     assert failed.action == "trial_failed"
-    assert failed.message.startswith("Trial re-enable failed: code: speedup 1.03 < 1.10; ")
+    assert failed.message.startswith("Trial failed on the canary: code: speedup 1.03 < 1.10; ")
+    assert failed.evidence["classes"]["code"]["speedupSource"] == "measured"
+    assert decision.guard.tpot_without_speculation == {"code": 0.0206, "chat": 0.0206}
+
+
+def test_a_trial_is_judged_on_its_canary_alone() -> None:
+    trial = KillSwitchStatus(state="trial", source="guard")
+    collapsed = observe(0.1, 0.1)
+    # the fleet runs without speculation; until the canary has served it is not judged at all
+    waiting = decide(situation(FLEET_WITHOUT, kill_switch=trial, guard=GuardStatus()))
+    assert waiting.actions == [] and waiting.kill_switch.state == "trial"
+    judged = decide(replace(situation(FLEET_WITHOUT, kill_switch=trial), canary=collapsed))
+    assert [a.action for a in judged.actions] == ["trial_failed"]
+    assert judged.acceptance == "0.10"  # status shows the canary's window, what was judged
+    # a canary is one pod: its requests in flight are per replica as they are
+    busy = {n: replace(w, request_seconds=600.0) for n, w in collapsed.classes.items()}
+    heavy = decide(
+        replace(
+            situation(FLEET_WITHOUT, kill_switch=trial), canary=replace(collapsed, classes=busy)
+        )
+    )
+    assert heavy.evaluation is not None and heavy.evaluation.in_flight == pytest.approx(20.0)
 
 
 def test_no_data_is_inconclusive_then_blind_then_restored() -> None:

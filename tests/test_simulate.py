@@ -55,6 +55,29 @@ def test_collapse_releases_after_recovery_and_speculation_runs_again(collapse: R
     assert not any(off)  # the fleet really stopped drafting once the switch rolled out
 
 
+def test_collapse_trials_run_on_a_canary_and_never_roll_the_fleet(collapse: Result) -> None:
+    timeline, run, base = actions(collapse), collapse.run, collapse.base
+    engaged = next(t for t, a in timeline if a == "kill_switch_engaged")
+    released = next(t for t, a in timeline if a == "kill_switch_released")
+    assert not any(
+        s.speculation for s in run.serving[base.index(engaged + 60) : base.index(released)]
+    )
+    for started in [t for t, a in timeline if a == "trial_started"]:
+        # one pod starts, rollout_seconds / replicas = 30 s, then it takes traffic
+        first = base.index(started)
+        assert run.canary[first : first + 2] == [None, None]
+        assert run.canary[base.index(started + 30)] is not None
+    for ended in [t for t, a in timeline if a in ("trial_failed", "kill_switch_released")]:
+        assert run.canary[base.index(ended)] is None  # removed at once
+    served = [
+        (fleet, canary) for fleet, canary in zip(run.slices, run.canary, strict=True) if canary
+    ]
+    on_canary = sum(s.requests for _, canary in served for s in canary.values())
+    on_fleet = sum(s.requests for fleet, _ in served for s in fleet.values())
+    assert on_canary / (on_canary + on_fleet) == pytest.approx(1 / 3, abs=0.01)
+    assert all(s.draft_tokens == 0 for fleet, _ in served for s in fleet.values())
+
+
 def test_collapse_goodput_beats_both_fixed_policies(collapse: Result) -> None:
     rates = {name: g.rate for name, g in collapse.goodput.items()}
     assert rates["guarded"] > max(rates["always_on"], rates["always_off"])

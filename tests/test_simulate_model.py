@@ -21,6 +21,7 @@ from specfleet.simulate.fleet import Fleet
 from specfleet.simulate.inputs import build_world, load_specmodel_document
 from specfleet.simulate.outcome import realize, window
 from specfleet.simulate.plot import Points
+from specfleet.simulate.replay import serve
 from specfleet.simulate.world import Setting, World
 from specfleet.telemetry.model import Observation
 
@@ -109,7 +110,7 @@ def test_the_operator_judges_only_a_full_window_after_the_rollout() -> None:
     assert operator.situation(observation, done, start + timedelta(seconds=120)).settled
 
 
-def test_a_trial_is_judged_one_interval_after_its_rollout() -> None:
+def test_a_trial_runs_a_canary_judged_one_interval_after_it_serves() -> None:
     w = world()
     config, specmodel = w.changes[0].config, w.changes[0].specmodel
     start = datetime(2026, 1, 1, tzinfo=UTC)
@@ -117,19 +118,50 @@ def test_a_trial_is_judged_one_interval_after_its_rollout() -> None:
     trial = KillSwitchStatus(state=KillSwitchState.TRIAL, source="guard")
     operator = Operator.start(specmodel, fleet, start - timedelta(hours=1))
     operator = replace(operator, status=operator.status.model_copy(update={"kill_switch": trial}))
-    moving = fleet.request(operator.target(start), 0.0, 60.0)
-    assert moving.pending == Setting(config, True)
-    operator = operator.reconciled(moving, start)
-    done = moving.advance(60.0)
-    operator = operator.reconciled(done, start + timedelta(seconds=60))
-    observation = Observation(at=start, window_seconds=60, revision=1, speculation=True)
-    assert not operator.situation(observation, done, start + timedelta(seconds=70)).settled
-    assert operator.situation(observation, done, start + timedelta(seconds=75)).settled
-    # a cooldown shorter than the window could leave old speculating pods in it: a full window
+    assert operator.target(start) == Setting(config, False)  # the fleet stays without
+    assert operator.canary(start) == Setting(config, True)
+    starting = fleet.request(operator.target(start), 0.0, 60.0)
+    starting = starting.request_canary(operator.canary(start), 0.0, 30.0)
+    assert starting.generation == fleet.generation  # the fleet's Deployment is not touched
+    operator = operator.reconciled(starting, start)
+    assert operator.status.canary and operator.status.canary.state == "Starting"
+    canary = Observation(at=start, window_seconds=60, revision=1, speculation=True)
+    beside = Observation(
+        at=start, window_seconds=60, revision=1, speculation=False, other_speculation=canary
+    )
+    assert operator.situation(beside, starting, start + timedelta(seconds=29)).canary is None
+    serving = starting.advance(30.0)
+    assert serving.canary_serving == Setting(config, True)
+    operator = operator.reconciled(serving, start + timedelta(seconds=30))
+    assert operator.status.canary and operator.status.canary.state == "Serving"
+    situation = operator.situation(beside, serving, start + timedelta(seconds=44))
+    assert situation.settled and situation.canary is None
+    assert operator.situation(beside, serving, start + timedelta(seconds=45)).canary is canary
+    # a cooldown shorter than the window could leave an earlier canary in it: a full window
     quick = specmodel.model_copy(deep=True)
     quick.spec.guard.cooldown_seconds = 30
     operator = replace(operator, specmodel=quick)
-    assert not operator.situation(observation, done, start + timedelta(seconds=75)).settled
+    assert operator.situation(beside, serving, start + timedelta(seconds=75)).canary is None
+    assert operator.situation(beside, serving, start + timedelta(seconds=90)).canary is canary
+    assert serving.request_canary(None, 100.0, 30.0).canary is None  # removed at once
+
+
+def test_a_canary_takes_every_third_request_and_speculates_on_its_share_only() -> None:
+    w = world()
+    config = w.changes[0].config
+    fleet = Fleet(serving=Setting(config, False)).request_canary(Setting(config, True), 0, 0)
+    fleet = fleet.advance(0.0)
+    draws = {"code": ClassDraw(30, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5)}
+    counted = {"code": 1}  # round robin continues over the slices: requests 2, 5, 8, ... 29
+    served = serve(w, fleet, 0.0, draws, counted, 0.15)
+    assert served.canary is not None
+    assert (served.fleet["code"].requests, served.canary["code"].requests) == (20, 10)
+    assert served.fleet["code"].draft_tokens == 0 and served.canary["code"].draft_tokens > 0
+    assert served.total["code"].requests == 30
+    # every pod carries a third of the traffic: the fleet's replicas are less loaded than alone
+    alone = w.conditions(0, Setting(config, False))
+    assert served.conditions.batch < alone.batch
+    assert served.conditions == w.conditions(0, Setting(config, False), extra_pods=1)
 
 
 def test_revision_effects_follow_the_revision_environment_effects_everyone() -> None:

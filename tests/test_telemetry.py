@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from specfleet.telemetry.model import ClassWindow
 from specfleet.telemetry.reader import QUERIES, Target, TelemetryReader
@@ -37,3 +38,26 @@ def test_ratios_come_from_counter_increases() -> None:
     assert window.error_rate == 0.02
     assert ClassWindow(requests=0).error_rate is None
     assert ClassWindow().acceptance_rate is None
+
+
+def test_a_trial_canary_is_read_beside_the_fleet_with_the_same_queries() -> None:
+    def series(speculation: str, value: float) -> dict[str, Any]:
+        labels = {"namespace": "ns", "specmodel": "m", "class": "code", "revision": "1"}
+        return {"metric": {**labels, "speculation": speculation}, "value": [0, str(value)]}
+
+    reader = TelemetryReader("http://127.0.0.1:9")
+    answers = {"specfleet_requests_total": [series("off", 200.0), series("on", 100.0)]}
+
+    def query(text: str, params: dict[str, str]) -> list[dict[str, Any]]:
+        return next((rows for metric, rows in answers.items() if metric in text), [])
+
+    reader._prometheus.custom_query = query
+    target = Target("ns", "m", 60, 1, False)  # the fleet without speculation, as planned
+    observation = reader.read([target], datetime.now(UTC))[("ns", "m")]
+    assert observation.classes["code"].requests == 200.0 and not observation.speculation
+    canary = observation.other_speculation
+    assert canary is not None and canary.speculation and canary.revision == 1
+    assert canary.classes["code"].requests == 100.0
+    assert reader.queries == len({t for t, _, _ in QUERIES.values()})  # nothing extra asked
+    alone = reader.read([Target("ns", "other", 60, 1, False)], datetime.now(UTC))
+    assert alone[("ns", "other")].other_speculation is None

@@ -1,7 +1,8 @@
 -- Argo CD health check for specfleet.dev/SpecModel.
 -- argocd-cm: resource.customizations.health.specfleet.dev_SpecModel: | <this file>
 -- A kill switch the guard engaged and a rollback are Degraded: the fleet serves, but not what
--- Git asked for. Set these to false to report them as Healthy instead.
+-- Git asked for. Set these to false to report them as Healthy instead. A trial (a canary pod
+-- runs speculation beside the fleet) is Progressing, like a canary step of an Argo Rollout.
 local killSwitchIsDegraded = true
 local rollbackIsDegraded = true
 
@@ -56,6 +57,9 @@ elseif speculation ~= nil and speculation.reason == "KillSwitchEngaged" and kill
 elseif is("MetricsBlind", "True") then
   hs.status = "Degraded"
   hs.message = message("MetricsBlind")
+elseif speculation ~= nil and speculation.reason == "CanaryTrial" then
+  hs.status = "Progressing"
+  hs.message = message("SpeculationActive")
 elseif speculation ~= nil and speculation.reason == "DisabledByAnnotation" then
   hs.status = "Suspended"
   hs.message = message("SpeculationActive")

@@ -48,7 +48,8 @@ def firing(namespace: str, name: str, status: SpecModelStatus, now: datetime) ->
     conditions = {c.type: c for c in status.conditions if c.status == "True"}
     alerts = []
     kill_switch = status.kill_switch
-    if kill_switch and kill_switch.state == "engaged" and kill_switch.source == "guard":
+    # A trial runs speculation on a canary only: the fleet is still switched off.
+    if kill_switch and kill_switch.state != "released" and kill_switch.source == "guard":
         alerts.append(
             _from(
                 namespace,

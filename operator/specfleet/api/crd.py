@@ -24,6 +24,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Quant", "type": "string", "jsonPath": ".spec.quantization.weights"},
     {"name": "Spec", "type": "string", "jsonPath": ".status.speculation"},
     {"name": "Active", "type": "boolean", "jsonPath": ".status.speculationActive"},
+    {"name": "Canary", "type": "string", "jsonPath": ".status.canary.state"},
     {"name": "Accept", "type": "string", "jsonPath": ".status.acceptance"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Rev", "type": "integer", "jsonPath": ".status.activeRevision", "priority": 1},

@@ -437,10 +437,12 @@ class GuardSpec(ApiModel):
         description="Hysteresis: a trial re-enable must reach minSpeedup + releaseMargin.",
     )
     cooldown_seconds: int = Field(
-        default=300, ge=0, description="Wait before a trial re-enable after the kill switch."
+        default=60,
+        ge=0,
+        description="Wait before a trial (speculation on a canary pod) after the kill switch.",
     )
     max_cooldown_seconds: int = Field(
-        default=3600, ge=0, description="Cap of the cooldown as it doubles on failed trials."
+        default=300, ge=0, description="Cap of the cooldown as it doubles on failed trials."
     )
     probation_seconds: int = Field(
         default=600, ge=0, description="How long a new revision is judged against the last good."

@@ -61,6 +61,26 @@ class ServingPlanStatus(ApiModel):
     reason: str = Field(default="", description="Why the plan is what it is.")
 
 
+class CanaryState(StrEnum):
+    STARTING = "Starting"
+    SERVING = "Serving"
+
+
+class CanaryStatus(ApiModel):
+    """A trial's canary: one extra pod, behind the same Service as the fleet, that runs the
+    active revision with speculation while the fleet runs without. The trial is judged on the
+    canary's windows alone."""
+
+    deployment: str = Field(description="The canary's Deployment (`<name>-canary`).")
+    revision: int = Field(description="The revision it runs, with speculation.")
+    state: CanaryState = Field(
+        description="`Starting` until its pod is available, then `Serving` (its windows count)."
+    )
+    ready_since: str | None = Field(
+        default=None, description="When its pod became available (RFC 3339)."
+    )
+
+
 class RevisionRecord(ApiModel):
     """One distinct engine config. Its full config lives in a ControllerRevision."""
 
@@ -79,7 +99,7 @@ class KillSwitchStatus(ApiModel):
     state: KillSwitchState = Field(
         default=KillSwitchState.RELEASED,
         description="`released` (speculation as spec says), `engaged` (speculation off) or "
-        "`trial` (speculation re-enabled on probation).",
+        "`trial` (speculation re-enabled on a canary pod only, on probation).",
     )
     source: str = Field(default="", description="Who set it: `guard`, `annotation` or `spec`.")
     since: str | None = Field(default=None, description="When the state was entered.")
@@ -196,7 +216,8 @@ class SpecModelStatus(ApiModel):
         default=None, description="Declared speculation as `method/k`, or `none`."
     )
     speculation_active: bool | None = Field(
-        default=None, description="Whether pods run with speculation now."
+        default=None,
+        description="Whether the fleet's pods run with speculation now (a trial's canary aside).",
     )
     acceptance: str | None = Field(
         default=None, description="Traffic-weighted acceptance rate of the last window."
@@ -213,6 +234,9 @@ class SpecModelStatus(ApiModel):
         description="Recent revisions, newest last.",
     )
     kill_switch: KillSwitchStatus | None = Field(default=None, description="Kill switch.")
+    canary: CanaryStatus | None = Field(
+        default=None, description="The canary of a running trial; absent between trials."
+    )
     guard: GuardStatus | None = Field(default=None, description="The guard's memory.")
     retry_token: str | None = Field(
         default=None, description="Last `specfleet.dev/retry` value acted on."

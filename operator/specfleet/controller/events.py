@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specfleet.api import SpecModelStatus
+from specfleet.api.status import CanaryState
 
 NORMAL, WARNING = "Normal", "Warning"
 
@@ -19,6 +20,7 @@ class Event:
 
 def transitions(before: SpecModelStatus, after: SpecModelStatus) -> list[Event]:
     events = _revision_events(before, after) + _plan_events(before, after)
+    events += _canary_events(before, after)
     old = {c.type: c for c in before.conditions}
     for condition in after.conditions:
         previous = old.get(condition.type)
@@ -52,6 +54,18 @@ def _plan_events(before: SpecModelStatus, after: SpecModelStatus) -> list[Event]
     if new.speculation:
         return [Event(NORMAL, "SpeculationEnabled", f"speculation on (by {new.reason})")]
     return [Event(WARNING, "SpeculationDisabled", f"speculation off (by {new.reason})")]
+
+
+def _canary_events(before: SpecModelStatus, after: SpecModelStatus) -> list[Event]:
+    old, new = before.canary, after.canary
+    if new is None:
+        return [Event(NORMAL, "CanaryRemoved", f"canary {old.deployment} removed")] if old else []
+    if old is None:
+        message = f"canary {new.deployment} runs revision {new.revision} with speculation"
+        return [Event(NORMAL, "CanaryCreated", message)]
+    if old.state != new.state == CanaryState.SERVING:
+        return [Event(NORMAL, "CanaryServing", f"canary {new.deployment} takes traffic")]
+    return []
 
 
 def _condition_event(kind: str, status: str, reason: str, message: str) -> Event | None:

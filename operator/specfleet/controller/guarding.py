@@ -8,7 +8,7 @@ from datetime import datetime
 from specfleet.api import Decision as DecisionRecord
 from specfleet.api import SpecModel, SpecModelStatus
 from specfleet.api.spec import GuardSpec, SpeculativeSpec
-from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchState, KillSwitchStatus
+from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchStatus
 from specfleet.controller.plan import Plan
 from specfleet.controller.status import Rollout
 from specfleet.guard import Decision, Policy, Situation
@@ -41,6 +41,7 @@ def situation(
         settled=settled(status, the_plan, rollout, specmodel.spec.guard, now),
         observation=observation,
         now=now,
+        canary=judged_canary(status, the_plan, observation, specmodel.spec.guard, now),
     )
 
 
@@ -48,9 +49,7 @@ def settled(
     status: SpecModelStatus, the_plan: Plan, rollout: Rollout, guard: GuardSpec, now: datetime
 ) -> bool:
     """Judge a window only when every pod in it ran the current plan: rollout complete, running
-    the planned speculation, and complete for at least one window. A trial needs only one
-    interval: its speculating pods' series are new (the last ones stopped a cooldown ago), so
-    the window holds nothing else, and a failing trial costs less the sooner it is judged."""
+    the planned speculation, and complete for at least one window."""
     if not rollout.complete or rollout.speculation_running != the_plan.speculation:
         return False
     plan_status = status.serving_plan
@@ -59,11 +58,31 @@ def settled(
     ready = next((c for c in status.conditions if c.type == "Ready"), None)
     if ready is None or ready.status != "True" or ready.last_transition_time is None:
         return False
-    needed = guard.window_seconds
-    trial = status.kill_switch is not None and status.kill_switch.state == KillSwitchState.TRIAL
-    if trial and guard.cooldown_seconds >= guard.window_seconds:
-        needed = guard.interval_seconds
-    return (now - datetime.fromisoformat(ready.last_transition_time)).total_seconds() >= needed
+    return _since(ready.last_transition_time, now) >= guard.window_seconds
+
+
+def judged_canary(
+    status: SpecModelStatus,
+    the_plan: Plan,
+    observation: Observation | None,
+    guard: GuardSpec,
+    now: datetime,
+) -> Observation | None:
+    """A trial's canary window (the active revision's pods with speculation, beside a fleet
+    without), once the canary has served for one interval: its series are new (the last
+    speculating pods stopped a cooldown ago), so the window holds nothing else, and a failing
+    trial costs less the sooner it is judged. A cooldown shorter than a window waits a window."""
+    canary = status.canary
+    if not the_plan.canary or observation is None or canary is None or canary.ready_since is None:
+        return None
+    needed = guard.interval_seconds
+    if guard.cooldown_seconds < guard.window_seconds:
+        needed = guard.window_seconds
+    return observation.other_speculation if _since(canary.ready_since, now) >= needed else None
+
+
+def _since(stamp: str, now: datetime) -> float:
+    return (now - datetime.fromisoformat(stamp)).total_seconds()
 
 
 def apply_decision(

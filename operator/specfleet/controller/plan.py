@@ -3,7 +3,8 @@
 A revision is a distinct engine config. The plan serves the desired revision unless it was
 judged bad (then the last good one, until the spec's engine config or the retry annotation
 changes), with speculation on unless an override or the guard's kill switch says off.
-Precedence: the kill-switch annotation, then spec.guard.mode, then the guard.
+Precedence: the kill-switch annotation, then spec.guard.mode, then the guard. While the guard
+tries speculation again (a trial), the fleet stays without it and a canary pod runs it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class Plan:
     speculation: bool
     speculation_source: str
     """Who decided speculation: `annotation`, `spec`, `guard` or `config` (none configured)."""
+    canary: bool
+    """A trial: one extra pod runs the active revision with speculation beside the fleet."""
     revisions: list[RevisionRecord]
     retry_token: str | None
     new_revision: bool
@@ -51,11 +54,13 @@ def plan(specmodel: SpecModel, status: SpecModelStatus, now: datetime) -> Plan:
         revisions = [desired if r.number == desired.number else r for r in revisions]
     active = desired if desired.verdict != BAD else _last_good(revisions, desired)
     speculation, source = _speculation(specmodel, status)
+    kill_switch = status.kill_switch or KillSwitchStatus()
     return Plan(
         desired=desired,
         active=active,
         speculation=speculation,
         speculation_source=source,
+        canary=source == "guard" and kill_switch.state == KillSwitchState.TRIAL,
         revisions=revisions,
         retry_token=token if token is not None else status.retry_token,
         new_revision=new,
@@ -106,5 +111,5 @@ def _speculation(specmodel: SpecModel, status: SpecModelStatus) -> tuple[bool, s
     if mode != "auto":
         return mode == "on", "spec"
     kill_switch = status.kill_switch or KillSwitchStatus()
-    engaged = kill_switch.state == KillSwitchState.ENGAGED and kill_switch.source == "guard"
-    return not engaged, "guard"
+    switched_off = kill_switch.state != KillSwitchState.RELEASED and kill_switch.source == "guard"
+    return not switched_off, "guard"

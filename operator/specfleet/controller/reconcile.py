@@ -29,6 +29,7 @@ from specfleet.controller.plan import Plan, plan
 from specfleet.controller.status import Observed, invalid_status, next_status, rollout
 from specfleet.guard import Action, decide
 from specfleet.render import RenderSettings, ServingPlan, render
+from specfleet.render.workload import canary_name
 from specfleet.telemetry.model import Observation
 
 Body = dict[str, Any]
@@ -117,7 +118,8 @@ def reconcile(
     except ValueError as exc:
         error = _describe(exc)
         log.warning("applying %s failed: %s", specmodel.metadata.name, error)
-    observed = Observed(deployment=deployment, pods=live.pods, apply_error=error)
+    canary = live.children.get(("Deployment", canary_name(specmodel.metadata.name)))
+    observed = Observed(deployment, live.pods, error, canary)
     status = next_status(specmodel, the_plan, observed, previous, now)
     _write_status(kube, body, stored, status)
     for action in actions:
@@ -171,6 +173,7 @@ def _desired(
     serving = ServingPlan(
         revision=the_plan.active.number,
         speculation=the_plan.speculation,
+        canary=the_plan.canary,
         engine_config=_active_config(specmodel, the_plan, kube),
     )
     return [children.with_applied_hash(m) for m in render(specmodel, serving, settings)]

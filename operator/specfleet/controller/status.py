@@ -12,6 +12,8 @@ from typing import Any
 
 from specfleet.api import Condition, ConditionType, Phase, SpecModel, SpecModelStatus
 from specfleet.api.status import (
+    CanaryState,
+    CanaryStatus,
     GuardStatus,
     KillSwitchState,
     KillSwitchStatus,
@@ -19,7 +21,7 @@ from specfleet.api.status import (
     ServingPlanStatus,
 )
 from specfleet.controller.plan import Plan
-from specfleet.render.workload import SPECULATION_LABEL
+from specfleet.render.workload import SPECULATION_LABEL, canary_name
 
 Body = dict[str, Any]
 
@@ -31,6 +33,8 @@ class Observed:
     deployment: Body | None = None
     pods: list[Body] = field(default_factory=list)
     apply_error: str | None = None
+    canary: Body | None = None
+    """A trial's canary Deployment."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,7 @@ def next_status(
             ),
             "revisions": plan.revisions,
             "kill_switch": _kill_switch(plan, previous, now),
+            "canary": _canary(specmodel, plan, observed.canary, previous, now),
             "retry_token": plan.retry_token,
             "replicas": state.replicas,
         }
@@ -204,6 +209,15 @@ def _speculation_condition(specmodel: SpecModel, plan: Plan, state: Rollout) -> 
     kind = ConditionType.SPECULATION_ACTIVE.value
     if specmodel.spec.speculative is None:
         return (kind, "False", "NotConfigured", "the spec declares no speculative decoding")
+    if plan.canary:
+        replicas = specmodel.spec.pod.replicas
+        return (
+            kind,
+            "False",
+            "CanaryTrial",
+            f"speculation off on the {replicas} replicas; a trial runs it on the canary "
+            f"{canary_name(specmodel.metadata.name)} (1 pod of {replicas + 1})",
+        )
     if not plan.speculation:
         reason = {
             "annotation": "DisabledByAnnotation",
@@ -261,6 +275,30 @@ def _phase(conditions: list[Condition]) -> Phase:
 def _speculation_summary(specmodel: SpecModel) -> str:
     speculative = specmodel.spec.speculative
     return f"{speculative.method}/{speculative.num_speculative_tokens}" if speculative else "none"
+
+
+def _canary(
+    specmodel: SpecModel,
+    plan: Plan,
+    deployment: Body | None,
+    previous: SpecModelStatus,
+    now: datetime,
+) -> CanaryStatus | None:
+    """The trial's canary: serving once its Deployment is complete, since when it first was
+    (for this revision)."""
+    if not plan.canary:
+        return None
+    old = previous.canary
+    since = None
+    if rollout(deployment).complete:
+        kept = old and old.revision == plan.active.number and old.ready_since
+        since = kept or now.isoformat()
+    return CanaryStatus(
+        deployment=canary_name(specmodel.metadata.name),
+        revision=plan.active.number,
+        state=CanaryState.SERVING if since else CanaryState.STARTING,
+        ready_since=since,
+    )
 
 
 def _kill_switch(plan: Plan, previous: SpecModelStatus, now: datetime) -> KillSwitchStatus:

@@ -7,16 +7,18 @@ One evaluation per tick and SpecModel:
    validity, error rate) N evaluations in a row is rolled back to the last good revision;
    after probationSeconds without breach it becomes the last good.
 4. Speculation: after N bad evaluations in a row (speedup below minSpeedup, or a critical
-   class below its acceptance floor) the kill switch engages; after a cooldown a trial
-   re-enable is judged against minSpeedup + releaseMargin for a minimum hold; failed trials
-   double the cooldown. More than maxActionsPerHour actions latch speculation off (Flapping).
+   class below its acceptance floor) the kill switch engages; after a cooldown a trial runs
+   speculation on one canary pod beside the fleet, which stays without, and is judged on the
+   canary's windows alone against minSpeedup + releaseMargin for a minimum hold, with the
+   fleet's TPOT of the same window as the measure without speculation; failed trials double
+   the cooldown. More than maxActionsPerHour actions latch speculation off (Flapping).
 5. Overrides (annotation, spec mode) and dryRun: decide and alert, never act.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
@@ -62,6 +64,8 @@ class Situation:
     """Rollout complete and every pod in the window runs the current plan."""
     observation: Observation | None
     now: datetime
+    canary: Observation | None = None
+    """A trial's canary over the window, once it has served long enough to be judged."""
 
 
 @dataclass(frozen=True)
@@ -122,20 +126,24 @@ def decide(situation: Situation) -> Decision:
     state.data_seen(situation)
     if not situation.settled or situation.observation is None:
         return state.decision()
-    evaluation = evaluate(
-        situation.policy,
-        situation.observation,
-        _threshold(situation),
-        _fresh_tpot_without_speculation(situation),
-        situation.guard.baseline,
-    )
-    state.evaluation = evaluation
     if not situation.observation.speculation:
         state.remember_tpot_without_speculation(situation.observation)
+    evaluation = state.judge(situation.observation, situation.policy)
     state.probation(situation, evaluation)
-    state.speculation(situation, evaluation)
+    trial = situation.kill_switch.state == KillSwitchState.TRIAL
+    judged = _judge_canary(state, situation) if trial else evaluation
+    if judged is not None:
+        state.speculation(situation, judged)
     state.rate_limit(situation)
     return state.decision()
+
+
+def _judge_canary(state: _State, situation: Situation) -> Evaluation | None:
+    """A trial is judged on its canary alone (None until it has served long enough): one pod,
+    so the requests in flight per replica are its own."""
+    if situation.canary is None:
+        return None
+    return state.judge(situation.canary, replace(situation.policy, replicas=1))
 
 
 def _has_data(observation: Observation | None) -> bool:
@@ -144,12 +152,12 @@ def _has_data(observation: Observation | None) -> bool:
     return any(c.requests is not None for c in observation.classes.values())
 
 
-def _fresh_tpot_without_speculation(situation: Situation) -> dict[str, float]:
-    measured = situation.guard.tpot_measured_at
-    if measured is None or not situation.guard.tpot_without_speculation:
+def _fresh_tpot_without_speculation(guard: GuardStatus, now: datetime) -> dict[str, float]:
+    measured = guard.tpot_measured_at
+    if measured is None or not guard.tpot_without_speculation:
         return {}
-    age = (situation.now - datetime.fromisoformat(measured)).total_seconds()
-    return situation.guard.tpot_without_speculation if age <= TPOT_MEMORY_SECONDS else {}
+    age = (now - datetime.fromisoformat(measured)).total_seconds()
+    return guard.tpot_without_speculation if age <= TPOT_MEMORY_SECONDS else {}
 
 
 def _threshold(situation: Situation) -> float:
@@ -170,7 +178,9 @@ class _State:
     kill_switch: KillSwitchStatus
     verdict: str
     actions: list[Action] = field(default_factory=list)
+    observation: Observation | None = None
     evaluation: Evaluation | None = None
+    """The window last judged and its evaluation: a trial's canary once it is judged."""
 
     @classmethod
     def start(cls, situation: Situation) -> _State:
@@ -186,9 +196,22 @@ class _State:
             self.kill_switch,
             self.verdict,
             self.actions,
-            self.situation.observation,
+            self.observation or self.situation.observation,
             self.evaluation,
         )
+
+    def judge(self, observation: Observation, policy: Policy) -> Evaluation:
+        """Evaluates a window with TPOT without speculation as last measured (this window's
+        own, when the fleet runs without)."""
+        self.observation = observation
+        self.evaluation = evaluate(
+            policy,
+            observation,
+            _threshold(self.situation),
+            _fresh_tpot_without_speculation(self.guard, self.situation.now),
+            self.guard.baseline,
+        )
+        return self.evaluation
 
     def act(self, action: str, reason: str, message: str, evidence: dict[str, Any]) -> bool:
         """Records an action; returns whether it may change what runs."""
@@ -343,8 +366,8 @@ class _State:
         message = f"Speculation off: {'; '.join(breaches)} ({_speedup_words(evaluation)})."
         if action == "trial_failed":
             message = (
-                f"Trial re-enable failed: {'; '.join(breaches)} ({_speedup_words(evaluation)}). "
-                f"Next trial in {cooldown}s."
+                f"Trial failed on the canary: {'; '.join(breaches)} "
+                f"({_speedup_words(evaluation)}). Canary removed; next trial in {cooldown}s."
             )
         max_in_flight = _lost_to_load(situation, evaluation)
         if max_in_flight is not None:
@@ -372,7 +395,12 @@ class _State:
         max_in_flight, in_flight = self.guard.trial_max_in_flight, evaluation.in_flight
         if max_in_flight is not None and in_flight is not None and in_flight > max_in_flight:
             return  # the load that made speculation lose has not dropped
-        message = "Trial re-enable of speculation after the cooldown."
+        replicas = situation.policy.replicas
+        message = (
+            f"Trial after the cooldown: a canary pod runs revision {situation.revision.number} "
+            f"with speculation beside the {replicas} replicas without it (1 pod of "
+            f"{replicas + 1}); the trial is judged on the canary alone."
+        )
         if self.act(
             "trial_started",
             "TrialStarted",
@@ -403,7 +431,8 @@ class _State:
         held = (situation.now - since).total_seconds() >= guard.window_seconds
         if held and self.guard.consecutive_good >= guard.consecutive_breaches:
             message = (
-                f"Speculation pays again ({_speedup_words(evaluation)}): kill switch released."
+                f"Speculation pays again on the canary ({_speedup_words(evaluation)}): kill "
+                "switch released, the fleet rolls to speculation and the canary is removed."
             )
             if self.act("kill_switch_released", "SpeculationPays", message, evaluation.evidence()):
                 self.kill_switch = KillSwitchStatus(

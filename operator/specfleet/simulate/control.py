@@ -41,13 +41,21 @@ class Operator:
         the_plan = self.plan(now)
         return Setting(the_plan.active.hash, the_plan.speculation)
 
+    def canary(self, now: datetime) -> Setting | None:
+        """The serving plan's canary (the active revision with speculation), if a trial runs."""
+        the_plan = self.plan(now)
+        return Setting(the_plan.active.hash, True) if the_plan.canary else None
+
     def with_spec(self, specmodel: SpecModel, fleet: Fleet, now: datetime) -> Operator:
         """Git changed the spec: the controller reconciles at once."""
         return replace(self, specmodel=specmodel).reconciled(fleet, now)
 
     def reconciled(self, fleet: Fleet, now: datetime) -> Operator:
         """Status after a reconcile that sees the fleet's Deployment as it is now."""
-        observed = Observed(deployment=deployment(fleet, self.specmodel.spec.pod.replicas))
+        observed = Observed(
+            deployment=deployment(fleet, self.specmodel.spec.pod.replicas),
+            canary=canary_deployment(fleet),
+        )
         status = next_status(self.specmodel, self.plan(now), observed, self.status, now)
         return replace(self, status=status)
 
@@ -69,9 +77,22 @@ class Operator:
 def deployment(fleet: Fleet, replicas: int) -> Body:
     """The engine Deployment as the controller's watch sees it: every plan change is a new
     generation, complete once the fleet's rollout is."""
-    generation = fleet.generation
     updated = replicas if fleet.settled else 0
-    labels = {SPECULATION_LABEL: "on" if fleet.target.speculation else "off"}
+    return _deployment(fleet.generation, replicas, fleet.target.speculation, updated, replicas)
+
+
+def canary_deployment(fleet: Fleet) -> Body | None:
+    """The canary's Deployment: one pod, complete once it is ready."""
+    if fleet.canary is None:
+        return None
+    ready = 1 if fleet.canary.ready else 0
+    return _deployment(1, 1, True, 1, ready)
+
+
+def _deployment(
+    generation: int, replicas: int, speculation: bool, updated: int, available: int
+) -> Body:
+    labels = {SPECULATION_LABEL: "on" if speculation else "off"}
     return {
         "metadata": {"generation": generation},
         "spec": {"replicas": replicas, "template": {"metadata": {"labels": labels}}},
@@ -79,7 +100,7 @@ def deployment(fleet: Fleet, replicas: int) -> Body:
             "observedGeneration": generation,
             "replicas": replicas,
             "updatedReplicas": updated,
-            "readyReplicas": replicas,
-            "availableReplicas": replicas,
+            "readyReplicas": available,
+            "availableReplicas": available,
         },
     }

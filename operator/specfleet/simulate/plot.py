@@ -36,7 +36,7 @@ def draw_timeline(result: Result, path: Path) -> None:
 
     scale, unit = (3600.0, "h") if result.world.scenario.duration_s > 3 * 3600 else (60.0, "min")
     quality = any(v is not None for t in result.run.ticks for v in t.observed_validity.values())
-    ratios = [3, 3, 2, 2, 1] if quality else [3, 3, 2, 1]
+    ratios = [3, 3, 2, 2, 1.4] if quality else [3, 3, 2, 1.4]
     figure, axes = plt.subplots(
         len(ratios),
         1,
@@ -186,8 +186,13 @@ def _serving(axis: Any, result: Result, scale: float) -> None:
     for start, end, on in _segments(flags):
         span = (start * width, (end - start) * width)
         axis.broken_barh([span], (0.0, 0.4), color="tab:green" if on else "lightgray")
-    axis.set_yticks([0.2, 0.7], ["speculation", "revision"], fontsize=7)
-    axis.set_ylim(0, 1)
+    canary = [served is not None for served in result.run.canary]
+    for start, end, on in _segments(canary):
+        if on:
+            span = (start * width, (end - start) * width)
+            axis.broken_barh([span], (-0.5, 0.4), color=STATE_COLORS["trial"])
+    axis.set_yticks([-0.3, 0.2, 0.7], ["canary", "speculation", "revision"], fontsize=7)
+    axis.set_ylim(-0.5, 1)
     _action_legend(axis, result)
 
 

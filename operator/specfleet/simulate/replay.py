@@ -3,15 +3,15 @@ operator plans, the fleet rolls the plan out; and the same scenario with the sam
 fixed policies (always on, always off) and an oracle, for goodput comparisons.
 
 Time advances in slices of gcd(tick, window) seconds. Each tick the guard sees the last window
-of slices the current setting served; spec changes from the scenario's rollouts reach the
-operator at their time (rounded up to a slice).
+of slices the current setting served (and a trial's canary, beside it); spec changes from the
+scenario's rollouts reach the operator at their time (rounded up to a slice).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -104,6 +104,9 @@ class Tick:
 class GuardedRun:
     serving: list[Setting] = field(default_factory=list)
     slices: list[dict[str, ClassSlice]] = field(default_factory=list)
+    """What the fleet's replicas served, per slice."""
+    canary: list[dict[str, ClassSlice] | None] = field(default_factory=list)
+    """What a trial's canary served, per slice (None: no canary took traffic)."""
     ticks: list[Tick] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     goodput: Goodput = Goodput()
@@ -117,6 +120,8 @@ def replay_guarded(
     fleet = Fleet(serving=Operator(start, SpecModelStatus()).target(clock.at(0)))
     operator = Operator.start(start, fleet, clock.at(-RUNNING_BEFORE))
     changes = list(world.changes[1:])
+    counted = dict.fromkeys(world.scenario.classes, 0)
+    """Requests per class before the current slice: the canary takes every n-th of them."""
     for i in range(base.count + 1):
         t, now = base.time(i), clock.at(base.time(i))
         advanced = fleet.advance(t)
@@ -128,14 +133,59 @@ def replay_guarded(
             operator = operator.with_spec(changes.pop(0).specmodel, fleet, now)
             operator, fleet = _follow(operator, fleet, t, now, base.rollout_seconds)
         if i < base.count:
-            conditions = world.conditions(t, fleet.serving)
-            served = {
-                c.name: realize(conditions, c, draws[i][c.name], spread) for c in conditions.classes
-            }
+            served = serve(world, fleet, t, draws[i], counted, spread)
             run.serving.append(fleet.serving)
-            run.slices.append(served)
-            run.goodput = run.goodput.plus(served, conditions, base.slice_seconds)
+            run.slices.append(served.fleet)
+            run.canary.append(served.canary)
+            run.goodput = run.goodput.plus(served.total, served.conditions, base.slice_seconds)
+            for name, draw in draws[i].items():
+                counted[name] += draw.requests
     return run
+
+
+@dataclass(frozen=True)
+class Served:
+    """One slice: what the fleet's replicas and a trial's canary served."""
+
+    fleet: dict[str, ClassSlice]
+    canary: dict[str, ClassSlice] | None
+    conditions: Conditions
+    """The fleet's, per pod."""
+
+    @property
+    def total(self) -> dict[str, ClassSlice]:
+        if self.canary is None:
+            return self.fleet
+        return {name: part + self.canary[name] for name, part in self.fleet.items()}
+
+
+def serve(
+    world: World,
+    fleet: Fleet,
+    t: float,
+    draws: dict[str, ClassDraw],
+    counted: dict[str, int],
+    spread: float,
+) -> Served:
+    """While a canary takes traffic it is one more pod behind the Service: round robin gives
+    each of the replicas + 1 pods every (replicas + 1)-th request, and all of them run at that
+    share's load. Speculation's effect stays on the canary's share."""
+    canary = fleet.canary_serving
+    conditions = world.conditions(t, fleet.serving, 1 if canary else 0)
+    if canary is None:
+        return Served(realize_all(conditions, draws, spread), None, conditions)
+    pods = world.specmodel_at(t).spec.pod.replicas + 1
+    taken = {n: (counted[n] + d.requests) // pods - counted[n] // pods for n, d in draws.items()}
+    rest = {n: replace(d, requests=d.requests - taken[n]) for n, d in draws.items()}
+    trial = {n: replace(d, requests=taken[n]) for n, d in draws.items()}
+    on_canary = realize_all(world.conditions(t, canary, 1), trial, spread)
+    return Served(realize_all(conditions, rest, spread), on_canary, conditions)
+
+
+def realize_all(
+    conditions: Conditions, draws: dict[str, ClassDraw], spread: float
+) -> dict[str, ClassSlice]:
+    return {c.name: realize(conditions, c, draws[c.name], spread) for c in conditions.classes}
 
 
 def _tick(
@@ -148,7 +198,7 @@ def _tick(
     i: int,
 ) -> tuple[Operator, Fleet]:
     t, now = base.time(i), clock.at(base.time(i))
-    observation = observe(world, run.slices, i, fleet, base, now)
+    observation = observe(world, run, i, fleet, base, now)
     situation = operator.situation(observation, fleet, now)
     last_good = _last_good(operator, situation.revision.number)
     operator, decision = operator.decided(situation, fleet)
@@ -165,10 +215,12 @@ def _tick(
 def _follow(
     operator: Operator, fleet: Fleet, t: float, now: datetime, rollout_seconds: float
 ) -> tuple[Operator, Fleet]:
-    """The operator applies its plan; if that changes what runs, a rollout starts and the
-    watch event that follows shows the Deployment progressing."""
+    """The operator applies its plan; if that changes what runs, a rollout starts (or a canary,
+    one pod, starts or goes) and the watch event that follows shows it."""
+    pod_seconds = rollout_seconds / max(operator.specmodel.spec.pod.replicas, 1)
     moved = fleet.request(operator.target(now), t, rollout_seconds)
-    if moved.generation != fleet.generation:
+    moved = moved.request_canary(operator.canary(now), t, pod_seconds)
+    if moved != fleet:
         operator = operator.reconciled(moved, now)
     return operator, moved
 
@@ -196,29 +248,37 @@ def _decision(t: float, now: datetime, action: Action, context: dict[str, Any]) 
 
 
 def observe(
+    world: World, run: GuardedRun, end: int, fleet: Fleet, base: Timebase, now: datetime
+) -> Observation:
+    """The last window as telemetry reports it: only slices the current setting served, and
+    beside them a canary's (its series are new: only the slices it served)."""
+    start = end - base.window_slices
+    first = max(start, base.index(fleet.switched_at), 0)
+    observation = _window(world, run.slices[first:end], fleet.serving, base, now)
+    if fleet.canary is None or not fleet.canary.ready:
+        return observation
+    first = max(start, base.index(fleet.canary.ready_at), 0)
+    served = [s for s in run.canary[first:end] if s is not None]
+    canary = _window(world, served, fleet.canary.setting, base, now)
+    return replace(observation, other_speculation=canary if served else None)
+
+
+def _window(
     world: World,
     slices: list[dict[str, ClassSlice]],
-    end: int,
-    fleet: Fleet,
+    setting: Setting,
     base: Timebase,
     now: datetime,
 ) -> Observation:
-    """The last window as telemetry reports it: only slices the current setting served."""
-    first = max(end - base.window_slices, base.index(fleet.switched_at), 0)
-    serving = fleet.serving
     classes = {
-        name: window(
-            [s[name] for s in slices[first:end]],
-            serving.speculation,
-            profile.tool_call_rate > 0,
-        )
+        name: window([s[name] for s in slices], setting.speculation, profile.tool_call_rate > 0)
         for name, profile in world.scenario.classes.items()
     }
     return Observation(
         at=now,
         window_seconds=base.window_slices * base.slice_seconds,
-        revision=world.revisions[serving.config].number,
-        speculation=serving.speculation,
+        revision=world.revisions[setting.config].number,
+        speculation=setting.speculation,
         classes=classes,
     )
 
@@ -226,6 +286,8 @@ def observe(
 def _record(
     t: float, fleet: Fleet, observation: Observation, decision: Decision, guard: GuardSpec
 ) -> Tick:
+    """What the guard judged: a trial's canary, once it is judged, else the fleet."""
+    observation = decision.observation or observation
     tokens = {n: w.output_tokens or 0.0 for n, w in observation.classes.items()}
     speedups = {c.name: c.expected_speedup for c in decision.classes if c.expected_speedup}
     trial = decision.kill_switch.state == "trial"
@@ -269,8 +331,6 @@ def replay_fixed(
         else:
             fleet = fleet.request(choose(t), t, rollout_seconds).advance(t)
         conditions = world.conditions(t, fleet.serving)
-        served = {
-            c.name: realize(conditions, c, draws[i][c.name], spread) for c in conditions.classes
-        }
+        served = realize_all(conditions, draws[i], spread)
         goodput = goodput.plus(served, conditions, base.slice_seconds)
     return goodput

@@ -36,6 +36,8 @@ def summary(result: Result) -> dict[str, Any]:
             for d in result.run.decisions
         ],
         "actingActions": len(result.acting),
+        "canaryServedSeconds": result.base.slice_seconds
+        * sum(1 for served in result.run.canary if served is not None),
         "episodes": [e.to_json() for e in result.episodes],
         "detectionLatencySeconds": latencies,
         "maxDetectionLatencySeconds": max(latencies) if latencies else None,
@@ -123,6 +125,8 @@ def text(result: Result) -> str:
         f"rollback of revision {r['revision']}: {r['latencySeconds']:.0f}s after it began serving"
         for r in data["rollbacks"]
     ]
+    if data["canaryServedSeconds"]:
+        lines.append(f"trial canaries took traffic for {data['canaryServedSeconds']}s")
     lines.append(f"false actions: {len(data['falseActions'])}, missed: {len(data['missed'])}")
     lines += [f"  false t={f['t']:.0f}s {f['action']}: {f['why']}" for f in data["falseActions"]]
     lines += [f"  missed t={m['t']:.0f}s: {m['what']}" for m in data["missed"]]

@@ -78,3 +78,6 @@ class Observation:
     speculation: bool
     classes: dict[str, ClassWindow] = field(default_factory=dict)
     blind: str | None = None
+    other_speculation: Observation | None = None
+    """The same revision's pods with speculation the other way, over the same window, when
+    any served: during a trial, the canary beside the fleet."""

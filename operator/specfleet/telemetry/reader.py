@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any
 
@@ -108,10 +108,7 @@ class TelemetryReader:
             return {
                 (t.namespace, t.specmodel): _observation(t, now, {}, blind=reason) for t in targets
             }
-        return {
-            (t.namespace, t.specmodel): _observation(t, now, values.get(_state(t), {}))
-            for t in targets
-        }
+        return {(t.namespace, t.specmodel): _observations(t, now, values) for t in targets}
 
     def _query_all(self, window: int) -> dict[str, dict[SeriesKey, float]]:
         cache: dict[str, list[dict[str, Any]]] = {}
@@ -164,6 +161,18 @@ def _by_pod_state(
         for (namespace, specmodel, klass, revision, speculation), value in series.items():
             grouped[(namespace, specmodel, revision, speculation)][klass][name] = value
     return grouped
+
+
+def _observations(
+    target: Target, now: datetime, values: dict[StateKey, dict[str, dict[str, float]]]
+) -> Observation:
+    """The target's pods, with the same revision's pods of the other speculation setting beside
+    them (a trial's canary): the same queries answered both, so reading them costs nothing."""
+    other = replace(target, speculation=not target.speculation)
+    found = values.get(_state(other))
+    beside = _observation(other, now, found) if found else None
+    observation = _observation(target, now, values.get(_state(target), {}))
+    return replace(observation, other_speculation=beside)
 
 
 def _observation(

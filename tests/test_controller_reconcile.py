@@ -1,0 +1,135 @@
+"""One reconcile with a trial: the canary's children are applied beside the fleet's, judged on
+the canary's telemetry, and pruned when the trial ends; the fleet's Deployment is untouched."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from conftest import specmodel_doc
+from specfleet.api import SpecModelStatus, parse_specmodel
+from specfleet.api.status import CanaryState, CanaryStatus, KillSwitchStatus
+from specfleet.controller.children import with_applied_hash
+from specfleet.controller.kube import Kube
+from specfleet.controller.plan import plan
+from specfleet.controller.reconcile import GuardTick, Live, reconcile
+from specfleet.controller.status import Observed, next_status
+from specfleet.render import RenderSettings, ServingPlan, render
+from specfleet.telemetry.model import ClassWindow, Observation
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+SPEC = {
+    "speculative": {"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": 4},
+    "classes": [{"name": "code", "critical": True, "slo": {"minAcceptanceRate": 0.5}}],
+    "defaultClass": "code",
+    "pod": {"replicas": 2},
+}
+
+
+@dataclass
+class FakeKube:
+    applied: list[dict[str, Any]] = field(default_factory=list)
+    deleted: list[tuple[str, str]] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        self.applied.append(manifest)
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        self.deleted.append((kind, name))
+
+    def apply_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        pass
+
+    def event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        self.events.append(reason)
+
+
+def complete(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A child as the watch sees it once the API server and its controller caught up."""
+    replicas = manifest.get("spec", {}).get("replicas", 0)
+    counts = ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas")
+    status = {"observedGeneration": 1, **dict.fromkeys(counts, replicas)}
+    metadata = {**manifest["metadata"], "generation": 1}
+    return {**manifest, "metadata": metadata, "status": status}
+
+
+def live(specmodel: Any, serving: ServingPlan) -> Live:
+    children = [complete(with_applied_hash(m)) for m in render(specmodel, serving)]
+    return Live(children={(c["kind"], c["metadata"]["name"]): c for c in children})
+
+
+def state(specmodel: Any, kill_switch: str, children: Live, **extra: Any) -> SpecModelStatus:
+    """The status a reconcile of the same world wrote a while ago."""
+    before = SpecModelStatus(kill_switch=KillSwitchStatus(state=kill_switch, source="guard"))
+    deployment = children.children[("Deployment", "m")]
+    canary = children.children.get(("Deployment", "m-canary"))
+    earlier = NOW - timedelta(minutes=10)
+    status = next_status(
+        specmodel,
+        plan(specmodel, before, earlier),
+        Observed(deployment, [], None, canary),
+        before,
+        earlier,
+    )
+    return status.model_copy(update=extra)
+
+
+def body(status: SpecModelStatus) -> dict[str, Any]:
+    return {**specmodel_doc(**SPEC), "status": status.to_wire()}
+
+
+def fleet_without(canary: Observation | None = None) -> Observation:
+    """The fleet's window, without speculation, and the canary's beside it."""
+    classes = {"code": ClassWindow(requests=200)}
+    return Observation(NOW, 60, 1, False, classes, other_speculation=canary)
+
+
+def test_a_trial_applies_the_canary_and_leaves_the_fleet_alone() -> None:
+    specmodel = parse_specmodel(specmodel_doc(**SPEC))
+    children = live(specmodel, ServingPlan(speculation=False))
+    engaged = state(specmodel, "engaged", children)
+    due = KillSwitchStatus(state="engaged", source="guard", next_trial_after=NOW.isoformat())
+    kube = FakeKube()
+    outcome = reconcile(
+        body(engaged.model_copy(update={"kill_switch": due})),
+        children,
+        cast(Kube, kube),
+        RenderSettings(),
+        NOW,
+        GuardTick(fleet_without()),
+    )
+    assert [a.action for a in outcome.actions] == ["trial_started"]
+    assert {m["metadata"]["name"] for m in kube.applied} == {"m-canary", "m-canary-gateway"}
+    assert kube.deleted == []
+    assert outcome.status.canary and outcome.status.canary.state == CanaryState.STARTING
+    assert {"TrialStarted", "CanaryCreated"} <= set(kube.events)
+
+
+def test_a_failing_canary_is_judged_on_its_own_window_and_removed() -> None:
+    specmodel = parse_specmodel(specmodel_doc(**SPEC))
+    children = live(specmodel, ServingPlan(speculation=False, canary=True))
+    since = (NOW - timedelta(minutes=1)).isoformat()
+    canary = CanaryStatus(deployment="m-canary", revision=1, state="Serving", ready_since=since)
+    trial = state(specmodel, "trial", children, canary=canary)
+    drafted = 100 * 200.0
+    collapsed = ClassWindow(
+        requests=100, draft_tokens=drafted, accepted_tokens=drafted * 0.1, steps=drafted / 4
+    )
+    window = Observation(NOW, 60, 1, True, {"code": collapsed})
+    kube = FakeKube()
+    outcome = reconcile(
+        body(trial),
+        children,
+        cast(Kube, kube),
+        RenderSettings(),
+        NOW,
+        GuardTick(fleet_without(window)),
+    )
+    assert [a.action for a in outcome.actions] == ["trial_failed"]
+    assert sorted(kube.deleted) == [("ConfigMap", "m-canary-gateway"), ("Deployment", "m-canary")]
+    assert kube.applied == []  # the fleet keeps running without speculation, as it did
+    assert outcome.status.canary is None and outcome.status.kill_switch
+    assert outcome.status.kill_switch.state == "engaged"
+    assert {"TrialFailed", "CanaryRemoved"} <= set(kube.events)
