@@ -43,7 +43,7 @@ WHAT_IF = {
     "defaults": {},
     "before canary trials": {"cooldownSeconds": 300, "maxCooldownSeconds": 3600},
     "consecutiveBreaches 2": {"consecutiveBreaches": 2},
-    "maxCooldownSeconds 120": {"maxCooldownSeconds": 120},
+    "maxCooldownSeconds 300": {"maxCooldownSeconds": 300},
 }
 COLLAPSE_LENGTHS = range(300, 1800, 150)
 """Seconds the collapse lasts in `collapse_lengths`: where a recovery falls between two

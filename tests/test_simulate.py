@@ -48,7 +48,9 @@ def test_collapse_releases_after_recovery_and_speculation_runs_again(collapse: R
     released = [t for t, a in timeline if a == "kill_switch_released"]
     assert len(released) == 1 and released[0] > 1500
     trial = max(t for t, a in timeline if a == "trial_started" and t < released[0])
-    assert trial > 1500  # the trial that succeeded started after the recovery
+    base, canary = collapse.base, collapse.run.canary
+    served = next(i for i in range(base.index(trial), len(canary)) if canary[i] is not None)
+    assert base.time(served) >= 1500  # the canary that passed served after the recovery only
     assert all(a != "trial_failed" or t < 1500 for t, a in timeline)
     assert collapse.run.serving[-1].speculation
     off = [s.speculation for s in collapse.run.serving[750 // 15 : 1000 // 15]]

@@ -442,7 +442,7 @@ class GuardSpec(ApiModel):
         description="Wait before a trial (speculation on a canary pod) after the kill switch.",
     )
     max_cooldown_seconds: int = Field(
-        default=300, ge=0, description="Cap of the cooldown as it doubles on failed trials."
+        default=120, ge=0, description="Cap of the cooldown as it doubles on failed trials."
     )
     probation_seconds: int = Field(
         default=600, ge=0, description="How long a new revision is judged against the last good."

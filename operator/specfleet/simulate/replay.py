@@ -167,18 +167,20 @@ def serve(
     counted: dict[str, int],
     spread: float,
 ) -> Served:
-    """While a canary takes traffic it is one more pod behind the Service: round robin gives
-    each of the replicas + 1 pods every (replicas + 1)-th request, and all of them run at that
-    share's load. Speculation's effect stays on the canary's share."""
+    """While a canary takes traffic it is one more pod behind the Service: round robin gives it
+    every (replicas + 1)-th request, and speculation acts on that share only. Every pod runs at
+    the load it has without the canary: the baselines have no extra pod, so the guarded run
+    gets no credit for the canary's capacity (it would lower every pod's load by a third at
+    two replicas)."""
+    conditions = world.conditions(t, fleet.serving)
     canary = fleet.canary_serving
-    conditions = world.conditions(t, fleet.serving, 1 if canary else 0)
     if canary is None:
         return Served(realize_all(conditions, draws, spread), None, conditions)
     pods = world.specmodel_at(t).spec.pod.replicas + 1
     taken = {n: (counted[n] + d.requests) // pods - counted[n] // pods for n, d in draws.items()}
     rest = {n: replace(d, requests=d.requests - taken[n]) for n, d in draws.items()}
     trial = {n: replace(d, requests=taken[n]) for n, d in draws.items()}
-    on_canary = realize_all(world.conditions(t, canary, 1), trial, spread)
+    on_canary = realize_all(world.conditions(t, canary), trial, spread)
     return Served(realize_all(conditions, rest, spread), on_canary, conditions)
 
 

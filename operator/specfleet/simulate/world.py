@@ -91,9 +91,7 @@ class World:
     """SpecModel classes that ask for JSON (`match.jsonResponse: true`): every answer is a
     structured output."""
     notes: tuple[str, ...] = ()
-    _cache: dict[tuple[float, Setting, int], Conditions] = field(
-        default_factory=dict, compare=False
-    )
+    _cache: dict[tuple[float, Setting], Conditions] = field(default_factory=dict, compare=False)
 
     def change_at(self, t: float) -> SpecChange:
         return [c for c in self.changes if c.t <= t][-1]
@@ -111,12 +109,10 @@ class World:
                 effects = effects.merged(change)
         return effects.merged(self.revisions[config].effects)
 
-    def conditions(self, t: float, setting: Setting, extra_pods: int = 0) -> Conditions:
-        """Per pod, with the traffic spread evenly over the spec's replicas and `extra_pods`
-        (a trial's canary)."""
-        key = (self._segment(t), setting, extra_pods)
+    def conditions(self, t: float, setting: Setting) -> Conditions:
+        key = (self._segment(t), setting)
         if key not in self._cache:
-            self._cache[key] = self._conditions(t, setting, extra_pods)
+            self._cache[key] = self._conditions(t, setting)
         return self._cache[key]
 
     def _segment(self, t: float) -> float:
@@ -132,7 +128,7 @@ class World:
             points |= {p[0] for p in profile.acceptance.points + profile.output_tokens.points}
         return sorted(points)
 
-    def _conditions(self, t: float, setting: Setting, extra_pods: int) -> Conditions:
+    def _conditions(self, t: float, setting: Setting) -> Conditions:
         revision = self.revisions[setting.config]
         effects = self.effects(t, setting.config)
         k = revision.k if setting.speculation else 0
@@ -140,7 +136,7 @@ class World:
         specmodel = self.specmodel_at(t)
         slos = {c.name: c.slo for c in specmodel.spec.classes}
         classes = [self._class(name, t, effects, slos.get(name)) for name in self.scenario.classes]
-        replicas = max(specmodel.spec.pod.replicas, 1) + extra_pods
+        replicas = max(specmodel.spec.pod.replicas, 1)
         demand = sum(
             c.rate * c.output_tokens / physics.tokens_per_step(c.alpha, k, c.decay) for c in classes
         )
