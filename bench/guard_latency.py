@@ -116,10 +116,7 @@ def run(specmodels: int, ticks: int, seed: int) -> dict[str, Any]:
     for tick in range(ticks):
         now = T0 + timedelta(seconds=15 * (tick + 1))
         # Built per tick, as telemetry hands them over: only one tick's windows are alive.
-        calls = [
-            replace(s, observation=observation(i, tick, s.speculation, rng), now=now)
-            for i, s in enumerate(situations)
-        ]
+        calls = [windows(s, i, tick, rng, now) for i, s in enumerate(situations)]
         decisions: list[Decision] = []
         began, cpu = time.perf_counter(), time.process_time()
         for call in calls:
@@ -135,6 +132,16 @@ def run(specmodels: int, ticks: int, seed: int) -> dict[str, Any]:
     return result
 
 
+def windows(
+    situation: Situation, index: int, tick: int, rng: random.Random, now: datetime
+) -> Situation:
+    """The tick's windows: the fleet's, and during a trial its canary's beside it."""
+    fleet = observation(index, tick, situation.speculation, rng)
+    trial = situation.kill_switch.state == "trial"
+    canary = observation(index, tick, True, rng) if trial else None
+    return replace(situation, observation=fleet, canary=canary, now=now)
+
+
 def carry(situation: Situation, decision: Decision) -> Situation:
     """The next tick's state, as the operator would write it back."""
     return replace(
@@ -142,7 +149,7 @@ def carry(situation: Situation, decision: Decision) -> Situation:
         guard=decision.guard,
         kill_switch=decision.kill_switch,
         revision=situation.revision.model_copy(update={"verdict": decision.verdict}),
-        speculation=decision.kill_switch.state != "engaged",
+        speculation=decision.kill_switch.state == "released",
     )
 
 
