@@ -133,7 +133,17 @@ def test_lifecycle(cluster: Cluster, namespace: str, operator: RunningOperator) 
     assert st["activeRevision"] == 1 and st["observedGeneration"] == 1
     table = cluster.kubectl("get", "sm", "-n", namespace)
     header, row = table.splitlines()[:2]
-    assert header.split() == ["NAME", "ENGINE", "QUANT", "SPEC", "ACTIVE", "ACCEPT", "PHASE", "AGE"]
+    assert header.split() == [
+        "NAME",
+        "ENGINE",
+        "QUANT",
+        "SPEC",
+        "ACTIVE",
+        "CANARY",
+        "ACCEPT",
+        "PHASE",
+        "AGE",
+    ]
     assert row.split()[:5] == ["llama", "vllm", "fp8", "eagle3/4", "true"]
     assert max(len(line) for line in table.splitlines()) <= 80
 
