@@ -167,13 +167,42 @@ def test_an_acceptance_collapse_under_load_is_not_blamed_on_load() -> None:
     assert actions == ["kill_switch_engaged"] and state.guard.trial_max_in_flight is None
 
 
-def test_three_bad_windows_engage_the_kill_switch_two_do_not() -> None:
-    bad = observe(code=0.1, chat=0.1)
-    state, actions = run(situation(bad), [bad, bad])
+# code 0.42 against its 0.5 floor over 200 requests: Wilson 95% upper bound 0.489, under the
+# floor but not under 0.45 (the floor less the 10% hysteresis band): a marginal breach
+MARGINAL = observe(code=0.42, chat=0.8)
+
+
+def test_three_marginal_windows_engage_the_kill_switch_two_do_not() -> None:
+    state, actions = run(situation(MARGINAL), [MARGINAL, MARGINAL])
     assert actions == [] and state.kill_switch.state == "released"
-    state, actions = run(situation(bad), [bad, bad, bad])
+    state, actions = run(situation(MARGINAL), [MARGINAL] * 3)
     assert actions == ["kill_switch_engaged"]
     assert state.kill_switch.state == "engaged" and state.kill_switch.source == "guard"
+    assert "after 3 windows in a row" in state.kill_switch.reason
+
+
+def test_one_decisive_window_engages_at_once() -> None:
+    # code 0.1 over 200 requests: upper bound 0.15, far under 0.45
+    state, actions = run(situation(observe(0.1, 0.1)), [observe(0.1, 0.1)])
+    assert actions == ["kill_switch_engaged"]
+    assert state.kill_switch.reason.startswith(
+        "Speculation off after 1 decisive window: code: acceptance 0.10 < 0.50 "
+        "(95% upper bound 0.15, n=200)"
+    )
+    # without floors the speedup decides: α 0 gives (1 + 4 x 0.019) / 1.2 = 0.90 at its upper
+    # bound, under minSpeedup - releaseMargin; α 0.02 gives 0.90 but a bound of 1.00
+    no_floors = policy(classes=[{"name": "code", "critical": True}, {"name": "chat"}])
+    useless, slow = observe(0.0, 0.0), observe(0.02, 0.02)
+    _, actions = run(situation(useless, policy=no_floors), [useless])
+    assert actions == ["kill_switch_engaged"]
+    _, actions = run(situation(slow, policy=no_floors), [slow] * 2)
+    assert actions == []
+    decision = decide(situation(slow, policy=no_floors))
+    assert decision.evaluation is not None and not decision.evaluation.decisive
+    low, high = decision.evaluation.speedup_bounds or (0, 0)
+    assert decision.evaluation.speedup == pytest.approx(0.9)
+    assert low < 0.9 < high
+    assert high == pytest.approx((1 + 4 * wilson_interval(4, 200)[1]) / 1.2)
 
 
 def test_engage_decision_carries_its_evidence() -> None:
@@ -187,12 +216,14 @@ def test_engage_decision_carries_its_evidence() -> None:
     assert evidence["minSpeedup"] == 1.0 and evidence["windowSeconds"] == 60
     # E = 1 + accepted / steps = 1.4: the model says 1.4 / 1.2; the critical floor decided
     assert evidence["speedup"] == pytest.approx(1.4 / 1.2, abs=1e-3)
-    assert "code: acceptance 0.10 < 0.50 (n=200)" in evidence["breaches"]
+    assert "code: acceptance 0.10 < 0.50 (95% upper bound 0.15, n=200)" in evidence["breaches"]
+    assert evidence["decisive"] and evidence["windows"] == 3
+    assert evidence["classes"]["code"]["acceptanceRateBounds"] == [0.0657, 0.1494]
     assert decision.kill_switch.next_trial_after == (T0 + timedelta(seconds=60)).isoformat()
 
 
 def test_a_good_window_resets_the_count() -> None:
-    bad, good = observe(0.1, 0.1), observe(0.8, 0.8)
+    bad, good = MARGINAL, observe(0.8, 0.8)
     _, actions = run(situation(bad), [bad, bad, good, bad, bad])
     assert actions == []
 
@@ -294,6 +325,31 @@ def test_trial_needs_the_stricter_threshold() -> None:
     assert failed.message.startswith("Trial failed on the canary: code: speedup 1.03 < 1.10; ")
     assert failed.evidence["classes"]["code"]["speedupSource"] == "measured"
     assert decision.guard.tpot_without_speculation == {"code": 0.0206, "chat": 0.0206}
+
+
+def test_a_decisive_canary_window_releases_at_once_a_marginal_one_waits() -> None:
+    no_floors = policy(classes=[{"name": "code", "critical": True}, {"name": "chat"}])
+    trial = KillSwitchStatus(state="trial", source="guard")
+    start = situation(
+        FLEET_WITHOUT,
+        policy=no_floors,
+        kill_switch=trial,
+        guard=GuardStatus(trial_since=T0.isoformat()),
+        speculation=False,
+    )
+    state, actions = run(start, [observe(0.8, 0.8, tpot=0.008)])  # 2.5x, lower bound 2.3x
+    assert actions == ["kill_switch_released"]
+    assert "after 1 decisive window (traffic-weighted speedup 2.50 (95% lower bound" in (
+        state.kill_switch.reason or ""
+    )
+    # α 0.1: 1.17x measured, but its lower bound (E at α 0.066) is 1.05x, under 1.1: three
+    # good windows, held for a window since the trial started
+    marginal = observe(0.1, 0.1, tpot=0.02 * 1.2 / 1.4)
+    _, actions = run(start, [marginal] * 4)
+    assert actions == []
+    state, actions = run(start, [marginal] * 5)
+    assert actions == ["kill_switch_released"]
+    assert "after 5 windows in a row" in (state.kill_switch.reason or "")
 
 
 def test_a_trial_is_judged_on_its_canary_alone() -> None:

@@ -7,11 +7,12 @@ One evaluation per tick and SpecModel:
    validity, error rate) N evaluations in a row is rolled back to the last good revision;
    after probationSeconds without breach it becomes the last good.
 4. Speculation: after N bad evaluations in a row (speedup below minSpeedup, or a critical
-   class below its acceptance floor) the kill switch engages; after a cooldown a trial runs
-   speculation on one canary pod beside the fleet, which stays without, and is judged on the
-   canary's windows alone against minSpeedup + releaseMargin for a minimum hold, with the
-   fleet's TPOT of the same window as the measure without speculation; failed trials double
-   the cooldown. More than maxActionsPerHour actions latch speculation off (Flapping).
+   class below its acceptance floor), or one decisive evaluation (its 95% bound outside the
+   hysteresis band), the kill switch engages; after a cooldown a trial runs speculation on
+   one canary pod beside the fleet, which stays without, and is judged on the canary's windows
+   alone against minSpeedup + releaseMargin for a minimum hold (none for a decisive window),
+   with the fleet's TPOT of the same window as the measure without speculation; failed trials
+   double the cooldown. More than maxActionsPerHour actions latch speculation off (Flapping).
 5. Overrides (annotation, spec mode) and dryRun: decide and alert, never act.
 """
 
@@ -331,8 +332,15 @@ class _State:
             self._count(evaluation.speculation_bad)
             if state == KillSwitchState.TRIAL:
                 self._judge_trial(situation, evaluation)
-            elif self.guard.consecutive_bad >= situation.policy.guard.consecutive_breaches:
+            elif self._convinced(situation, evaluation):
                 self._engage(situation, evaluation, "kill_switch_engaged", "SpeculationNotPaying")
+
+    def _convinced(self, situation: Situation, evaluation: Evaluation) -> bool:
+        """N bad evaluations in a row, or one decisive bad evaluation."""
+        needed = situation.policy.guard.consecutive_breaches
+        return self.guard.consecutive_bad >= needed or bool(
+            evaluation.speculation_bad and evaluation.decisive
+        )
 
     def _count(self, bad: bool) -> None:
         if bad:
@@ -363,7 +371,11 @@ class _State:
         failed = self.kill_switch.failed_trials + (1 if action == "trial_failed" else 0)
         cooldown = min(guard.cooldown_seconds * 2**failed, guard.max_cooldown_seconds)
         breaches = _named(evaluation, lambda v: v.speculation_breaches)
-        message = f"Speculation off: {'; '.join(breaches)} ({_speedup_words(evaluation)})."
+        windows = self.guard.consecutive_bad
+        message = (
+            f"Speculation off after {_windows_words(evaluation, windows)}: "
+            f"{'; '.join(breaches)} ({_speedup_words(evaluation)})."
+        )
         if action == "trial_failed":
             message = (
                 f"Trial failed on the canary: {'; '.join(breaches)} "
@@ -377,7 +389,12 @@ class _State:
             )
         self.guard.trial_max_in_flight = max_in_flight
         self.guard.consecutive_bad = self.guard.consecutive_good = 0
-        evidence = {**evaluation.evidence(), "breaches": breaches, "cooldownSeconds": cooldown}
+        evidence = {
+            **evaluation.evidence(),
+            "breaches": breaches,
+            "windows": windows,
+            "cooldownSeconds": cooldown,
+        }
         if self.act(action, reason, message, evidence):
             self.kill_switch = KillSwitchStatus(
                 state=KillSwitchState.ENGAGED,
@@ -418,9 +435,9 @@ class _State:
             self.guard.consecutive_bad = self.guard.consecutive_good = 0
 
     def _judge_trial(self, situation: Situation, evaluation: Evaluation) -> None:
-        """A trial is released only after N good windows at the stricter threshold, but fails
-        on the first window that would have engaged the kill switch on its own: a bad trial
-        costs one window, not N."""
+        """A trial is released after N good windows at the stricter threshold held for a window,
+        or one decisive good window; it fails on the first window that would have engaged the
+        kill switch on its own: a bad trial costs one window, not N."""
         guard = situation.policy.guard
         plainly_bad = evaluation.speedup is not None and evaluation.speedup < guard.min_speedup
         breached = evaluation.critical_breach
@@ -429,12 +446,15 @@ class _State:
             return
         since = datetime.fromisoformat(self.guard.trial_since or self.stamp)
         held = (situation.now - since).total_seconds() >= guard.window_seconds
-        if held and self.guard.consecutive_good >= guard.consecutive_breaches:
+        windows = self.guard.consecutive_good
+        if (held and windows >= guard.consecutive_breaches) or evaluation.decisive:
             message = (
-                f"Speculation pays again on the canary ({_speedup_words(evaluation)}): kill "
+                f"Speculation pays again on the canary after "
+                f"{_windows_words(evaluation, windows)} ({_speedup_words(evaluation)}): kill "
                 "switch released, the fleet rolls to speculation and the canary is removed."
             )
-            if self.act("kill_switch_released", "SpeculationPays", message, evaluation.evidence()):
+            evidence = {**evaluation.evidence(), "windows": windows}
+            if self.act("kill_switch_released", "SpeculationPays", message, evidence):
                 self.kill_switch = KillSwitchStatus(
                     state=KillSwitchState.RELEASED,
                     source="guard",
@@ -488,10 +508,23 @@ def _named(evaluation: Evaluation, breaches: Callable[[ClassVerdict], Sequence[s
     return [f"{v.name}: {b}" for v in evaluation.classes for b in breaches(v)]
 
 
+def _windows_words(evaluation: Evaluation, count: int) -> str:
+    """How much evidence it took: one decisive window, or a run of windows."""
+    if evaluation.decisive:
+        return "1 decisive window" if count <= 1 else f"{count} windows, the last decisive"
+    return f"{count} windows in a row"
+
+
 def _speedup_words(evaluation: Evaluation) -> str:
     if evaluation.speedup is None:
         return "speedup unknown"
-    return f"traffic-weighted speedup {evaluation.speedup:.2f} vs {evaluation.threshold:.2f} needed"
+    bound = evaluation.bound
+    side = "upper" if evaluation.speculation_bad else "lower"
+    interval = f" (95% {side} bound {bound:.2f})" if bound is not None else ""
+    return (
+        f"traffic-weighted speedup {evaluation.speedup:.2f}{interval} vs "
+        f"{evaluation.threshold:.2f} needed"
+    )
 
 
 def _baseline(observation: Observation | None) -> QualityBaseline | None:

@@ -36,6 +36,12 @@ class Policy:
     override: str | None
     """`annotation` or `spec` when a human or Git decides speculation; None when the guard does."""
 
+    @property
+    def band(self) -> float:
+        """The hysteresis band's half-width relative to minSpeedup (releaseMargin / minSpeedup):
+        a window whose 95% bound lies this far past a threshold decides on its own."""
+        return self.guard.release_margin / self.guard.min_speedup
+
     @classmethod
     def of(
         cls, specmodel: SpecModel, override: str | None, speculative: SpeculativeSpec | None = None

@@ -1,11 +1,12 @@
 """Per-class verdicts for one window: good, bad or inconclusive, per signal, with evidence.
 
-Too few samples or no data is inconclusive, never bad.
+Too few samples or no data is inconclusive, never bad. A window whose 95% bounds lie outside
+the hysteresis band (`decisive`) is evidence enough on its own; a marginal one needs company.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from specfleet.api.spec import ClassSlo
@@ -18,13 +19,16 @@ from specfleet.guard.policy import (
     Policy,
 )
 from specfleet.guard.speedup import (
-    expected_speedup,
+    expected_tokens_per_step,
     load_factor,
     speedup_from_length,
     weighted,
     wilson_interval,
 )
 from specfleet.telemetry.model import ClassWindow, Observation
+
+Bounds = tuple[float, float]
+"""A 95% confidence interval: (lower, upper)."""
 
 
 class Judged(NamedTuple):
@@ -54,7 +58,25 @@ class ClassVerdict(NamedTuple):
     speculation_breaches: Sequence[str] = ()
     load: float = 1.0
     """The model's load factor at the window's requests in flight (1: no load term)."""
-    below_acceptance_floor: bool = False
+    speedup_bounds: Bounds | None = None
+    """The speedup's 95% interval, from the acceptance rate's."""
+    acceptance_bounds: Bounds | None = None
+    """The acceptance rate's 95% interval (Wilson, over the window's requests)."""
+
+    @property
+    def below_acceptance_floor(self) -> bool:
+        """The acceptance rate is confidently below the class's floor."""
+        return self._upper_acceptance_under(1.0)
+
+    @property
+    def far_below_acceptance_floor(self) -> bool:
+        """Confidently below the floor by the hysteresis band: a decisive breach."""
+        return self._upper_acceptance_under(1.0 - self.policy.band)
+
+    def _upper_acceptance_under(self, share_of_floor: float) -> bool:
+        floor = self.slo.min_acceptance_rate
+        bounds = self.acceptance_bounds
+        return floor is not None and bounds is not None and bounds[1] < floor * share_of_floor
 
     @property
     def verdict(self) -> str:
@@ -95,6 +117,8 @@ class ClassVerdict(NamedTuple):
                     "loadFactor": _round(self.load),
                     "speedup": _round(self.speedup),
                     "speedupSource": self.source,
+                    "acceptanceRateBounds": _rounded(self.acceptance_bounds),
+                    "speedupBounds": _rounded(self.speedup_bounds),
                 }
             )
         measured = {**self.quality().readings, **self.latency().readings}
@@ -115,6 +139,19 @@ class Evaluation(NamedTuple):
     """A critical class breached its speculation floors (acceptance rate or speedup)."""
     below_acceptance_floor: bool = False
     """A critical class's acceptance rate is confidently below its floor."""
+    speedup_bounds: Bounds | None = None
+    """The traffic-weighted speedup's 95% interval."""
+    decisive: bool = False
+    """This window alone settles `speculation_bad`: bad with the speedup's upper bound under
+    minSpeedup - releaseMargin or a critical class's acceptance as far under its floor, good
+    with the lower bound at minSpeedup + releaseMargin and every critical class judged."""
+
+    @property
+    def bound(self) -> float | None:
+        """The bound on the side of the verdict: the upper when bad, else the lower."""
+        if self.speedup_bounds is None:
+            return None
+        return self.speedup_bounds[1] if self.speculation_bad else self.speedup_bounds[0]
 
     @property
     def quality_bad(self) -> bool | None:
@@ -125,6 +162,8 @@ class Evaluation(NamedTuple):
     def evidence(self) -> dict[str, Any]:
         return {
             "speedup": _round(self.speedup),
+            "speedupBounds": _rounded(self.speedup_bounds),
+            "decisive": self.decisive,
             "minSpeedup": self.threshold,
             "inFlightPerReplica": _round(self.in_flight),
             "classes": {c.name: c.evidence() for c in self.classes if c.conclusive},
@@ -156,17 +195,47 @@ def evaluate(
         for c in policy.classes
     ]
     conclusive = [v for v in verdicts if v.conclusive]
-    speedups = {v.name: v.speedup for v in conclusive if v.speedup is not None}
-    speedup = weighted(speedups, {v.name: v.weight for v in conclusive})
+    weights = {v.name: v.weight for v in conclusive}
+    speedup = weighted({v.name: v.speedup for v in conclusive if v.speedup is not None}, weights)
+    bounds = _weighted_bounds(conclusive, weights)
     speculation_bad: bool | None = None
     critical = [v for v, c in zip(verdicts, policy.classes, strict=True) if c.critical]
     critical_breach = any(v.speculation_breaches for v in critical)
     if observation.speculation and speedup is not None:
         speculation_bad = speedup < threshold or critical_breach
     below_floor = any(v.below_acceptance_floor for v in critical)
+    decisive = speculation_bad is not None and _decisive(policy, speculation_bad, bounds, critical)
     return Evaluation(
-        verdicts, speedup, threshold, speculation_bad, in_flight, load, critical_breach, below_floor
+        verdicts,
+        speedup,
+        threshold,
+        speculation_bad,
+        in_flight,
+        load,
+        critical_breach,
+        below_floor,
+        bounds,
+        decisive,
     )
+
+
+def _weighted_bounds(conclusive: list[ClassVerdict], weights: dict[str, float]) -> Bounds | None:
+    """The classes' bounds weighted like their speedups: a conservative interval of the mean."""
+    bounds = {v.name: v.speedup_bounds for v in conclusive if v.speedup_bounds is not None}
+    low = weighted({name: b[0] for name, b in bounds.items()}, weights)
+    high = weighted({name: b[1] for name, b in bounds.items()}, weights)
+    return None if low is None or high is None else (low, high)
+
+
+def _decisive(
+    policy: Policy, bad: bool, bounds: Bounds | None, critical: list[ClassVerdict]
+) -> bool:
+    guard = policy.guard
+    if bad:
+        clearly_slow = bounds is not None and bounds[1] < guard.min_speedup - guard.release_margin
+        return clearly_slow or any(v.far_below_acceptance_floor for v in critical)
+    clearly_fast = bounds is not None and bounds[0] >= guard.min_speedup + guard.release_margin
+    return clearly_fast and all(v.conclusive for v in critical)
 
 
 def _in_flight_per_replica(policy: Policy, observation: Observation) -> float | None:
@@ -193,7 +262,13 @@ def judge(
     if speculation and policy.k:
         judged = _judge_speculation(policy, klass, window, threshold, tpot_off, load)
         conclusive = judged is not None
-    speedup, source, breaches, below_floor = judged or (None, None, (), False)
+    speedup, source, breaches, speedup_bounds, acceptance_bounds = judged or (
+        None,
+        None,
+        (),
+        None,
+        None,
+    )
     return ClassVerdict(
         klass.name,
         conclusive,
@@ -206,7 +281,8 @@ def judge(
         source,
         breaches,
         load,
-        below_floor,
+        speedup_bounds,
+        acceptance_bounds,
     )
 
 
@@ -217,32 +293,43 @@ def _judge_speculation(
     threshold: float,
     tpot_off: float | None,
     load: float,
-) -> tuple[float, str, list[str], bool] | None:
-    """The class's speedup, its source, the breaches and whether the acceptance rate is below
-    its floor; None when too little was drafted."""
+) -> tuple[float, str, list[str], Bounds, Bounds] | None:
+    """The class's speedup, its source, the breaches, and the 95% bounds of the speedup and the
+    acceptance rate; None when too little was drafted."""
     alpha = window.acceptance_rate
     if alpha is None or (window.draft_tokens or 0.0) < policy.guard.min_draft_tokens:
         return None
-    length = window.mean_acceptance_length
-    if length is not None:
-        speedup, source = speedup_from_length(length, policy.k, policy.draft_cost), "model"
-    else:  # no verify-step counts: read the rate as an i.i.d. α (an underestimate)
-        speedup, source = expected_speedup(alpha, policy.k, policy.draft_cost), "model (rate)"
-    speedup *= load
+    per_step = _tokens_per_step(window, policy.k)
+    length = per_step(alpha)
+    speedup = speedup_from_length(length, policy.k, policy.draft_cost) * load
+    # Without verify-step counts the rate is read as an i.i.d. α: an underestimate.
+    source = "model" if window.steps else "model (rate)"
     if tpot_off and window.mean_tpot_seconds:
         speedup, source = tpot_off / window.mean_tpot_seconds, "measured"
-    breaches, below_floor = [], False
+    # A request's own rate lies in [0, 1], so its variance is at most α(1-α): counting requests
+    # as trials is a conservative bound (tokens of one request are not independent). Sampling
+    # noise in TPOT is the acceptance length's, so every source scales with its bounds.
+    requests = window.requests or 0.0
+    low, high = wilson_interval(alpha * requests, requests)
+    speedup_bounds = (speedup * per_step(low) / length, speedup * per_step(high) / length)
+    breaches = []
     floor = klass.slo.min_acceptance_rate
-    if floor is not None and alpha < floor:
-        # A request's own rate lies in [0, 1], so its variance is at most α(1-α): counting
-        # requests as trials is a conservative bound (tokens of one request are not independent).
-        requests = window.requests or 0.0
-        below_floor = _confidently_below(alpha, requests, floor)
-        if below_floor:
-            breaches.append(f"acceptance {alpha:.2f} < {floor:.2f} (n={requests:.0f})")
+    if floor is not None and high < floor:
+        breaches.append(
+            f"acceptance {alpha:.2f} < {floor:.2f} (95% upper bound {high:.2f}, n={requests:.0f})"
+        )
     if speedup < threshold:
         breaches.append(f"speedup {speedup:.2f} < {threshold:.2f}")
-    return speedup, source, breaches, below_floor
+    return speedup, source, breaches, speedup_bounds, (low, high)
+
+
+def _tokens_per_step(window: ClassWindow, k: int) -> Callable[[float], float]:
+    """Tokens per verify step at acceptance rate p: 1 + p x the window's drafts per step (the
+    engines' mean acceptance length at p itself), or from p as an i.i.d. α without step counts."""
+    if not window.steps:
+        return lambda p: expected_tokens_per_step(p, k)
+    drafts_per_step = (window.draft_tokens or 0.0) / window.steps
+    return lambda p: 1.0 + drafts_per_step * p
 
 
 def _judge_quality(
@@ -329,3 +416,7 @@ def _count(good: float | None, bad: float | None) -> float:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
+
+
+def _rounded(bounds: Bounds | None) -> list[float] | None:
+    return None if bounds is None else [round(bounds[0], 4), round(bounds[1], 4)]
