@@ -135,6 +135,12 @@ def controller_manager(layout: Layout) -> Daemon:
             # Slack for kwok's node heartbeats on a busy 2-core machine: a node judged
             # unresponsive gets its pods marked NotReady, which kwok never undoes.
             "--node-monitor-grace-period=5m",
+            # kwok's pod IPs are loopback addresses, which Endpoints and EndpointSlices reject:
+            # these controllers only retried failing writes and posted warning Events (40% of
+            # the API server's requests with 300 SpecModels). Nothing here reads endpoints:
+            # Prometheus discovers pods, the traffic generator follows Ready pods.
+            "--controllers=*,-endpoints-controller,-endpointslice-controller,"
+            "-endpointslice-mirroring-controller",
         ],
     )
 
