@@ -1,13 +1,15 @@
 """The guard against its alternatives on every example scenario: goodput of the guarded replay
 versus always-on, always-off and an oracle (same scenario, same draws), detection latency, false
 and missed actions; detection latency over many seeds; the acceptance collapse over collapse
-lengths (where a recovery falls between two trials is luck); and what-if guard settings.
+lengths (where a recovery falls between two trials is luck), under the default trial schedule
+and under trials every two minutes; and what-if guard settings.
 
 Goodput: valid output tokens per decode-second (see `specfleet.simulate`).
 
-Run: `.venv/bin/python bench/simulate_goodput.py [--seeds 20] [--write-examples]` (about two
-minutes); writes bench/results/simulate_goodput.json. `--write-examples` also rewrites the
-committed decisions.json / summary.json / timeline.png under examples/scenarios/<name>/.
+Run: `.venv/bin/python bench/simulate_goodput.py [--seeds 20] [--noisy-seeds 24]
+[--write-examples]` (about six minutes); writes bench/results/simulate_goodput.json.
+`--write-examples` also rewrites the committed decisions.json / summary.json / timeline.png under
+examples/scenarios/<name>/.
 """
 
 from __future__ import annotations
@@ -39,12 +41,16 @@ EXAMPLES = {
     "low-traffic": LLAMA,
     "moderate-acceptance": LLAMA,
 }
-WHAT_IF = {
-    "defaults": {},
-    "before canary trials": {"cooldownSeconds": 300, "maxCooldownSeconds": 3600},
-    "consecutiveBreaches 2": {"consecutiveBreaches": 2},
-    "maxCooldownSeconds 300": {"maxCooldownSeconds": 300},
-}
+SCHEDULES = [{}, {"maxCooldownSeconds": 900}, {"maxCooldownSeconds": 120}]
+"""Trial schedules the collapse sweeps run under: the default backoff (cooldown 60 s doubling
+to 1800 s), capped at 900 s, and capped at 120 s (the defaults before 2026-11-24), which gets
+back soonest and starts a canary every ~3 minutes on a drafter that never fits."""
+WHAT_IF = [
+    {"maxCooldownSeconds": 3600},
+    {"cooldownSeconds": 300, "maxCooldownSeconds": 3600},
+    {"consecutiveBreaches": 2},
+]
+"""More guard settings, beside the schedules, for the example collapse and low acceptance."""
 COLLAPSE_LENGTHS = range(300, 1800, 150)
 """Seconds the collapse lasts in `collapse_lengths`: where a recovery falls between two
 trials decides how long speculation stays off after it, so one scenario's length is luck."""
@@ -57,6 +63,7 @@ def row(name: str, result: Result, wall: float) -> dict[str, Any]:
         "scenario": name,
         "actions": [f"{d['t']:.0f}s {d['action']}" for d in result.run.decisions],
         "acting": len(result.acting),
+        "trials": sum(d["action"] == "trial_started" for d in result.run.decisions),
         "detectionLatencySeconds": latencies,
         "rollbackLatencySeconds": [r["latencySeconds"] for r in report.rollbacks(result)],
         "falseActions": len(result.false_actions),
@@ -95,45 +102,79 @@ def seed_sweep(
     specmodel = load_specmodel_document(EXAMPLES[name])
     specmodel["spec"]["guard"] = {**specmodel["spec"].get("guard", {}), **(guard or {})}
     world = build_world(specmodel, parse_scenario(document))
-    latencies, rollbacks, ratios, false = [], [], [], 0
+    latencies, rollbacks, results, false = [], [], [], 0
     for seed in range(seeds):
         result = simulate(world, SimulationSettings(seed=seed))
         latencies += [e.latency for e in result.episodes if e.latency is not None]
         rollbacks += [r["latencySeconds"] for r in report.rollbacks(result)]
-        ratios.append(result.goodput["guarded"].rate / result.goodput["oracle"].rate)
+        results.append(result)
         false += len(result.false_actions)
     return {
         "scenario": name,
         "trafficRps": traffic_rps,
+        "guard": guard or {},
         "seeds": seeds,
         "detected": len(latencies),
         "latencySeconds": _spread(latencies),
         "rollbacks": len(rollbacks),
         "rollbackLatencySeconds": _spread(rollbacks),
         "falseActions": false,
-        "vsOracle": {"min": round(min(ratios), 3), "mean": round(statistics.fmean(ratios), 3)},
+        **_versus(results),
     }
 
 
-def collapse_lengths(traffic_rps: float, seeds: int) -> dict[str, Any]:
+def collapse_lengths(
+    traffic_rps: float, seeds: int, guard: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Guarded / oracle of the acceptance collapse recovering after each of COLLAPSE_LENGTHS
     (900 s in the example), with 900 s of recovered traffic after it."""
     document = yaml.safe_load((SCENARIOS / "acceptance-collapse.yaml").read_text())
     specmodel = load_specmodel_document(EXAMPLES["acceptance-collapse"])
-    ratios = []
+    specmodel["spec"]["guard"] = {**specmodel["spec"].get("guard", {}), **(guard or {})}
+    results = []
     for length in COLLAPSE_LENGTHS:
         document["traffic_rps"] = traffic_rps
         document["classes"]["code"]["acceptance"] = [[0, 0.8], [600, 0.2], [600 + length, 0.8]]
         document["duration_s"] = 600 + length + 900
         world = build_world(specmodel, parse_scenario(document))
-        for seed in range(seeds):
-            result = simulate(world, SimulationSettings(seed=seed))
-            ratios.append(result.goodput["guarded"].rate / result.goodput["oracle"].rate)
+        results += [simulate(world, SimulationSettings(seed=seed)) for seed in range(seeds)]
     return {
         "trafficRps": traffic_rps,
+        "guard": guard or {},
         "lengths": list(COLLAPSE_LENGTHS),
         "seeds": seeds,
+        **_versus(results),
+    }
+
+
+def trial_rate(guard: dict[str, Any], hours: int = 4) -> dict[str, Any]:
+    """Canaries started on a drafter that never fits (low-acceptance, `hours` long): in the
+    first hour and per hour after it, when the backoff has reached its cap."""
+    document = yaml.safe_load((SCENARIOS / "low-acceptance.yaml").read_text())
+    document["duration_s"] = hours * 3600
+    specmodel = load_specmodel_document(EXAMPLES["low-acceptance"])
+    specmodel["spec"]["guard"] = {**specmodel["spec"].get("guard", {}), **guard}
+    result = simulate(build_world(specmodel, parse_scenario(document)))
+    starts = [d["t"] for d in result.run.decisions if d["action"] == "trial_started"]
+    first = sum(t < 3600 for t in starts)
+    return {
+        "guard": guard,
+        "firstHour": first,
+        "perHourAfter": round((len(starts) - first) / (hours - 1), 1),
+        "vsOracle": round(result.goodput["guarded"].rate / result.goodput["oracle"].rate, 3),
+    }
+
+
+def _versus(results: list[Result]) -> dict[str, Any]:
+    """Guarded / oracle (min and mean) and the runs that did worse than both fixed policies."""
+    ratios = [r.goodput["guarded"].rate / r.goodput["oracle"].rate for r in results]
+    below = [
+        r.goodput["guarded"].rate < min(r.goodput["always_on"].rate, r.goodput["always_off"].rate)
+        for r in results
+    ]
+    return {
         "vsOracle": {"min": round(min(ratios), 3), "mean": round(statistics.fmean(ratios), 3)},
+        "belowBoth": sum(below),
     }
 
 
@@ -174,50 +215,73 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--noisy-seeds", type=int, default=24)
     parser.add_argument("--write-examples", action="store_true")
     args = parser.parse_args()
     rows = examples(args.write_examples)
     print("goodput: valid output tokens per decode-second; latency: detection (rollback)")
     print_table(rows)
     sweeps = [
-        seed_sweep("acceptance-collapse", args.seeds, traffic_rps=4.0),
-        seed_sweep("acceptance-collapse", args.seeds, traffic_rps=8.0),
+        seed_sweep("acceptance-collapse", args.seeds, traffic_rps=rps, guard=guard)
+        for guard in (SCHEDULES[0], SCHEDULES[-1])
+        for rps in (4.0, 8.0)
+    ]
+    sweeps += [
         seed_sweep("bad-quantization", args.seeds),
-        seed_sweep("noisy-healthy-24h", max(args.seeds // 4, 1)),
+        seed_sweep("noisy-healthy-24h", args.noisy_seeds),
     ]
     print("\nover seeds (latency min/median/max s, guarded / oracle min and mean):")
     for s in sweeps:
         lat, back = s["latencySeconds"], s["rollbackLatencySeconds"]
         rps = f" at {s['trafficRps'] / 2:g} req/s per class" if s["trafficRps"] else ""
         print(
-            f"  {s['scenario']}{rps}, {s['seeds']} seeds: detected {s['detected']} "
-            f"({lat['min']}/{lat['median']}/{lat['max']}), rolled back {s['rollbacks']} "
-            f"({back['min']}/{back['median']}/{back['max']}), false actions "
-            f"{s['falseActions']}, vs oracle {s['vsOracle']['min']} / {s['vsOracle']['mean']}"
+            f"  {s['scenario']}{rps} {json.dumps(s['guard'])}, {s['seeds']} seeds: detected "
+            f"{s['detected']} ({lat['min']}/{lat['median']}/{lat['max']}), rolled back "
+            f"{s['rollbacks']} ({back['min']}/{back['median']}/{back['max']}), false actions "
+            f"{s['falseActions']}, vs oracle {s['vsOracle']['min']} / {s['vsOracle']['mean']}, "
+            f"below both always-on and always-off {s['belowBoth']}"
         )
-    lengths = [collapse_lengths(rps, max(args.seeds // 10, 1)) for rps in (4.0, 8.0)]
+    lengths = [
+        collapse_lengths(rps, max(args.seeds // 10, 1), guard)
+        for guard in SCHEDULES
+        for rps in (4.0, 8.0)
+    ]
     print(f"\nacceptance collapse lasting {COLLAPSE_LENGTHS.start}-{COLLAPSE_LENGTHS[-1]} s:")
     for length in lengths:
         ratio = length["vsOracle"]
         print(
-            f"  {length['trafficRps'] / 2:g} req/s per class, {length['seeds']} seeds per length: "
-            f"guarded / oracle min {ratio['min']}, mean {ratio['mean']}"
+            f"  {length['trafficRps'] / 2:g} req/s per class {json.dumps(length['guard'])}, "
+            f"{length['seeds']} seeds per length: guarded / oracle min {ratio['min']}, "
+            f"mean {ratio['mean']}, below both always-on and always-off {length['belowBoth']}"
+        )
+    rates = [trial_rate(guard) for guard in SCHEDULES + WHAT_IF[:2]]
+    print("\ncanaries on a drafter that never fits (low-acceptance, 4 hours):")
+    for rate in rates:
+        print(
+            f"  {json.dumps(rate['guard']):<50} first hour {rate['firstHour']:>2}, then "
+            f"{rate['perHourAfter']} an hour; guarded / oracle {rate['vsOracle']}"
         )
     variants = [
         what_if(name, guard)
-        for name in ("acceptance-collapse", "low-acceptance", "noisy-healthy-24h")
-        for guard in WHAT_IF.values()
+        for name in ("acceptance-collapse", "low-acceptance")
+        for guard in SCHEDULES + WHAT_IF
     ]
     print("\nwhat if (guard settings changed in the SpecModel):")
     for v in variants:
         print(
-            f"  {v['scenario']:<21} {json.dumps(v['guard']):<30} acting {v['acting']:>2}, "
-            f"false {v['falseActions']}, guarded / oracle {v['vsOracle']:.3f}, "
-            f"latency {v['detectionLatencySeconds']}"
+            f"  {v['scenario']:<21} {json.dumps(v['guard']):<50} acting {v['acting']:>2}, "
+            f"trials {v['trials']:>2}, false {v['falseActions']}, guarded / oracle "
+            f"{v['vsOracle']:.3f}, latency {v['detectionLatencySeconds']}"
         )
     out = ROOT / "bench/results/simulate_goodput.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    results = {"examples": rows, "seeds": sweeps, "collapseLengths": lengths, "whatIf": variants}
+    results = {
+        "examples": rows,
+        "seeds": sweeps,
+        "collapseLengths": lengths,
+        "trialRates": rates,
+        "whatIf": variants,
+    }
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
 

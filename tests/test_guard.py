@@ -307,6 +307,17 @@ def test_failed_trial_doubles_the_cooldown() -> None:
     assert due - state.now == timedelta(seconds=120)
 
 
+def test_the_backoff_stops_at_half_an_hour_by_default() -> None:
+    # a drafter that never fits: after five failed trials one canary every 30 minutes
+    trial = KillSwitchStatus(state="trial", source="guard", failed_trials=4)
+    failing = replace(situation(FLEET_WITHOUT, kill_switch=trial), canary=observe(0.1, 0.1))
+    decision = decide(failing)
+    assert [a.action for a in decision.actions] == ["trial_failed"]
+    assert decision.kill_switch.failed_trials == 5
+    due = datetime.fromisoformat(decision.kill_switch.next_trial_after or "")
+    assert due - T0 == timedelta(seconds=1800)  # 60 s x 2^5 = 1920 s, capped
+
+
 def test_trial_needs_the_stricter_threshold() -> None:
     # speedup (1 + 4 x 0.06) / 1.2 = 1.03: above minSpeedup 1.0, below 1.0 + releaseMargin 0.1;
     # no acceptance floors, so only the stricter threshold can fail the trial

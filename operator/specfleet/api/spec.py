@@ -422,7 +422,11 @@ class GuardSpec(ApiModel):
         default=20, ge=1, description="Fewer requests in a window is inconclusive."
     )
     consecutive_breaches: int = Field(
-        default=3, ge=1, le=100, description="Bad evaluations in a row before acting."
+        default=3,
+        ge=1,
+        le=100,
+        description="Bad evaluations in a row before acting (good ones before a trial passes). "
+        "A decisive evaluation, its 95% bound outside the hysteresis band, acts alone.",
     )
     min_speedup: float = Field(
         default=1.0,
@@ -434,7 +438,10 @@ class GuardSpec(ApiModel):
         default=0.1,
         ge=0,
         le=5,
-        description="Hysteresis: a trial re-enable must reach minSpeedup + releaseMargin.",
+        description="Hysteresis: a trial re-enable must reach minSpeedup + releaseMargin. A "
+        "window is decisive when its 95% bound is under minSpeedup - releaseMargin (or a "
+        "critical class's acceptance under its floor by the same fraction) or, in a trial, "
+        "at least minSpeedup + releaseMargin.",
     )
     cooldown_seconds: int = Field(
         default=60,
@@ -442,7 +449,11 @@ class GuardSpec(ApiModel):
         description="Wait before a trial (speculation on a canary pod) after the kill switch.",
     )
     max_cooldown_seconds: int = Field(
-        default=120, ge=0, description="Cap of the cooldown as it doubles on failed trials."
+        default=1800,
+        ge=0,
+        description="Cap of the cooldown as it doubles on failed trials: every trial starts a "
+        "GPU pod that loads the model's weights, so on a drafter that never fits about "
+        "3600 / maxCooldownSeconds trials an hour.",
     )
     probation_seconds: int = Field(
         default=600, ge=0, description="How long a new revision is judged against the last good."
