@@ -43,7 +43,7 @@ EXAMPLES = {
 }
 SCHEDULES = [{}, {"maxCooldownSeconds": 900}, {"maxCooldownSeconds": 120}]
 """Trial schedules the collapse sweeps run under: the default backoff (cooldown 60 s doubling
-to 1800 s), capped at 900 s, and capped at 120 s (the defaults before 2026-11-24), which gets
+to 1800 s), capped at 900 s, and capped at 120 s (the default until 2026-11-23), which gets
 back soonest and starts a canary every ~3 minutes on a drafter that never fits."""
 WHAT_IF = [
     {"maxCooldownSeconds": 3600},
