@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from typing import Any
 
 import urllib3
 from kubernetes import client, config, watch
@@ -37,27 +38,39 @@ def pods_marked_ready(cluster: Cluster) -> Iterator[None]:
 
 def _mark(cluster: Cluster, stop: threading.Event) -> None:
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    version: str | None = None  # where the last watch ended: resume there, not list every pod
     with ThreadPoolExecutor(KUBELETS) as kubelets:
         while not stop.is_set():
             stream = watch.Watch()
-            with contextlib.suppress(client.ApiException, urllib3.exceptions.HTTPError):
+            resume = {"resource_version": version} if version else {}
+            try:
                 for event in stream.stream(
-                    core.list_pod_for_all_namespaces, label_selector=SELECTOR, timeout_seconds=5
+                    core.list_pod_for_all_namespaces,
+                    label_selector=SELECTOR,
+                    timeout_seconds=5,
+                    deserialize=False,  # plain dicts, cheaper than the client's models
+                    **resume,
                 ):
-                    pod: client.V1Pod = event["object"]
+                    pod = event["object"]
+                    version = pod["metadata"]["resourceVersion"]
                     if event["type"] != "DELETED" and _running_unready(pod):
-                        kubelets.submit(_probe_passed, core, pod)
+                        kubelets.submit(_probe_passed, core, pod["metadata"])
                     if stop.is_set():
                         stream.stop()
+            # KeyError: the client's undeserialized ERROR event (an expired version) has no
+            # `raw_object`; either way, list afresh.
+            except (client.ApiException, urllib3.exceptions.HTTPError, KeyError):
+                version = None
 
 
-def _running_unready(pod: client.V1Pod) -> bool:
-    conditions = {c.type: c.status for c in pod.status.conditions or []}
-    return pod.status.phase == "Running" and conditions.get("Ready") != "True"
+def _running_unready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status", {})
+    conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
+    return status.get("phase") == "Running" and conditions.get("Ready") != "True"
 
 
-def _probe_passed(core: client.CoreV1Api, pod: client.V1Pod) -> None:
+def _probe_passed(core: client.CoreV1Api, metadata: dict[str, Any]) -> None:
     with contextlib.suppress(client.ApiException):  # deleted meanwhile
         core.patch_namespaced_pod_status(
-            pod.metadata.name, pod.metadata.namespace, ready_patch(datetime.now(UTC))
+            metadata["name"], metadata["namespace"], ready_patch(datetime.now(UTC))
         )
