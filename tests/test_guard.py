@@ -161,6 +161,20 @@ def test_load_makes_healthy_speculation_lose_and_trials_wait_for_it_to_drop() ->
     assert actions == ["trial_started"]
 
 
+def test_a_trial_held_for_load_waits_at_most_max_cooldown_past_its_time() -> None:
+    # Without speculation requests take longer, so in flight may never fall back under the
+    # batch where speculation would pay: the trial goes ahead once maxCooldownSeconds is up.
+    strict = policy(cooldownSeconds=300, maxCooldownSeconds=600)
+    busy = loaded(0.5, 200)
+    state, actions = run(situation(busy, policy=strict), [busy])  # engaged at 0 s
+    assert actions == ["kill_switch_engaged"] and state.guard.trial_max_in_flight is not None
+    still_busy = loaded(0.5, 100, speculation=False)
+    state, actions = run(state, [still_busy] * 60)  # up to 885 s: due at 300 s, held to 900 s
+    assert actions == [] and state.kill_switch.state == "engaged"
+    state, actions = run(state, [still_busy] * 2)  # 885 s again, then 900 s
+    assert actions == ["trial_started"]
+
+
 def test_an_acceptance_collapse_under_load_is_not_blamed_on_load() -> None:
     collapsed = loaded(0.1, 200)
     state, actions = run(situation(collapsed), [collapsed] * 3)

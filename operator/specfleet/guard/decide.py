@@ -405,13 +405,24 @@ class _State:
                 next_trial_after=(situation.now + timedelta(seconds=cooldown)).isoformat(),
             )
 
+    def _load_holds_trial(
+        self, situation: Situation, evaluation: Evaluation, due: datetime
+    ) -> bool:
+        """While the load that made speculation lose has not dropped, a trial waits, but at
+        most maxCooldownSeconds past its time: without speculation each request takes longer,
+        so the requests in flight may never fall to where they were when it engaged."""
+        max_in_flight, in_flight = self.guard.trial_max_in_flight, evaluation.in_flight
+        if max_in_flight is None or in_flight is None or in_flight <= max_in_flight:
+            return False
+        waited = (situation.now - due).total_seconds()
+        return waited < situation.policy.guard.max_cooldown_seconds
+
     def _maybe_trial(self, situation: Situation, evaluation: Evaluation) -> None:
         due = self.kill_switch.next_trial_after
         if due is None or situation.now < datetime.fromisoformat(due):
             return
-        max_in_flight, in_flight = self.guard.trial_max_in_flight, evaluation.in_flight
-        if max_in_flight is not None and in_flight is not None and in_flight > max_in_flight:
-            return  # the load that made speculation lose has not dropped
+        if self._load_holds_trial(situation, evaluation, datetime.fromisoformat(due)):
+            return
         replicas = situation.policy.replicas
         message = (
             f"Trial after the cooldown: a canary pod runs revision {situation.revision.number} "
