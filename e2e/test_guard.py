@@ -149,7 +149,10 @@ def test_collapse_engages_the_kill_switch_then_a_trial_re_enables(
         detected = fleet.scenario_time() - collapse
         st = status(local_cluster, namespace, "llama")
         engaged = next(d for d in st["decisions"] if d["action"] == "kill_switch_engaged")
-        assert engaged["evidence"]["classes"]["code"]["acceptanceRate"] < 0.3
+        # engaged on the code class's floor (0.5): a decisive first window may still hold
+        # some healthy requests from before the collapse
+        assert engaged["evidence"]["classes"]["code"]["acceptanceRate"] < 0.45
+        assert any(b.startswith("code: acceptance") for b in engaged["evidence"]["breaches"])
         assert st["killSwitch"]["state"] == "engaged"
         eventually(
             lambda: status(local_cluster, namespace, "llama").get("speculationActive") is False,

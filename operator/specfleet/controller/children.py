@@ -33,8 +33,9 @@ def key(body: Body) -> ChildKey:
 
 
 def with_applied_hash(manifest: Manifest) -> Manifest:
-    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
-    out = copy.deepcopy(manifest)
+    serialized = json.dumps(manifest, sort_keys=True)
+    digest = hashlib.sha256(serialized.encode()).hexdigest()[:16]
+    out: Manifest = json.loads(serialized)  # a copy, several times cheaper than deepcopy
     out["metadata"].setdefault("annotations", {})[APPLIED_HASH] = digest
     return out
 
