@@ -2,9 +2,13 @@
 pod with one GPU on kwok nodes. Measures the time until every SpecModel is Ready, the operator's
 writes per SpecModel at creation and in steady state, and the operator process's RSS and CPU.
 
-Run on demand: .venv/bin/python bench/operator_scale.py [--counts 100,500,1000]
+Run on demand: .venv/bin/python bench/operator_scale.py [--counts 100,500,1000] [--floor]
 Prints a table and writes bench/results/operator_scale.json. Uses a running local cluster
 (`make cluster-up`) or starts one.
+
+`--floor` measures what the control plane alone needs: the same children the operator would
+apply (`specfleet render`), applied by kubectl in the same batches with no operator running,
+timed until every Deployment is available. The operator cannot be faster than that floor.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ from e2e.cluster import components, harness  # noqa: E402
 from e2e.cluster.harness import LocalCluster  # noqa: E402
 from e2e.operator_runner import free_port  # noqa: E402
 from e2e.readiness import pods_marked_ready  # noqa: E402
+
+from specfleet.api import parse_specmodel  # noqa: E402
+from specfleet.render import render  # noqa: E402
 
 GPUS_PER_NODE = 8
 STEADY_SECONDS = 60
@@ -84,6 +91,44 @@ def create(cluster: LocalCluster, namespace: str, count: int) -> None:
         )
 
 
+def available_count(cluster: LocalCluster, namespace: str) -> int:
+    columns = "custom-columns=READY:.status.availableReplicas,WANTED:.spec.replicas"
+    table = cluster.kubectl("get", "deployments", "-n", namespace, "--no-headers", "-o", columns)
+    return sum(1 for row in table.splitlines() if len(set(row.split())) == 1)
+
+
+def wait_for(count: int, counted: Any, started: float) -> float:
+    """Seconds from `started` until `counted()` reaches `count`."""
+    while (done := counted()) < count:
+        if time.monotonic() - started > 900:
+            raise TimeoutError(f"{done}/{count} after 15 minutes")
+        time.sleep(2)
+    return time.monotonic() - started
+
+
+def measure_floor(cluster: LocalCluster, count: int) -> dict[str, Any]:
+    """The children of `count` SpecModels applied without the operator, until all available."""
+    namespace = f"floor-{count}-{int(time.time())}"
+    cluster.kubectl("create", "namespace", namespace)
+    started = time.monotonic()
+    for start in range(0, count, 100):
+        children = [
+            manifest
+            for index in range(start, min(count, start + 100))
+            for manifest in render(parse_specmodel(with_namespace(specmodel(index), namespace)))
+        ]
+        cluster.kubectl(
+            "apply", "--server-side", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(children)
+        )
+    seconds = wait_for(count, lambda: available_count(cluster, namespace), started)
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+    return {"specmodels": count, "seconds_to_all_available_without_operator": round(seconds, 1)}
+
+
+def with_namespace(document: dict[str, Any], namespace: str) -> dict[str, Any]:
+    return {**document, "metadata": {**document["metadata"], "namespace": namespace}}
+
+
 def measure(cluster: LocalCluster, count: int, metrics_url: str, pid: int) -> dict[str, Any]:
     namespace = f"bench-{count}-{int(time.time())}"
     cluster.kubectl("create", "namespace", namespace)
@@ -91,11 +136,7 @@ def measure(cluster: LocalCluster, count: int, metrics_url: str, pid: int) -> di
     _, cpu_before = process_usage(pid)
     started = time.monotonic()
     create(cluster, namespace, count)
-    while ready_count(cluster, namespace) < count:
-        if time.monotonic() - started > 900:
-            raise TimeoutError(f"{ready_count(cluster, namespace)}/{count} Ready after 15 minutes")
-        time.sleep(2)
-    seconds = time.monotonic() - started
+    seconds = wait_for(count, lambda: ready_count(cluster, namespace), started)
     at_create = writes(metrics_url) - before
     time.sleep(STEADY_SECONDS)
     steady = writes(metrics_url) - before - at_create
@@ -114,12 +155,36 @@ def measure(cluster: LocalCluster, count: int, metrics_url: str, pid: int) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", default="100,500,1000")
+    parser.add_argument("--floor", action="store_true", help="the control plane alone")
     args = parser.parse_args()
     counts = [int(c) for c in args.counts.split(",")]
     cluster = harness.running() or harness.up()
     nodes = math.ceil(max(counts) / GPUS_PER_NODE) + 4
     cluster.kubectl("apply", "-f", str(components.nodes_manifest(cluster.layout, nodes)))
     cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/specmodel.yaml"))
+    # The guard is off: Prometheus would only discover and fail to scrape engine-less pods,
+    # using as much CPU as the operator on this machine.
+    cluster.stop_prometheus()
+    try:
+        with pods_marked_ready(cluster):
+            time.sleep(5)
+            if args.floor:
+                results = [measure_floor(cluster, count) for count in counts]
+            else:
+                results = with_operator(cluster, counts)
+    finally:
+        cluster.start_prometheus()
+    columns = list(results[0])
+    print("  ".join(f"{c:>30}" for c in columns))
+    for result in results:
+        print("  ".join(f"{result[c]:>30}" for c in columns))
+    out = ROOT / f"bench/results/operator_scale{'_floor' if args.floor else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"wrote {out}")
+
+
+def with_operator(cluster: LocalCluster, counts: list[int]) -> list[dict[str, Any]]:
     metrics, health = free_port(), free_port()
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
     argv = [
@@ -130,29 +195,14 @@ def main() -> None:
         "--log-level=warning",
         "--resync-seconds=30",
     ]
-    # The guard is off: Prometheus would only discover and fail to scrape engine-less pods,
-    # using as much CPU as the operator on this machine.
-    cluster.stop_prometheus()
     operator = subprocess.Popen(argv, env=env)
     try:
-        with pods_marked_ready(cluster):
-            time.sleep(5)
-            results = [
-                measure(cluster, count, f"http://127.0.0.1:{metrics}/metrics", operator.pid)
-                for count in counts
-            ]
+        time.sleep(5)
+        url = f"http://127.0.0.1:{metrics}/metrics"
+        return [measure(cluster, count, url, operator.pid) for count in counts]
     finally:
         operator.terminate()
         operator.wait(30)
-        cluster.start_prometheus()
-    columns = list(results[0])
-    print("  ".join(f"{c:>30}" for c in columns))
-    for result in results:
-        print("  ".join(f"{result[c]:>30}" for c in columns))
-    out = ROOT / "bench/results/operator_scale.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

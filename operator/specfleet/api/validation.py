@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -92,8 +93,18 @@ def _holds(rule: str, value: Any) -> bool:
     return result is True or (isinstance(result, celpy.celtypes.BoolType) and bool(result))
 
 
-@cache
+_COMPILING = threading.Lock()
+
+
 def _program(rule: str) -> Any:
+    # One compile per rule: the operator's worker threads would each compile every rule at once
+    # on the first SpecModels (seconds of CPU) before the cache held any.
+    with _COMPILING:
+        return _compiled(rule)
+
+
+@cache
+def _compiled(rule: str) -> Any:
     environment = celpy.Environment()
     return environment.program(environment.compile(rule))
 

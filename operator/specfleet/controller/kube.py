@@ -52,6 +52,13 @@ _retry = retry(
 )
 
 
+def _discard(response: urllib3.BaseHTTPResponse) -> None:
+    """A write's response, read to its end unparsed, so its connection goes back to the pool
+    (an unread one is dropped, and the next request pays a new TLS handshake)."""
+    response.drain_conn()
+    response.release_conn()
+
+
 def api_client() -> client.ApiClient:
     try:
         config.load_incluster_config()
@@ -77,13 +84,14 @@ class Kube:
     def apply(self, manifest: Body) -> None:
         API_WRITES.labels(manifest["metadata"].get("namespace", ""), "apply").inc()
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
-        resource.server_side_apply(
+        response = resource.server_side_apply(
             body=manifest,
             namespace=manifest["metadata"].get("namespace"),
             field_manager=FIELD_MANAGER,
             force_conflicts=True,
             serialize=False,
         )
+        _discard(response)
 
     @_retry
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
@@ -105,13 +113,14 @@ class Kube:
         }
         resource = self._resource(API_VERSION, KIND)
         try:
-            resource.status.server_side_apply(
+            response = resource.status.server_side_apply(
                 body=body,
                 namespace=namespace,
                 field_manager=FIELD_MANAGER,
                 force_conflicts=True,
                 serialize=False,
             )
+            _discard(response)
         except ApiException as exc:
             if exc.status != 404:  # deleted meanwhile: nothing left to describe
                 raise
@@ -158,9 +167,10 @@ class Kube:
             "action": reason,
         }
         try:
-            self._resource("v1", "Event").create(
+            response = self._resource("v1", "Event").create(
                 body=event, namespace=meta["namespace"], serialize=False
             )
+            _discard(response)
         except ApiException as exc:
             if exc.status in TRANSIENT_STATUS:
                 raise  # retried
