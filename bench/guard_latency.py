@@ -5,10 +5,15 @@ observation every tick; state (guard memory, kill switch, revision verdict) is c
 to tick as the operator would. A mix of healthy, collapsing and thin windows exercises every
 branch: engage, trials, probation, inconclusive. Telemetry and status writes are not included.
 
+The garbage collector is tuned as `specfleet run` tunes it (`tune_collector`: startup heap
+frozen, young generation collected every 50 000 net allocations); `--default-collector` keeps
+CPython's defaults, to see what the tuning buys.
+
 Reports the wall time of a whole tick (all SpecModels' `decide` calls, their inputs built
 beforehand; target < 50 ms at 1000), its CPU time (less sensitive to a busy machine) and per-call
 p50 / p99.
-Run: `.venv/bin/python bench/guard_latency.py [--specmodels 1000] [--ticks 40]`; writes
+Run: `.venv/bin/python bench/guard_latency.py [--specmodels 1000] [--ticks 40]
+[--default-collector]`; writes
 bench/results/guard_latency.json.
 """
 
@@ -26,6 +31,7 @@ from typing import Any
 
 from specfleet.api import SpecModel
 from specfleet.api.status import GuardStatus, KillSwitchStatus, RevisionRecord
+from specfleet.controller.run import tune_collector
 from specfleet.guard import Decision, Policy, Situation, decide
 from specfleet.telemetry.model import ClassWindow, Observation
 
@@ -182,11 +188,15 @@ def main() -> None:
     parser.add_argument("--specmodels", type=int, default=1000)
     parser.add_argument("--ticks", type=int, default=40)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--default-collector", action="store_true")
     args = parser.parse_args()
+    if not args.default_collector:
+        tune_collector()
     result = run(args.specmodels, args.ticks, args.seed)
+    result["collector"] = "default" if args.default_collector else "operator"
     print(
         f"decide x {result['specmodels']} SpecModels x {result['classesPerSpecModel']} classes, "
-        f"{result['ticks']} ticks ({result['actions']} actions)\n"
+        f"{result['ticks']} ticks ({result['actions']} actions), {result['collector']} collector\n"
         f"  tick wall time: mean {result['tickMs']['mean']} ms, p50 {result['tickMs']['p50']} ms, "
         f"max {result['tickMs']['max']} ms (target < {result['targetTickMs']} ms); "
         f"CPU p50 {result['tickCpuMs']['p50']} ms\n"

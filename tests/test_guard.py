@@ -544,6 +544,22 @@ def test_a_noisy_dip_in_validity_is_not_a_breach() -> None:
     assert low < 0.88 < 0.9 < high
 
 
+def test_every_call_valid_meets_a_floor_of_one() -> None:
+    """The Wilson upper bound of 60 out of 60 rounds to 0.9999999999999999: judged by it alone,
+    a perfect window would breach a floor of 1.0."""
+    strict = [
+        {"name": "code", "critical": True},
+        {"name": "chat", "slo": {"minToolCallValidity": 1}},
+    ]
+    perfect = observe(0.8, 0.8, tool_calls_valid=60.0, tool_calls_invalid=0.0)
+    _, actions = run(on_probation(policy=policy(classes=strict)), [perfect] * 4)
+    assert actions == []
+    assert wilson_interval(60, 60)[1] < 1.0
+    one_bad = observe(0.8, 0.8, tool_calls_valid=59.0, tool_calls_invalid=1.0)
+    _, actions = run(on_probation(policy=policy(classes=strict)), [one_bad] * 3)
+    assert actions == ["rolled_back"]
+
+
 def test_a_few_errors_are_not_a_breach() -> None:
     flaky = observe(0.8, 0.8, errors=4.0)  # 2% of 200 requests, but only 4 errors
     _, actions = run(on_probation(), [flaky] * 4)

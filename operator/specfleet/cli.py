@@ -71,8 +71,13 @@ def render_command(filename: Path, plan_file: Path | None) -> None:
 @click.option("--guard-tick-seconds", type=float, default=5.0, show_default=True)
 def run_command(namespaces: tuple[str, ...], **options: object) -> None:
     """Run the operator."""
-    from specfleet.controller.run import RunOptions, run  # kopf and the kubernetes client
+    from specfleet.controller.run import (  # kopf and the kubernetes client
+        RunOptions,
+        run,
+        tune_collector,
+    )
 
+    tune_collector()
     run(RunOptions(namespaces=list(namespaces), **options))  # type: ignore[arg-type]
 
 

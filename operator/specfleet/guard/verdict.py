@@ -6,7 +6,7 @@ the hysteresis band (`decisive`) is evidence enough on its own; a marginal one n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from specfleet.api.spec import ClassSlo
@@ -22,7 +22,6 @@ from specfleet.guard.speedup import (
     expected_tokens_per_step,
     load_factor,
     speedup_from_length,
-    weighted,
     wilson_interval,
 )
 from specfleet.telemetry.model import ClassWindow, Observation
@@ -107,22 +106,20 @@ class ClassVerdict(NamedTuple):
             return {}
         evidence: dict[str, Any] = {"requests": _round(window.requests)}
         if self.speedup is not None:
-            evidence.update(
-                {
-                    "draftTokens": _round(window.draft_tokens or 0.0),
-                    "acceptanceRate": _round(window.acceptance_rate),
-                    "meanAcceptanceLength": _round(window.mean_acceptance_length),
-                    "k": self.policy.k,
-                    "draftCost": self.policy.draft_cost,
-                    "loadFactor": _round(self.load),
-                    "speedup": _round(self.speedup),
-                    "speedupSource": self.source,
-                    "acceptanceRateBounds": _rounded(self.acceptance_bounds),
-                    "speedupBounds": _rounded(self.speedup_bounds),
-                }
-            )
-        measured = {**self.quality().readings, **self.latency().readings}
-        return evidence | {name: _round(value) for name, value in measured.items()}
+            evidence["draftTokens"] = _round(window.draft_tokens or 0.0)
+            evidence["acceptanceRate"] = _round(window.acceptance_rate)
+            evidence["meanAcceptanceLength"] = _round(window.mean_acceptance_length)
+            evidence["k"] = self.policy.k
+            evidence["draftCost"] = self.policy.draft_cost
+            evidence["loadFactor"] = round(self.load, 4)
+            evidence["speedup"] = round(self.speedup, 4)
+            evidence["speedupSource"] = self.source
+            evidence["acceptanceRateBounds"] = _rounded(self.acceptance_bounds)
+            evidence["speedupBounds"] = _rounded(self.speedup_bounds)
+        for measured in (self.quality().readings, self.latency().readings):
+            for name, value in measured.items():
+                evidence[name] = round(value, 4)
+        return evidence
 
 
 class Evaluation(NamedTuple):
@@ -178,15 +175,17 @@ def evaluate(
     baseline: QualityBaseline | None,
 ) -> Evaluation:
     in_flight = _in_flight_per_replica(policy, observation)
+    speculation = observation.speculation
     load = 1.0
-    if in_flight is not None and observation.speculation:
+    if in_flight is not None and speculation:
         load = load_factor(in_flight, policy.k, policy.per_token_compute)
+    windows = observation.classes
     verdicts = [
         judge(
             policy,
             c,
-            observation.classes.get(c.name),
-            observation.speculation,
+            windows.get(c.name),
+            speculation,
             threshold,
             tpot_without_speculation.get(c.name),
             baseline,
@@ -194,14 +193,11 @@ def evaluate(
         )
         for c in policy.classes
     ]
-    conclusive = [v for v in verdicts if v.conclusive]
-    weights = {v.name: v.weight for v in conclusive}
-    speedup = weighted({v.name: v.speedup for v in conclusive if v.speedup is not None}, weights)
-    bounds = _weighted_bounds(conclusive, weights)
+    speedup, bounds = _weighted_speedup(verdicts)
     speculation_bad: bool | None = None
     critical = [v for v, c in zip(verdicts, policy.classes, strict=True) if c.critical]
     critical_breach = any(v.speculation_breaches for v in critical)
-    if observation.speculation and speedup is not None:
+    if speculation and speedup is not None:
         speculation_bad = speedup < threshold or critical_breach
     below_floor = any(v.below_acceptance_floor for v in critical)
     decisive = speculation_bad is not None and _decisive(policy, speculation_bad, bounds, critical)
@@ -219,12 +215,20 @@ def evaluate(
     )
 
 
-def _weighted_bounds(conclusive: list[ClassVerdict], weights: dict[str, float]) -> Bounds | None:
-    """The classes' bounds weighted like their speedups: a conservative interval of the mean."""
-    bounds = {v.name: v.speedup_bounds for v in conclusive if v.speedup_bounds is not None}
-    low = weighted({name: b[0] for name, b in bounds.items()}, weights)
-    high = weighted({name: b[1] for name, b in bounds.items()}, weights)
-    return None if low is None or high is None else (low, high)
+def _weighted_speedup(verdicts: list[ClassVerdict]) -> tuple[float | None, Bounds | None]:
+    """The traffic-weighted speedup over the classes judged, and their bounds weighted alike:
+    a conservative interval of the mean. (One pass: this runs per SpecModel and tick.)"""
+    total = speedup = low = high = 0.0
+    for v in verdicts:
+        if v.speedup is None or v.speedup_bounds is None or not v.weight:
+            continue
+        total += v.weight
+        speedup += v.speedup * v.weight
+        low += v.speedup_bounds[0] * v.weight
+        high += v.speedup_bounds[1] * v.weight
+    if total <= 0:
+        return None, None
+    return speedup / total, (low / total, high / total)
 
 
 def _decisive(
@@ -240,10 +244,12 @@ def _decisive(
 
 def _in_flight_per_replica(policy: Policy, observation: Observation) -> float | None:
     """Little's law: seconds in flight over the window's seconds is the mean batch."""
-    seconds = [w.request_seconds for w in observation.classes.values() if w.request_seconds]
+    seconds = 0.0
+    for window in observation.classes.values():
+        seconds += window.request_seconds or 0.0
     if not seconds or not observation.window_seconds:
         return None
-    return sum(seconds) / observation.window_seconds / max(policy.replicas, 1)
+    return seconds / observation.window_seconds / max(policy.replicas, 1)
 
 
 def judge(
@@ -299,8 +305,7 @@ def _judge_speculation(
     alpha = window.acceptance_rate
     if alpha is None or (window.draft_tokens or 0.0) < policy.guard.min_draft_tokens:
         return None
-    per_step = _tokens_per_step(window, policy.k)
-    length = per_step(alpha)
+    length = _tokens_per_step(window, policy.k, alpha)
     speedup = speedup_from_length(length, policy.k, policy.draft_cost) * load
     # Without verify-step counts the rate is read as an i.i.d. α: an underestimate.
     source = "model" if window.steps else "model (rate)"
@@ -311,7 +316,10 @@ def _judge_speculation(
     # noise in TPOT is the acceptance length's, so every source scales with its bounds.
     requests = window.requests or 0.0
     low, high = wilson_interval(alpha * requests, requests)
-    speedup_bounds = (speedup * per_step(low) / length, speedup * per_step(high) / length)
+    speedup_bounds = (
+        speedup * _tokens_per_step(window, policy.k, low) / length,
+        speedup * _tokens_per_step(window, policy.k, high) / length,
+    )
     breaches = []
     floor = klass.slo.min_acceptance_rate
     if floor is not None and high < floor:
@@ -323,13 +331,12 @@ def _judge_speculation(
     return speedup, source, breaches, speedup_bounds, (low, high)
 
 
-def _tokens_per_step(window: ClassWindow, k: int) -> Callable[[float], float]:
+def _tokens_per_step(window: ClassWindow, k: int, p: float) -> float:
     """Tokens per verify step at acceptance rate p: 1 + p x the window's drafts per step (the
     engines' mean acceptance length at p itself), or from p as an i.i.d. α without step counts."""
     if not window.steps:
-        return lambda p: expected_tokens_per_step(p, k)
-    drafts_per_step = (window.draft_tokens or 0.0) / window.steps
-    return lambda p: 1.0 + drafts_per_step * p
+        return expected_tokens_per_step(p, k)
+    return 1.0 + (window.draft_tokens or 0.0) / window.steps * p
 
 
 def _judge_quality(
@@ -338,36 +345,56 @@ def _judge_quality(
     baseline: QualityBaseline | None,
     min_samples: int,
 ) -> Judged:
-    checks = [
-        (
-            "toolCallValidity",
-            window.tool_call_validity,
-            _count(window.tool_calls_valid, window.tool_calls_invalid),
-            slo.min_tool_call_validity,
-            baseline.tool_call_validity if baseline else None,
-        ),
-        (
-            "structuredOutputValidity",
-            window.structured_output_validity,
-            _count(window.structured_valid, window.structured_invalid),
-            slo.min_structured_output_validity,
-            baseline.structured_output_validity if baseline else None,
-        ),
-    ]
-    breaches, readings = [], {}
-    for name, value, samples, floor, good in checks:
-        if value is None or samples < min_samples:
-            continue
-        readings[name] = value
-        limit = _limit(floor, good)
-        if _confidently_below(value, samples, limit):
-            breaches.append(f"{name} {value:.3f} < {limit:.3f} (n={samples:.0f})")
-    errors = _judge_errors(window, baseline, readings)
-    return Judged([*breaches, errors] if errors else breaches, readings)
+    judged = Judged([], {})
+    _judge_validity(
+        judged,
+        "toolCallValidity",
+        window.tool_calls_valid,
+        window.tool_calls_invalid,
+        slo.min_tool_call_validity,
+        baseline.tool_call_validity if baseline else None,
+        min_samples,
+    )
+    _judge_validity(
+        judged,
+        "structuredOutputValidity",
+        window.structured_valid,
+        window.structured_invalid,
+        slo.min_structured_output_validity,
+        baseline.structured_output_validity if baseline else None,
+        min_samples,
+    )
+    errors = _judge_errors(window, baseline, judged.readings)
+    if errors:
+        judged.breaches.append(errors)
+    return judged
+
+
+def _judge_validity(
+    judged: Judged,
+    name: str,
+    valid: float | None,
+    invalid: float | None,
+    floor: float | None,
+    good: float | None,
+    min_samples: int,
+) -> None:
+    """Adds the reading of one validity and its breach, if any, to `judged`."""
+    samples = (valid or 0.0) + (invalid or 0.0)
+    if not samples or samples < min_samples:
+        return
+    value = (valid or 0.0) / samples
+    judged.readings[name] = value
+    limit = _limit(floor, good)
+    if _confidently_below(value, samples, limit):
+        judged.breaches.append(f"{name} {value:.3f} < {limit:.3f} (n={samples:.0f})")
 
 
 def _confidently_below(value: float, samples: float, limit: float) -> bool:
-    """The Wilson 95% upper bound is under the limit: a breach, not a noisy dip."""
+    """The Wilson 95% upper bound is under the limit: a breach, not a noisy dip. (The interval
+    holds the value itself, so a value at or above the limit needs no interval.)"""
+    if value >= limit:
+        return False
     _, upper = wilson_interval(value * samples, samples)
     return upper < limit
 
@@ -408,10 +435,6 @@ def _judge_latency(slo: ClassSlo, window: ClassWindow) -> Judged:
         if limit is not None and value > limit:
             breaches.append(f"{name} {value:.3f} > {limit:.3f}")
     return Judged(breaches, readings)
-
-
-def _count(good: float | None, bad: float | None) -> float:
-    return (good or 0.0) + (bad or 0.0)
 
 
 def _round(value: float | None) -> float | None:
