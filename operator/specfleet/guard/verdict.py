@@ -48,6 +48,7 @@ class ClassVerdict(NamedTuple):
     window: ClassWindow | None
     """The window, when it had enough requests to judge."""
     slo: ClassSlo
+    critical: bool
     policy: Policy
     baseline: QualityBaseline | None
     speedup: float | None = None
@@ -195,7 +196,7 @@ def evaluate(
     ]
     speedup, bounds = _weighted_speedup(verdicts)
     speculation_bad: bool | None = None
-    critical = [v for v, c in zip(verdicts, policy.classes, strict=True) if c.critical]
+    critical = [v for v in verdicts if v.critical]
     critical_breach = any(v.speculation_breaches for v in critical)
     if speculation and speedup is not None:
         speculation_bad = speedup < threshold or critical_breach
@@ -263,7 +264,9 @@ def judge(
     load: float = 1.0,
 ) -> ClassVerdict:
     if window is None or not window.requests or window.requests < policy.guard.min_requests:
-        return ClassVerdict(klass.name, False, 0.0, None, klass.slo, policy, baseline)
+        return ClassVerdict(
+            klass.name, False, 0.0, None, klass.slo, klass.critical, policy, baseline
+        )
     conclusive, judged = True, None
     if speculation and policy.k:
         judged = _judge_speculation(policy, klass, window, threshold, tpot_off, load)
@@ -281,6 +284,7 @@ def judge(
         (window.output_tokens or window.requests) if conclusive else 0.0,
         window,
         klass.slo,
+        klass.critical,
         policy,
         baseline,
         speedup,
