@@ -377,6 +377,33 @@ def test_a_decisive_canary_window_releases_at_once_a_marginal_one_waits() -> Non
     assert "after 5 windows in a row" in (state.kill_switch.reason or "")
 
 
+def test_a_trial_passes_only_once_every_critical_class_is_judged_on_the_canary() -> None:
+    no_floors = policy(classes=[{"name": "code", "critical": True}, {"name": "chat"}])
+    trial = KillSwitchStatus(state="trial", source="guard")
+    start = situation(
+        FLEET_WITHOUT,
+        policy=no_floors,
+        kill_switch=trial,
+        guard=GuardStatus(trial_since=T0.isoformat()),
+        speculation=False,
+    )
+    marginal = observe(0.1, 0.1, tpot=0.02 * 1.2 / 1.4)  # good, not decisive
+    thin_code = replace(
+        marginal,
+        classes={**marginal.classes, "code": window(0.1, requests=5, mean_tpot_seconds=0.017)},
+    )
+    state, actions = run(start, [thin_code] * 8)
+    assert actions == [] and state.guard.consecutive_good == 0
+    _, actions = run(state, [marginal] * 5)
+    assert actions == ["kill_switch_released"]
+    # a canary bad on the classes it could judge still fails
+    collapsed_chat = replace(
+        thin_code, classes={**thin_code.classes, "chat": window(0.02, mean_tpot_seconds=0.03)}
+    )
+    _, actions = run(start, [collapsed_chat])
+    assert actions == ["trial_failed"]
+
+
 def test_a_trial_is_judged_on_its_canary_alone() -> None:
     trial = KillSwitchStatus(state="trial", source="guard")
     collapsed = observe(0.1, 0.1)

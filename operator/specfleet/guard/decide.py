@@ -337,8 +337,11 @@ class _State:
         if state == KillSwitchState.ENGAGED:
             self._maybe_trial(situation, evaluation)
         elif evaluation.speculation_bad is not None:
+            trial = state == KillSwitchState.TRIAL
+            if trial and not evaluation.speculation_bad and not evaluation.critical_judged:
+                return  # a canary passes on the classes that matter, or not yet
             self._count(evaluation.speculation_bad)
-            if state == KillSwitchState.TRIAL:
+            if trial:
                 self._judge_trial(situation, evaluation)
             elif self._convinced(situation, evaluation):
                 self._engage(situation, evaluation, "kill_switch_engaged", "SpeculationNotPaying")

@@ -152,6 +152,11 @@ class Evaluation(NamedTuple):
         return self.speedup_bounds[1] if self.speculation_bad else self.speedup_bounds[0]
 
     @property
+    def critical_judged(self) -> bool:
+        """Every critical class's window was conclusive."""
+        return all(v.conclusive for v in self.classes if v.critical)
+
+    @property
     def quality_bad(self) -> bool | None:
         """None: no class was conclusive."""
         conclusive = [v for v in self.classes if v.conclusive]
