@@ -352,16 +352,19 @@ def test_trial_needs_the_stricter_threshold() -> None:
     assert decision.guard.tpot_without_speculation == {"code": 0.0206, "chat": 0.0206}
 
 
-def test_a_decisive_canary_window_releases_at_once_a_marginal_one_waits() -> None:
-    no_floors = policy(classes=[{"name": "code", "critical": True}, {"name": "chat"}])
-    trial = KillSwitchStatus(state="trial", source="guard")
-    start = situation(
+def trial_without_floors() -> Situation:
+    """A trial that has just started, no acceptance floors (code is critical)."""
+    return situation(
         FLEET_WITHOUT,
-        policy=no_floors,
-        kill_switch=trial,
+        policy=policy(classes=[{"name": "code", "critical": True}, {"name": "chat"}]),
+        kill_switch=KillSwitchStatus(state="trial", source="guard"),
         guard=GuardStatus(trial_since=T0.isoformat()),
         speculation=False,
     )
+
+
+def test_a_decisive_canary_window_releases_at_once_a_marginal_one_waits() -> None:
+    start = trial_without_floors()
     state, actions = run(start, [observe(0.8, 0.8, tpot=0.008)])  # 2.5x, lower bound 2.3x
     assert actions == ["kill_switch_released"]
     assert "after 1 decisive window (traffic-weighted speedup 2.50 (95% lower bound" in (
@@ -378,15 +381,7 @@ def test_a_decisive_canary_window_releases_at_once_a_marginal_one_waits() -> Non
 
 
 def test_a_trial_passes_only_once_every_critical_class_is_judged_on_the_canary() -> None:
-    no_floors = policy(classes=[{"name": "code", "critical": True}, {"name": "chat"}])
-    trial = KillSwitchStatus(state="trial", source="guard")
-    start = situation(
-        FLEET_WITHOUT,
-        policy=no_floors,
-        kill_switch=trial,
-        guard=GuardStatus(trial_since=T0.isoformat()),
-        speculation=False,
-    )
+    start = trial_without_floors()
     marginal = observe(0.1, 0.1, tpot=0.02 * 1.2 / 1.4)  # good, not decisive
     thin_code = replace(
         marginal,
