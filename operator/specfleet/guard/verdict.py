@@ -354,49 +354,32 @@ def _judge_quality(
     baseline: QualityBaseline | None,
     min_samples: int,
 ) -> Judged:
-    judged = Judged([], {})
-    _judge_validity(
-        judged,
-        "toolCallValidity",
-        window.tool_calls_valid,
-        window.tool_calls_invalid,
-        slo.min_tool_call_validity,
-        baseline.tool_call_validity if baseline else None,
-        min_samples,
-    )
-    _judge_validity(
-        judged,
-        "structuredOutputValidity",
-        window.structured_valid,
-        window.structured_invalid,
-        slo.min_structured_output_validity,
-        baseline.structured_output_validity if baseline else None,
-        min_samples,
-    )
-    errors = _judge_errors(window, baseline, judged.readings)
-    if errors:
-        judged.breaches.append(errors)
-    return judged
-
-
-def _judge_validity(
-    judged: Judged,
-    name: str,
-    valid: float | None,
-    invalid: float | None,
-    floor: float | None,
-    good: float | None,
-    min_samples: int,
-) -> None:
-    """Adds the reading of one validity and its breach, if any, to `judged`."""
-    samples = (valid or 0.0) + (invalid or 0.0)
-    if not samples or samples < min_samples:
-        return
-    value = (valid or 0.0) / samples
-    judged.readings[name] = value
-    limit = _limit(floor, good)
-    if _confidently_below(value, samples, limit):
-        judged.breaches.append(f"{name} {value:.3f} < {limit:.3f} (n={samples:.0f})")
+    checks = [
+        (
+            "toolCallValidity",
+            window.tool_call_validity,
+            _count(window.tool_calls_valid, window.tool_calls_invalid),
+            slo.min_tool_call_validity,
+            baseline.tool_call_validity if baseline else None,
+        ),
+        (
+            "structuredOutputValidity",
+            window.structured_output_validity,
+            _count(window.structured_valid, window.structured_invalid),
+            slo.min_structured_output_validity,
+            baseline.structured_output_validity if baseline else None,
+        ),
+    ]
+    breaches, readings = [], {}
+    for name, value, samples, floor, good in checks:
+        if value is None or samples < min_samples:
+            continue
+        readings[name] = value
+        limit = _limit(floor, good)
+        if _confidently_below(value, samples, limit):
+            breaches.append(f"{name} {value:.3f} < {limit:.3f} (n={samples:.0f})")
+    errors = _judge_errors(window, baseline, readings)
+    return Judged([*breaches, errors] if errors else breaches, readings)
 
 
 def _confidently_below(value: float, samples: float, limit: float) -> bool:
@@ -444,6 +427,10 @@ def _judge_latency(slo: ClassSlo, window: ClassWindow) -> Judged:
         if limit is not None and value > limit:
             breaches.append(f"{name} {value:.3f} > {limit:.3f}")
     return Judged(breaches, readings)
+
+
+def _count(good: float | None, bad: float | None) -> float:
+    return (good or 0.0) + (bad or 0.0)
 
 
 def _round(value: float | None) -> float | None:
