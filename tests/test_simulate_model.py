@@ -77,16 +77,37 @@ def test_common_random_numbers_never_favour_the_worse_setting() -> None:
         assert poisson(30.0, u) >= poisson(20.0, u)
 
 
-def test_fleet_rollouts_take_time_and_the_latest_target_wins() -> None:
+def test_fleet_rollouts_move_one_pod_at_a_time_and_the_latest_target_wins() -> None:
     on, off, other = Setting("a", True), Setting("a", False), Setting("b", True)
-    fleet = Fleet(serving=on).request(off, 100.0, 60.0)
+    fleet = Fleet(serving=on).request(off, 100.0, 60.0, replicas=2)
+    assert [fleet.moved(t) for t in (100.0, 129.0, 130.0, 159.0)] == [0, 0, 1, 1]
     assert not fleet.settled and fleet.advance(159.0).serving == on
     assert fleet.advance(160.0) == Fleet(serving=off, switched_at=160.0, generation=2)
-    restarted = fleet.request(other, 130.0, 60.0)
-    assert restarted.ready_at == 190.0 and restarted.pending == other
+    restarted = fleet.request(other, 130.0, 60.0, replicas=2)
+    assert restarted.rollout and restarted.rollout.ready_at == 190.0
+    assert restarted.pending == other and restarted.moved(130.0) == 0
     assert restarted.generation == 3  # every plan change is a new Deployment generation
-    assert fleet.request(on, 120.0, 60.0).settled  # back to what serves: cancelled
-    assert fleet.request(off, 120.0, 60.0) is fleet  # the same target again: nothing to do
+    assert fleet.request(on, 120.0, 60.0, replicas=2).settled  # no pod moved yet: cancelled
+    back = fleet.request(on, 140.0, 60.0, replicas=2)  # one pod moved: it moves back
+    assert back.pending == on and back.moved(140.0) == 1 and back.moved(170.0) == 2
+    assert back.advance(170.0) == Fleet(serving=on, switched_at=170.0, generation=3)
+    assert fleet.request(off, 120.0, 60.0, replicas=2) is fleet  # the same target: nothing to do
+
+
+def test_a_rolling_fleet_serves_the_new_setting_from_the_pods_that_moved() -> None:
+    w = world()
+    config = w.changes[0].config
+    on, off = Setting(config, True), Setting(config, False)
+    fleet = Fleet(serving=on).request(off, 0.0, 60.0, replicas=2)
+    draws = {"code": ClassDraw(30, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5)}
+    counted = {"code": 1}  # round robin continues: the moved pod takes requests 2, 4, ... 30
+    before = serve(w, fleet, 29.0, draws, counted, 0.15)
+    assert before.moved is None and before.fleet["code"].requests == 30
+    half = serve(w, fleet, 30.0, draws, counted, 0.15)
+    assert half.moved is not None
+    assert (half.fleet["code"].requests, half.moved["code"].requests) == (15, 15)
+    assert half.fleet["code"].draft_tokens > 0 and half.moved["code"].draft_tokens == 0
+    assert half.total["code"].requests == 30
 
 
 def test_the_operator_judges_only_a_full_window_after_the_rollout() -> None:
@@ -100,7 +121,7 @@ def test_the_operator_judges_only_a_full_window_after_the_rollout() -> None:
     assert operator.situation(observation, fleet, start).settled
     engaged = KillSwitchStatus(state=KillSwitchState.ENGAGED, source="guard")
     operator = replace(operator, status=operator.status.model_copy(update={"kill_switch": engaged}))
-    moving = fleet.request(operator.target(start), 0.0, 60.0)
+    moving = fleet.request(operator.target(start), 0.0, 60.0, replicas=2)
     assert moving.pending == Setting(config, False)
     operator = operator.reconciled(moving, start)
     assert not operator.situation(observation, moving, start + timedelta(seconds=30)).settled
@@ -120,7 +141,7 @@ def test_a_trial_runs_a_canary_judged_one_interval_after_it_serves() -> None:
     operator = replace(operator, status=operator.status.model_copy(update={"kill_switch": trial}))
     assert operator.target(start) == Setting(config, False)  # the fleet stays without
     assert operator.canary(start) == Setting(config, True)
-    starting = fleet.request(operator.target(start), 0.0, 60.0)
+    starting = fleet.request(operator.target(start), 0.0, 60.0, replicas=2)
     starting = starting.request_canary(operator.canary(start), 0.0, 30.0)
     assert starting.generation == fleet.generation  # the fleet's Deployment is not touched
     operator = operator.reconciled(starting, start)

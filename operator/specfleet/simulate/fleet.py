@@ -1,9 +1,10 @@
 """The fleet's rollouts: a plan change takes `rollout_seconds` to reach every pod; a trial's
 canary is one pod, which takes `rollout_seconds / replicas` to start.
 
-Until a rollout completes the old setting serves and the Deployment is not complete. A rolling
-update with maxSurge 1 and maxUnavailable 0 starts the new pods one after another, so
-`rollout_seconds` is `replicas` pod starts, and a canary, one pod of its own, needs one of them.
+The engine Deployment rolls with maxSurge 1 and maxUnavailable 0 (`render.workload`), so its
+pods move to the new setting one after another, `rollout_seconds / replicas` apart: each new
+pod takes its share of the traffic once Ready, and the old pod it replaces stops taking any.
+The Deployment is complete, and `serving` the new setting, once the last pod has moved.
 Telemetry filters series by the pods' revision and speculation labels, so after a switch the
 guard's window holds only what the new setting served; the operator judges it only after a
 whole window of Ready.
@@ -11,6 +12,7 @@ whole window of Ready.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from specfleet.simulate.world import Setting
@@ -26,18 +28,41 @@ class Canary:
 
 
 @dataclass(frozen=True)
+class Rollout:
+    """`pending` reaching the fleet's pods one at a time; `moved` of them had it at `started`."""
+
+    pending: Setting
+    started: float
+    pod_seconds: float
+    replicas: int
+    moved: int = 0
+
+    @property
+    def ready_at(self) -> float:
+        return self.started + (self.replicas - self.moved) * self.pod_seconds
+
+    def moved_at(self, now: float) -> int:
+        """Pods serving `pending` at `now`."""
+        started = math.floor((now - self.started) / self.pod_seconds + 1e-9)
+        return self.moved + min(max(started, 0), self.replicas - self.moved)
+
+
+@dataclass(frozen=True)
 class Fleet:
     serving: Setting
     switched_at: float = 0.0
-    pending: Setting | None = None
-    ready_at: float | None = None
+    rollout: Rollout | None = None
     generation: int = 1
     """The Deployment's generation: one more for every plan change the operator applies."""
     canary: Canary | None = None
 
     @property
     def settled(self) -> bool:
-        return self.pending is None
+        return self.rollout is None
+
+    @property
+    def pending(self) -> Setting | None:
+        return self.rollout.pending if self.rollout else None
 
     @property
     def target(self) -> Setting:
@@ -48,14 +73,25 @@ class Fleet:
         """The canary's setting while it takes traffic."""
         return self.canary.setting if self.canary and self.canary.ready else None
 
-    def request(self, target: Setting, now: float, rollout_seconds: float) -> Fleet:
-        """Roll out `target` (a new target restarts the rollout; the current one cancels it)."""
+    def moved(self, now: float) -> int:
+        """Pods already serving the pending setting."""
+        return self.rollout.moved_at(now) if self.rollout else 0
+
+    def request(self, target: Setting, now: float, rollout_seconds: float, replicas: int) -> Fleet:
+        """Roll out `target`. A new target restarts the rollout; going back to what serves moves
+        the pods that had moved back, one at a time (none moved: cancelled at once)."""
         if target == self.target:
             return self
         generation = self.generation + 1
-        if target == self.serving:
-            return replace(self, pending=None, ready_at=None, generation=generation)
-        return replace(self, pending=target, ready_at=now + rollout_seconds, generation=generation)
+        pod_seconds = rollout_seconds / max(replicas, 1)
+        moved = self.moved(now)
+        if target == self.serving and moved == 0:
+            return replace(self, rollout=None, generation=generation)
+        if target == self.serving and self.pending is not None:
+            back = Rollout(target, now, pod_seconds, replicas, replicas - moved)
+            return replace(self, serving=self.pending, rollout=back, generation=generation)
+        rollout = Rollout(target, now, pod_seconds, replicas)
+        return replace(self, rollout=rollout, generation=generation)
 
     def request_canary(self, setting: Setting | None, now: float, start_seconds: float) -> Fleet:
         """Start a canary with `setting`, or remove the one running (at once) for None."""
@@ -69,11 +105,11 @@ class Fleet:
         fleet = self
         if self.canary and not self.canary.ready and now >= self.canary.ready_at:
             fleet = replace(self, canary=replace(self.canary, ready=True))
-        if fleet.pending is None or fleet.ready_at is None or now < fleet.ready_at:
+        if fleet.rollout is None or now < fleet.rollout.ready_at:
             return fleet
         return Fleet(
-            serving=fleet.pending,
-            switched_at=fleet.ready_at,
+            serving=fleet.rollout.pending,
+            switched_at=fleet.rollout.ready_at,
             generation=fleet.generation,
             canary=fleet.canary,
         )

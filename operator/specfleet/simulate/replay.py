@@ -74,14 +74,12 @@ class Goodput:
     def rate(self) -> float:
         return self.valid_tokens / self.decode_seconds if self.decode_seconds else 0.0
 
-    def plus(
-        self, slices: dict[str, ClassSlice], conditions: Conditions, seconds: float
-    ) -> Goodput:
-        violating = any(not c.meets_slo and c.rate > 0 for c in conditions.classes)
+    def plus(self, served: Served, seconds: float) -> Goodput:
+        total = served.total.values()
         return Goodput(
-            self.valid_tokens + sum(s.valid_tokens for s in slices.values()),
-            self.decode_seconds + sum(s.decode_seconds for s in slices.values()),
-            self.slo_violation_seconds + (seconds if violating else 0.0),
+            self.valid_tokens + sum(s.valid_tokens for s in total),
+            self.decode_seconds + sum(s.decode_seconds for s in total),
+            self.slo_violation_seconds + (seconds if served.violating else 0.0),
         )
 
 
@@ -137,26 +135,28 @@ def replay_guarded(
             run.serving.append(fleet.serving)
             run.slices.append(served.fleet)
             run.canary.append(served.canary)
-            run.goodput = run.goodput.plus(served.total, served.conditions, base.slice_seconds)
-            for name, draw in draws[i].items():
-                counted[name] += draw.requests
+            run.goodput = run.goodput.plus(served, base.slice_seconds)
+            _count(counted, draws[i])
     return run
 
 
 @dataclass(frozen=True)
 class Served:
-    """One slice: what the fleet's replicas and a trial's canary served."""
+    """One slice: what the pods serving the fleet's setting, those a rollout has moved to the
+    pending one, and a trial's canary served."""
 
     fleet: dict[str, ClassSlice]
+    moved: dict[str, ClassSlice] | None
     canary: dict[str, ClassSlice] | None
     conditions: Conditions
     """The fleet's, per pod."""
+    violating: bool
+    """A class with traffic was served below its quality SLO by the fleet's pods."""
 
     @property
     def total(self) -> dict[str, ClassSlice]:
-        if self.canary is None:
-            return self.fleet
-        return {name: part + self.canary[name] for name, part in self.fleet.items()}
+        parts = [p for p in (self.moved, self.canary) if p is not None]
+        return {name: sum((p[name] for p in parts), part) for name, part in self.fleet.items()}
 
 
 def serve(
@@ -167,21 +167,45 @@ def serve(
     counted: dict[str, int],
     spread: float,
 ) -> Served:
-    """While a canary takes traffic it is one more pod behind the Service: round robin gives it
-    every (replicas + 1)-th request, and speculation acts on that share only. Every pod runs at
-    the load it has without the canary: the baselines have no extra pod, so the guarded run
-    gets no credit for the canary's capacity (it would lower every pod's load by a third at
-    two replicas)."""
-    conditions = world.conditions(t, fleet.serving)
-    canary = fleet.canary_serving
-    if canary is None:
-        return Served(realize_all(conditions, draws, spread), None, conditions)
-    pods = world.specmodel_at(t).spec.pod.replicas + 1
-    taken = {n: (counted[n] + d.requests) // pods - counted[n] // pods for n, d in draws.items()}
-    rest = {n: replace(d, requests=d.requests - taken[n]) for n, d in draws.items()}
-    trial = {n: replace(d, requests=taken[n]) for n, d in draws.items()}
-    on_canary = realize_all(world.conditions(t, canary), trial, spread)
-    return Served(realize_all(conditions, rest, spread), on_canary, conditions)
+    """Round robin over the Ready pods: the first `moved` run the pending setting, the rest of
+    the replicas the serving one, and a trial's canary, one more pod behind the Service, takes
+    every (replicas + 1)-th request. Every pod runs at the load it has without the canary: the
+    baselines have no extra pod, so the guarded run gets no credit for the canary's capacity
+    (it would lower every pod's load by a third at two replicas)."""
+    replicas = world.specmodel_at(t).spec.pod.replicas
+    moved, canary = fleet.moved(t), fleet.canary_serving
+    pods = replicas + (canary is not None)
+
+    def on(setting: Setting, first: int, last: int) -> tuple[dict[str, ClassSlice], Conditions]:
+        conditions = world.conditions(t, setting)
+        share = {
+            n: replace(d, requests=_round_robin(counted[n], d.requests, pods, first, last))
+            for n, d in draws.items()
+        }
+        return realize_all(conditions, share, spread), conditions
+
+    served, conditions = on(fleet.serving, moved, replicas)
+    violating = _violating(conditions)
+    on_moved = None
+    if fleet.pending is not None and moved:
+        on_moved, moved_conditions = on(fleet.pending, 0, moved)
+        violating |= _violating(moved_conditions)
+    on_canary = on(canary, replicas, pods)[0] if canary else None
+    return Served(served, on_moved, on_canary, conditions, violating)
+
+
+def _round_robin(counted: int, requests: int, pods: int, first: int, last: int) -> int:
+    """Of `requests` after the first `counted`, how many round robin over `pods` sends to pods
+    `first` to `last - 1`."""
+
+    def before(n: int) -> int:
+        return n // pods * (last - first) + min(max(n % pods - first, 0), last - first)
+
+    return before(counted + requests) - before(counted)
+
+
+def _violating(conditions: Conditions) -> bool:
+    return any(not c.meets_slo and c.rate > 0 for c in conditions.classes)
 
 
 def realize_all(
@@ -219,8 +243,9 @@ def _follow(
 ) -> tuple[Operator, Fleet]:
     """The operator applies its plan; if that changes what runs, a rollout starts (or a canary,
     one pod, starts or goes) and the watch event that follows shows it."""
-    pod_seconds = rollout_seconds / max(operator.specmodel.spec.pod.replicas, 1)
-    moved = fleet.request(operator.target(now), t, rollout_seconds)
+    replicas = operator.specmodel.spec.pod.replicas
+    pod_seconds = rollout_seconds / max(replicas, 1)
+    moved = fleet.request(operator.target(now), t, rollout_seconds, replicas)
     moved = moved.request_canary(operator.canary(now), t, pod_seconds)
     if moved != fleet:
         operator = operator.reconciled(moved, now)
@@ -326,13 +351,20 @@ def replay_fixed(
     `rollout_seconds` (None: switched at once)."""
     goodput = Goodput()
     fleet = Fleet(serving=choose(0.0))
+    counted = dict.fromkeys(world.scenario.classes, 0)
     for i in range(base.count):
         t = base.time(i)
         if rollout_seconds is None:
             fleet = Fleet(serving=choose(t))
         else:
-            fleet = fleet.request(choose(t), t, rollout_seconds).advance(t)
-        conditions = world.conditions(t, fleet.serving)
-        served = realize_all(conditions, draws[i], spread)
-        goodput = goodput.plus(served, conditions, base.slice_seconds)
+            replicas = world.specmodel_at(t).spec.pod.replicas
+            fleet = fleet.request(choose(t), t, rollout_seconds, replicas).advance(t)
+        served = serve(world, fleet, t, draws[i], counted, spread)
+        goodput = goodput.plus(served, base.slice_seconds)
+        _count(counted, draws[i])
     return goodput
+
+
+def _count(counted: dict[str, int], draws: dict[str, ClassDraw]) -> None:
+    for name, draw in draws.items():
+        counted[name] += draw.requests
