@@ -55,3 +55,18 @@ def test_api_server_rejects_with_the_field_and_message(
     assert result.returncode != 0, f"accepted: {case['name']}"
     assert case["path"] in result.stderr, result.stderr
     assert case["message"] in result.stderr, result.stderr
+
+
+def test_api_server_rejects_a_name_too_long_for_the_names_derived_from_it(
+    cluster: Cluster, crd: None, namespace: str
+) -> None:
+    fits = merged(BASE, {"metadata": {"name": "m" * 52}})
+    cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(fits)
+    )
+    too_long = merged(BASE, {"metadata": {"name": "m" * 53}})
+    result = cluster.run_kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(too_long)
+    )
+    assert result.returncode != 0, "accepted a 53-character name"
+    assert "metadata.name" in result.stderr and "52" in result.stderr, result.stderr

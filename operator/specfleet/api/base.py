@@ -13,6 +13,9 @@ VERSION = "v1alpha1"
 KIND = "SpecModel"
 PLURAL = "specmodels"
 API_VERSION = f"{GROUP}/{VERSION}"
+MAX_NAME_LENGTH = 52
+"""A SpecModel's name, so that its revisions' names, `<name>-<10-character hash>`, are DNS
+labels (63 characters)."""
 
 
 class ApiModel(BaseModel):

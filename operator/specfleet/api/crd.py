@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from specfleet.api.base import GROUP, KIND, PLURAL, VERSION
+from specfleet.api.base import GROUP, KIND, MAX_NAME_LENGTH, PLURAL, VERSION
 from specfleet.api.spec import SpecModelSpec
 from specfleet.api.status import SpecModelStatus
 from specfleet.yamlio import dump
@@ -120,7 +120,10 @@ def openapi_schema() -> Schema:
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            "metadata": {  # the one metadata field a CRD may restrict, besides generateName
+                "type": "object",
+                "properties": {"name": {"type": "string", "maxLength": MAX_NAME_LENGTH}},
+            },
             "spec": spec_schema(),
             "status": model_schema(SpecModelStatus),
         },

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specfleet.api.base import API_VERSION, KIND, ApiModel
+from specfleet.api.base import API_VERSION, KIND, MAX_NAME_LENGTH, ApiModel
 from specfleet.api.spec import (
     EngineSpec,
     ModelSpec,
@@ -25,7 +25,7 @@ class ObjectMeta(BaseModel):
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    name: str = Field(min_length=1, max_length=52)
+    name: str = Field(min_length=1, max_length=MAX_NAME_LENGTH)
     namespace: str = "default"
     uid: str | None = None
     generation: int | None = None
