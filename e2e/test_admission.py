@@ -70,3 +70,15 @@ def test_api_server_rejects_a_name_too_long_for_the_names_derived_from_it(
     )
     assert result.returncode != 0, "accepted a 53-character name"
     assert "metadata.name" in result.stderr and "52" in result.stderr, result.stderr
+
+
+def test_api_server_refuses_a_name_a_canary_takes(
+    cluster: Cluster, crd: None, namespace: str
+) -> None:
+    taken = merged(BASE, {"metadata": {"name": "x-canary"}})
+    result = cluster.run_kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(taken)
+    )
+    assert result.returncode != 0, "accepted a name ending in -canary"
+    assert "metadata.name" in result.stderr, result.stderr
+    assert "must not end in '-canary'" in result.stderr, result.stderr

@@ -33,6 +33,24 @@ def test_valid_base_spec_passes_every_rule() -> None:
     parse_specmodel(specmodel_doc())
 
 
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("x-canary", "must not end in '-canary'"),
+        ("m" * 53, "at most 52 characters"),
+    ],
+)
+def test_a_name_that_would_collide_or_not_fit_is_refused(name: str, message: str) -> None:
+    doc = specmodel_doc()
+    doc["metadata"]["name"] = name
+    with pytest.raises(InvalidSpecModel) as raised:
+        parse_specmodel(doc)
+    [error] = raised.value.errors
+    assert error.path == "metadata.name" and message in error.message
+    doc["metadata"]["name"] = "x-canary-2"  # the suffix only at the end
+    assert parse_specmodel(doc).metadata.name == "x-canary-2"
+
+
 def test_unknown_field_is_named_with_a_hint() -> None:
     with pytest.raises(InvalidSpecModel) as raised:
         parse_specmodel(specmodel_doc(speculative={"method": "ngram", "num_tokens": 3}))

@@ -16,6 +16,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 MAX_NAME_LENGTH = 52
 """A SpecModel's name, so that its revisions' names, `<name>-<10-character hash>`, are DNS
 labels (63 characters)."""
+CANARY_SUFFIX = "-canary"
+"""A trial's canary children are named `<name>-canary`; no SpecModel may take such a name."""
 
 
 class ApiModel(BaseModel):

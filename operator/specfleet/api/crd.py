@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from specfleet.api.base import GROUP, KIND, MAX_NAME_LENGTH, PLURAL, VERSION
+from specfleet.api.base import CANARY_SUFFIX, GROUP, KIND, MAX_NAME_LENGTH, PLURAL, VERSION, cel
 from specfleet.api.spec import SpecModelSpec
 from specfleet.api.status import SpecModelStatus
 from specfleet.yamlio import dump
@@ -104,6 +104,17 @@ def _wire(value: Any) -> Any:
     return value
 
 
+NAME_RULES = [
+    cel(
+        f"!self.metadata.name.endsWith('{CANARY_SUFFIX}')",
+        f"must not end in '{CANARY_SUFFIX}': SpecModel x names its trial's canary "
+        f"x{CANARY_SUFFIX}, so the two would fight over it; rename this SpecModel",
+        ".metadata.name",
+    )
+]
+"""Rules on the name, at the root: the only place a CRD's CEL may read metadata."""
+
+
 @cache
 def spec_schema() -> Schema:
     """Built once: validation walks it for every SpecModel. Callers must not mutate it."""
@@ -128,6 +139,7 @@ def openapi_schema() -> Schema:
             "status": model_schema(SpecModelStatus),
         },
         "required": ["spec"],
+        "x-kubernetes-validations": NAME_RULES,
     }
 
 

@@ -19,7 +19,7 @@ import celpy
 from celpy.adapter import json_to_cel
 from pydantic import ValidationError
 
-from specfleet.api.crd import Schema, spec_schema
+from specfleet.api.crd import NAME_RULES, Schema, spec_schema
 from specfleet.api.model import SpecModel
 
 FP4_FORMATS = ("nvfp4", "mxfp4")
@@ -51,6 +51,11 @@ def parse_specmodel(document: dict[str, Any]) -> SpecModel:
     except ValidationError as exc:
         raise InvalidSpecModel([_pydantic_error(e) for e in exc.errors()]) from None
     errors = list(_spec_cel_errors(json.dumps(specmodel.spec.to_wire(), sort_keys=True)))
+    named = {"metadata": {"name": specmodel.metadata.name}}
+    errors += [
+        FieldError(e.path.lstrip("."), e.message)
+        for e in cel_errors({"x-kubernetes-validations": NAME_RULES}, named, "")
+    ]
     errors += gpu_errors(specmodel)
     if errors:
         raise InvalidSpecModel(errors)

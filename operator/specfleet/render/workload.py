@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from specfleet.api.base import CANARY_SUFFIX
 from specfleet.api.gateway import GatewayConfig
 from specfleet.api.model import EngineConfig, SpecModel
 from specfleet.api.spec import PodSpec
@@ -114,7 +115,7 @@ class Workload:
 
 
 def canary_name(specmodel: str) -> str:
-    return f"{specmodel}-canary"
+    return f"{specmodel}{CANARY_SUFFIX}"
 
 
 def manifests(workload: Workload) -> list[Manifest]:
