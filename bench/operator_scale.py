@@ -17,7 +17,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 import urllib.request
@@ -31,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from e2e.cluster import components, harness  # noqa: E402
 from e2e.cluster.harness import LocalCluster  # noqa: E402
-from e2e.operator_runner import free_port  # noqa: E402
+from e2e.operator_runner import as_process  # noqa: E402
 from e2e.readiness import pods_marked_ready  # noqa: E402
 
 from specfleet.api import parse_specmodel  # noqa: E402
@@ -185,24 +184,11 @@ def main() -> None:
 
 
 def with_operator(cluster: LocalCluster, counts: list[int]) -> list[dict[str, Any]]:
-    metrics, health = free_port(), free_port()
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-    argv = [
-        str(Path(sys.executable).parent / "specfleet"),
-        "run",
-        f"--metrics-port={metrics}",
-        f"--health-port={health}",
-        "--log-level=warning",
-        "--resync-seconds=30",
-    ]
-    operator = subprocess.Popen(argv, env=env)
-    try:
-        time.sleep(5)
-        url = f"http://127.0.0.1:{metrics}/metrics"
-        return [measure(cluster, count, url, operator.pid) for count in counts]
-    finally:
-        operator.terminate()
-        operator.wait(30)
+    log = ROOT / "bench/results/operator_scale.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    arguments = ("--log-level=warning", "--resync-seconds=30")
+    with as_process(cluster.kubeconfig, log, *arguments) as operator:
+        return [measure(cluster, count, operator.metrics_url, operator.pid) for count in counts]
 
 
 if __name__ == "__main__":

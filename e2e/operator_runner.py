@@ -84,9 +84,15 @@ def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, p
     return path
 
 
+@dataclass(frozen=True)
+class OperatorProcess:
+    pid: int
+    metrics_url: str
+
+
 @contextmanager
-def as_process(kubeconfig: Path, log: Path, *args: str) -> Iterator[str]:
-    """`specfleet run` as a subprocess; yields its health URL."""
+def as_process(kubeconfig: Path, log: Path, *args: str) -> Iterator[OperatorProcess]:
+    """`specfleet run` as a subprocess, once its health endpoint answers."""
     health, metrics = free_port(), free_port()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     argv = [
@@ -104,7 +110,7 @@ def as_process(kubeconfig: Path, log: Path, *args: str) -> Iterator[str]:
         eventually(lambda: _answers(url) or process.poll() is not None, "the operator's health")
         if process.poll() is not None:
             raise RuntimeError(f"specfleet run exited {process.returncode}: {log.read_text()}")
-        yield url
+        yield OperatorProcess(process.pid, f"http://127.0.0.1:{metrics}/metrics")
     finally:
         process.terminate()
         try:
