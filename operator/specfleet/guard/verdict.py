@@ -358,14 +358,14 @@ def _judge_quality(
         (
             "toolCallValidity",
             window.tool_call_validity,
-            _count(window.tool_calls_valid, window.tool_calls_invalid),
+            window.tool_calls_judged,
             slo.min_tool_call_validity,
             baseline.tool_call_validity if baseline else None,
         ),
         (
             "structuredOutputValidity",
             window.structured_output_validity,
-            _count(window.structured_valid, window.structured_invalid),
+            window.structured_judged,
             slo.min_structured_output_validity,
             baseline.structured_output_validity if baseline else None,
         ),
@@ -427,10 +427,6 @@ def _judge_latency(slo: ClassSlo, window: ClassWindow) -> Judged:
         if limit is not None and value > limit:
             breaches.append(f"{name} {value:.3f} > {limit:.3f}")
     return Judged(breaches, readings)
-
-
-def _count(good: float | None, bad: float | None) -> float:
-    return (good or 0.0) + (bad or 0.0)
 
 
 def _round(value: float | None) -> float | None:

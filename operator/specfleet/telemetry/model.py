@@ -44,12 +44,22 @@ class ClassWindow:
         return 1 + self.accepted_tokens / self.steps
 
     @property
+    def tool_calls_judged(self) -> float:
+        """Tool calls the gateway judged, valid or not: the samples behind their validity."""
+        return (self.tool_calls_valid or 0.0) + (self.tool_calls_invalid or 0.0)
+
+    @property
+    def structured_judged(self) -> float:
+        """Structured outputs the gateway judged, valid or not."""
+        return (self.structured_valid or 0.0) + (self.structured_invalid or 0.0)
+
+    @property
     def tool_call_validity(self) -> float | None:
-        return _share(self.tool_calls_valid, self.tool_calls_invalid)
+        return _share(self.tool_calls_valid, self.tool_calls_judged)
 
     @property
     def structured_output_validity(self) -> float | None:
-        return _share(self.structured_valid, self.structured_invalid)
+        return _share(self.structured_valid, self.structured_judged)
 
     @property
     def error_rate(self) -> float | None:
@@ -58,11 +68,8 @@ class ClassWindow:
         return self.errors / self.requests
 
 
-def _share(good: float | None, bad: float | None) -> float | None:
-    total = (good or 0.0) + (bad or 0.0)
-    if total == 0:
-        return None
-    return (good or 0.0) / total
+def _share(good: float | None, total: float) -> float | None:
+    return (good or 0.0) / total if total else None
 
 
 @dataclass(frozen=True)
