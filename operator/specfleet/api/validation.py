@@ -51,11 +51,7 @@ def parse_specmodel(document: dict[str, Any]) -> SpecModel:
     except ValidationError as exc:
         raise InvalidSpecModel([_pydantic_error(e) for e in exc.errors()]) from None
     errors = list(_spec_cel_errors(json.dumps(specmodel.spec.to_wire(), sort_keys=True)))
-    named = {"metadata": {"name": specmodel.metadata.name}}
-    errors += [
-        FieldError(e.path.lstrip("."), e.message)
-        for e in cel_errors({"x-kubernetes-validations": NAME_RULES}, named, "")
-    ]
+    errors += _name_cel_errors(specmodel.metadata.name)
     errors += gpu_errors(specmodel)
     if errors:
         raise InvalidSpecModel(errors)
@@ -73,10 +69,19 @@ def _pydantic_error(error: Any) -> FieldError:
 
 
 # cel-python takes milliseconds per spec and the operator re-parses every SpecModel on every
-# event and resync, while specs change rarely: remember the verdict per distinct spec.
+# event and resync, while specs change rarely: remember the verdict per distinct spec (and
+# name).
 @lru_cache(maxsize=4096)
 def _spec_cel_errors(spec_json: str) -> tuple[FieldError, ...]:
     return tuple(cel_errors(spec_schema(), json.loads(spec_json), "spec"))
+
+
+@lru_cache(maxsize=4096)
+def _name_cel_errors(name: str) -> tuple[FieldError, ...]:
+    """The CRD's root rules on the name (its fieldPath `.metadata.name`, from the root)."""
+    named = {"metadata": {"name": name}}
+    rules = {"x-kubernetes-validations": NAME_RULES}
+    return tuple(FieldError(e.path.lstrip("."), e.message) for e in cel_errors(rules, named, ""))
 
 
 def cel_errors(schema: Schema, value: Any, path: str) -> Iterator[FieldError]:
