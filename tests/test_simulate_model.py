@@ -142,7 +142,7 @@ def test_a_trial_runs_a_canary_judged_one_interval_after_it_serves() -> None:
     assert operator.target(start) == Setting(config, False)  # the fleet stays without
     assert operator.canary(start) == Setting(config, True)
     starting = fleet.request(operator.target(start), 0.0, 60.0, replicas=2)
-    starting = starting.request_canary(operator.canary(start), 0.0, 30.0)
+    starting = starting.request_canary(operator.canary(start), 0.0, 60.0, replicas=2)
     assert starting.generation == fleet.generation  # the fleet's Deployment is not touched
     operator = operator.reconciled(starting, start)
     assert operator.status.canary and operator.status.canary.state == "Starting"
@@ -164,13 +164,14 @@ def test_a_trial_runs_a_canary_judged_one_interval_after_it_serves() -> None:
     operator = replace(operator, specmodel=quick)
     assert operator.situation(beside, serving, start + timedelta(seconds=75)).canary is None
     assert operator.situation(beside, serving, start + timedelta(seconds=90)).canary is canary
-    assert serving.request_canary(None, 100.0, 30.0).canary is None  # removed at once
+    assert serving.request_canary(None, 100.0, 60.0, replicas=2).canary is None  # removed at once
 
 
 def test_a_canary_takes_every_third_request_and_speculates_on_its_share_only() -> None:
     w = world()
     config = w.changes[0].config
-    fleet = Fleet(serving=Setting(config, False)).request_canary(Setting(config, True), 0, 0)
+    fleet = Fleet(serving=Setting(config, False))
+    fleet = fleet.request_canary(Setting(config, True), 0, 0, replicas=2)
     fleet = fleet.advance(0.0)
     draws = {"code": ClassDraw(30, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5)}
     counted = {"code": 1}  # round robin continues over the slices: requests 2, 5, 8, ... 29

@@ -83,7 +83,7 @@ class Fleet:
         if target == self.target:
             return self
         generation = self.generation + 1
-        pod_seconds = rollout_seconds / max(replicas, 1)
+        pod_seconds = pod_start_seconds(rollout_seconds, replicas)
         moved = self.moved(now)
         if target == self.serving and moved == 0:
             return replace(self, rollout=None, generation=generation)
@@ -93,13 +93,17 @@ class Fleet:
         rollout = Rollout(target, now, pod_seconds, replicas)
         return replace(self, rollout=rollout, generation=generation)
 
-    def request_canary(self, setting: Setting | None, now: float, start_seconds: float) -> Fleet:
-        """Start a canary with `setting`, or remove the one running (at once) for None."""
+    def request_canary(
+        self, setting: Setting | None, now: float, rollout_seconds: float, replicas: int
+    ) -> Fleet:
+        """Start a canary with `setting` (one pod start), or remove the one running (at once) for
+        None."""
         if setting is None:
             return replace(self, canary=None) if self.canary else self
         if self.canary and self.canary.setting == setting:
             return self
-        return replace(self, canary=Canary(setting, now + start_seconds))
+        ready_at = now + pod_start_seconds(rollout_seconds, replicas)
+        return replace(self, canary=Canary(setting, ready_at))
 
     def advance(self, now: float) -> Fleet:
         fleet = self
@@ -113,3 +117,8 @@ class Fleet:
             generation=fleet.generation,
             canary=fleet.canary,
         )
+
+
+def pod_start_seconds(rollout_seconds: float, replicas: int) -> float:
+    """A rollout starts the fleet's pods one after another: one pod start is a replica's part."""
+    return rollout_seconds / max(replicas, 1)

@@ -244,9 +244,8 @@ def _follow(
     """The operator applies its plan; if that changes what runs, a rollout starts (or a canary,
     one pod, starts or goes) and the watch event that follows shows it."""
     replicas = operator.specmodel.spec.pod.replicas
-    pod_seconds = rollout_seconds / max(replicas, 1)
     moved = fleet.request(operator.target(now), t, rollout_seconds, replicas)
-    moved = moved.request_canary(operator.canary(now), t, pod_seconds)
+    moved = moved.request_canary(operator.canary(now), t, rollout_seconds, replicas)
     if moved != fleet:
         operator = operator.reconciled(moved, now)
     return operator, moved
