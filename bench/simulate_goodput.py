@@ -74,7 +74,7 @@ def row(name: str, result: Result, wall: float) -> dict[str, Any]:
         "vsOracleRollout": round(rates["guarded"] / rates["oracle_rollout"], 4),
         "vsAlwaysOn": round(rates["guarded"] / rates["always_on"], 4),
         "vsAlwaysOff": round(rates["guarded"] / rates["always_off"], 4),
-        "notBelowBoth": rates["guarded"] >= min(rates["always_on"], rates["always_off"]),
+        "notBelowBoth": not _below_both(result),
         "wallSeconds": round(wall, 2),
     }
 
@@ -94,8 +94,8 @@ def examples(write: bool) -> list[dict[str, Any]]:
 
 
 def scenario_set(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Guarded / oracle over the example set, each scenario weighing the same: the issue's
-    target reads "across a set of scenarios", while "never below both" holds per run."""
+    """Guarded / oracle over the example set, each scenario weighing the same (the goal is
+    0.95 across the set), and the runs below both fixed policies (the goal: none)."""
     ratios = {key: [r[key] for r in rows] for key in ("vsOracle", "vsOracleRollout")}
     return {
         "scenarios": len(rows),
@@ -183,14 +183,16 @@ def trial_rate(guard: dict[str, Any], hours: int = 4) -> dict[str, Any]:
 def _versus(results: list[Result]) -> dict[str, Any]:
     """Guarded / oracle (min and mean) and the runs that did worse than both fixed policies."""
     ratios = [r.goodput["guarded"].rate / r.goodput["oracle"].rate for r in results]
-    below = [
-        r.goodput["guarded"].rate < min(r.goodput["always_on"].rate, r.goodput["always_off"].rate)
-        for r in results
-    ]
     return {
         "vsOracle": {"min": round(min(ratios), 3), "mean": round(statistics.fmean(ratios), 3)},
-        "belowBoth": sum(below),
+        "belowBoth": sum(_below_both(r) for r in results),
     }
+
+
+def _below_both(result: Result) -> bool:
+    """The guarded run did worse than always-on and always-off alike."""
+    rate = {k: g.rate for k, g in result.goodput.items()}
+    return rate["guarded"] < min(rate["always_on"], rate["always_off"])
 
 
 def _spread(values: list[float]) -> dict[str, float | None]:
