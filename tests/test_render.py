@@ -13,14 +13,10 @@ from conftest import EXAMPLES, ROOT, specmodel_doc
 from specfleet.api import EngineConfig, parse_specmodel
 from specfleet.render import ServingPlan, render, revision_hash
 from specfleet.render.trtllm import OPTIONS_FILE
+from specfleet.sim.engine_args import vllm_known_flags
 
-# A verbatim copy of the team's ../shared/reference/vllm-0.33.0-flags.txt, so CI needs no
-# checkout beside this one.
-VLLM_FLAGS = {
-    line.strip()
-    for line in (ROOT / "tests/data/vllm-0.33.0-flags.txt").read_text().splitlines()
-    if line.startswith("--")
-}
+# The real parser's option set, one copy in the repo (the simulator refuses the same flags).
+VLLM_FLAGS = vllm_known_flags()
 TRTLLM_KEYS = yaml.safe_load((ROOT / "tests/data/trtllm-1.2.1-llm-api-keys.yaml").read_text())
 
 

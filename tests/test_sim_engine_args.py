@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specfleet.sim.engine_args import EngineArgsError, parse_trtllm, parse_vllm
+from specfleet.sim.engine_args import EngineArgsError, parse_trtllm, parse_vllm, vllm_known_flags
 
 EAGLE3 = json.dumps(
     {
@@ -121,8 +121,34 @@ def test_vllm_refuses_what_vllm_refuses(argv: list[str], message: str) -> None:
 def test_vllm_lenient_and_negated_flags() -> None:
     cfg = parse_vllm(["m", "--not-a-vllm-flag", "x"], lenient=True, env={})
     assert cfg.ignored_flags == ("--not-a-vllm-flag",)
-    cfg = parse_vllm(["m", "--no-enable-prefix-caching", "--enable-per-request-metrics"], env={})
+    real = ["--disable-log-requests", "--disable-prefix-caching", "--api-server-count", "2"]
+    cfg = parse_vllm(["m", *real, "--no-enforce-eager", "--enable-per-request-metrics"], env={})
     assert cfg.enable_per_request_metrics
+    cfg = parse_vllm(["m", "--enable-force-include-usage", "--disable-force-include-usage"], env={})
+    assert not cfg.enable_force_include_usage
+
+
+@pytest.mark.parametrize(
+    "flag",
+    # not options of the 0.33.0 parser (its --no-X pairs exist only where the list has them)
+    [
+        "--enable-mm-processor-stats",
+        "--mamba-config",
+        "--model-weights",
+        "--no-enable-prefix-caching",
+    ],
+)
+def test_vllm_refuses_flags_the_real_parser_lacks(flag: str) -> None:
+    with pytest.raises(EngineArgsError, match=flag):
+        parse_vllm(["m", flag], env={})
+
+
+def testvllm_known_flags_are_the_real_parsers_option_set() -> None:
+    """The simulator reads the one copy of the real parser's options; it has every flag the
+    renderer relies on and the pairs a hand-made list missed."""
+    known = vllm_known_flags()
+    assert len(known) == 410
+    assert {"--headless", "--config", "--disable-log-requests", "--no-trust-remote-code"} <= known
 
 
 def test_vllm_api_key_from_flag_or_env() -> None:

@@ -3,9 +3,10 @@
 - vLLM 0.33.0: the image entrypoint is `vllm serve`, so args start with the
   model: `[<model>, --served-model-name, NAME, --speculative-config, JSON, ...]`.
   Flags that vLLM 0.33.0 does not know are rejected like the real engine does
-  (exit 2, "unrecognized arguments") unless `lenient=True`; the known list ships
-  as `vllm_0_33_0_flags.json`. Underscores in flag names are accepted
-  (`--max_model_len`), `--no-<flag>` negates a boolean flag. The startup check
+  (exit 2, "unrecognized arguments") unless `lenient=True`; the known list is
+  the real parser's option set, `data/vllm-0.33.0-flags.txt` (with its `--no-X`
+  and `--enable-X`/`--disable-X` pairs). Underscores in flag names are accepted
+  (`--max_model_len`), as vLLM's FlexibleArgumentParser does. The startup check
   of the real engine is kept: `--per-request-spec-decode-metrics` other than
   `none` without a speculative config is an error.
 - TensorRT-LLM 1.2.1: `[trtllm-serve] [serve] <model> --backend pytorch ...
@@ -18,6 +19,7 @@ Speculation off means: no speculative config at all.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -36,6 +38,7 @@ __all__ = [
     "parse_engine_args",
     "parse_trtllm",
     "parse_vllm",
+    "vllm_known_flags",
 ]
 
 Engine = Literal["vllm", "tensorrt-llm"]
@@ -127,9 +130,11 @@ _VLLM_METHODS = {
 _VLLM_NEEDS_MODEL = {"draft_model", "eagle", "eagle3", "dflash"}
 
 
-def _vllm_known_flags() -> frozenset[str]:
-    text = resources.files("specfleet.sim").joinpath("vllm_0_33_0_flags.json").read_text()
-    return frozenset(json.loads(text)["flags"])
+@functools.cache
+def vllm_known_flags() -> frozenset[str]:
+    """Every option string of vLLM 0.33.0's `vllm serve` parser."""
+    text = resources.files("specfleet.sim").joinpath("data/vllm-0.33.0-flags.txt").read_text()
+    return frozenset(line for line in text.splitlines() if line.startswith("--"))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -256,12 +261,10 @@ def parse_vllm(
     p.add_argument(
         "--per-request-spec-decode-metrics", choices=["none", "summary", "detailed"], default="none"
     )
-    for flag in (
-        "--enable-per-request-metrics",
-        "--enable-force-include-usage",
-        "--enable-auto-tool-choice",
-    ):
-        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=False)
+    for name in ("per-request-metrics", "force-include-usage", "auto-tool-choice"):
+        dest = f"enable_{name.replace('-', '_')}"
+        p.add_argument(f"--enable-{name}", dest=dest, action="store_true", default=False)
+        p.add_argument(f"--disable-{name}", dest=dest, action="store_false")
     p.add_argument("--tool-call-parser")
     p.add_argument("--max-model-len", type=_int_with_suffix)
     p.add_argument("--max-num-seqs", type=int)
@@ -274,12 +277,8 @@ def parse_vllm(
     if strays:
         raise EngineArgsError(f"unrecognized arguments: {' '.join(strays)}")
     if not lenient:
-        known = _vllm_known_flags()
-        unknown = [
-            f
-            for f in flags
-            if f not in known and not (f.startswith("--no-") and "--" + f[5:] in known)
-        ]
+        known = vllm_known_flags()
+        unknown = [f for f in flags if f not in known]
         if unknown:
             raise EngineArgsError(
                 f"unrecognized arguments: {' '.join(unknown)} (not a vLLM 0.33.0 flag)"
