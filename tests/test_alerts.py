@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import httpx
 import pytest
 
 from specfleet.alerts.model import Alert, firing
-from specfleet.alerts.receivers import Alertmanager, Webhook, slack_message
+from specfleet.alerts.receivers import Alertmanager, Webhook, redacted, slack_message
 from specfleet.alerts.sender import AlertSender
 from specfleet.api import Condition, Decision, SpecModelStatus
 from specfleet.api.status import KillSwitchStatus
@@ -185,3 +186,54 @@ def test_unreachable_receiver_is_counted_not_raised() -> None:
         "specfleet_alert_deliveries_total", {"receiver": "alertmanager", "result": "failed"}
     )
     assert after == before + 1
+
+
+TOKEN = "T0/B0/s3cr3t-t0ken"
+
+
+def test_a_webhook_url_never_reaches_the_logs(
+    server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    Recorder.failures_left = 4  # every attempt of the first delivery fails
+    sender = AlertSender(resend_seconds=0.0, backoff_seconds=0.01)
+    alerts = firing("ns", "m", engaged_status(), NOW)
+    hooks = [
+        Webhook(f"{server}/hook/{TOKEN}", httpx.Client()),
+        Webhook("http://user:s3cr3t@127.0.0.1:9/hook", httpx.Client()),
+    ]
+    sender.update(("ns", "m"), alerts, hooks)
+    sender.update(("ns", "m"), alerts, hooks)  # resent: this one succeeds
+    wait_for(1)
+    sender.close(timeout=30)
+    assert Recorder.received[0][0] == f"/hook/{TOKEN}"
+    assert "alert delivery to webhook http://127.0.0.1/… failed: HTTP 503" in caplog.messages
+    assert "alert delivery to webhook http://127.0.0.1/… failed: ConnectError" in caplog.messages
+    assert caplog.records and not [r for r in caplog.records if "s3cr3t" in r.getMessage()]
+
+
+def test_a_secret_with_a_trailing_newline_delivers_and_a_bad_url_stops_nothing(
+    server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    sender = AlertSender(backoff_seconds=0.01)
+    alerts = firing("ns", "m", engaged_status(), NOW)
+    sender.update(("ns", "bad"), alerts, [Webhook(f"http://h/{TOKEN}\x00", httpx.Client())])
+    sender.update(("ns", "m"), alerts, [Webhook(f"{server}/hook\n", httpx.Client())])
+    wait_for(1)
+    sender.close(timeout=30)
+    assert [path for path, _ in Recorder.received] == ["/hook"]
+    assert "alert delivery to webhook http://h/… failed: InvalidURL" in caplog.messages
+    assert not [m for m in caplog.messages if "s3cr3t" in m]
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://hooks.slack.com/services/T0/B0/tok", "https://hooks.slack.com/…"),
+        ("https://u:p@am.example:9093/x?token=t", "https://am.example/…"),
+        ("hunter2", "<not a URL>"),
+        ("http://[::1/x", "<not a URL>"),
+    ],
+)
+def test_redacted_keeps_scheme_and_host_only(url: str, shown: str) -> None:
+    assert redacted(url) == shown

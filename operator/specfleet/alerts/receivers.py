@@ -1,30 +1,51 @@
-"""Delivery to Alertmanager (v2 API) and to a generic JSON webhook (Slack-compatible text)."""
+"""Delivery to Alertmanager (v2 API) and to a generic JSON webhook (Slack-compatible text).
+
+A receiver's URL is a credential (a Slack webhook's path is its token; an Alertmanager URL from a
+Secret may carry basic auth): it is never logged. httpx logs every request's URL at INFO, so its
+logger is held at WARNING."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 
 from specfleet.alerts.model import Alert
 
 TIMEOUT = httpx.Timeout(5.0, connect=2.0)
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class Receiver(Protocol):
     name: str
+    target: str
+    """Where alerts go, safe to log: scheme and host only."""
 
     def send(self, alerts: Sequence[Alert], resolved: bool) -> None: ...
+
+
+def redacted(url: str) -> str:
+    """Scheme and host of `url`, without credentials, path or query."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return "<not a URL>"
+    if not parts.scheme or not parts.hostname:
+        return "<not a URL>"
+    return f"{parts.scheme}://{parts.hostname}/…"
 
 
 class Alertmanager:
     name = "alertmanager"
 
     def __init__(self, url: str, client: httpx.Client) -> None:
-        self.url = url.rstrip("/") + "/api/v2/alerts"
+        self.url = url.strip().rstrip("/") + "/api/v2/alerts"
+        self.target = redacted(url)
         self._client = client
 
     def send(self, alerts: Sequence[Alert], resolved: bool) -> None:
@@ -46,7 +67,9 @@ class Webhook:
     name = "webhook"
 
     def __init__(self, url: str, client: httpx.Client) -> None:
-        self.url = url
+        # A Secret written with `--from-file` often ends in a newline, which httpx refuses.
+        self.url = url.strip()
+        self.target = redacted(url)
         self._client = client
 
     def send(self, alerts: Sequence[Alert], resolved: bool) -> None:

@@ -78,6 +78,16 @@ class AlertSender:
             try:
                 self._retrying(delivery.receiver.send, delivery.alerts, delivery.resolved)
                 ALERT_DELIVERIES.labels(delivery.receiver.name, "ok").inc()
-            except (httpx.HTTPError, OSError) as exc:
+            except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
                 ALERT_DELIVERIES.labels(delivery.receiver.name, "failed").inc()
-                log.warning("alert delivery to %s failed: %s", delivery.receiver.name, exc)
+                receiver = delivery.receiver
+                log.warning(
+                    "alert delivery to %s %s failed: %s", receiver.name, receiver.target, cause(exc)
+                )
+
+
+def cause(exc: Exception) -> str:
+    """What went wrong, without the exception's message: httpx's messages quote the URL."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}"
+    return type(exc).__name__
