@@ -293,18 +293,73 @@ def test_gateway_sidecar_is_locked_down_and_the_service_targets_it() -> None:
     assert http["targetPort"] == "http"
 
 
+@pytest.mark.parametrize("engine", ["vllm", "tensorrt-llm"])
+def test_the_service_never_exposes_the_engine(engine: str) -> None:
+    """Traffic that reached the engine directly would bypass the gateway and go unmeasured."""
+    manifests = render(parse_specmodel(specmodel_doc(engine={"name": engine})))
+    [svc] = by_kind(manifests, "Service")
+    assert {(p["name"], p["targetPort"]) for p in svc["spec"]["ports"]} == {
+        ("http", "http"),
+        ("metrics", "metrics"),
+    }
+    gateway_ports = {p["name"] for p in container(manifests, "gateway")["ports"]}
+    assert {p["targetPort"] for p in svc["spec"]["ports"]} <= gateway_ports
+
+
+@pytest.mark.parametrize("engine", ["vllm", "tensorrt-llm"])
+def test_engine_runs_without_capabilities_or_privilege_escalation(engine: str) -> None:
+    manifests = render(parse_specmodel(specmodel_doc(engine={"name": engine})))
+    pod = by_kind(manifests, "Deployment")[0]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    for name in ("engine", "gateway"):
+        security = container(manifests, name)["securityContext"]
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"]["drop"] == ["ALL"]
+        assert not security.get("privileged")
+
+
 @pytest.mark.parametrize(("replicas", "pdb"), [(1, False), (2, True)])
 def test_pdb_only_when_a_pod_can_be_spared(replicas: int, pdb: bool) -> None:
     manifests = render(parse_specmodel(specmodel_doc(pod={"replicas": replicas})))
     assert bool(by_kind(manifests, "PodDisruptionBudget")) == pdb
 
 
-def test_service_monitor_is_optional() -> None:
-    off = render(parse_specmodel(specmodel_doc()))
-    on = render(parse_specmodel(specmodel_doc(monitoring={"serviceMonitor": True})))
-    assert not by_kind(off, "ServiceMonitor")
-    [monitor] = by_kind(on, "ServiceMonitor")
-    assert {e["port"] for e in monitor["spec"]["endpoints"]} == {"metrics", "engine-metrics"}
+@pytest.mark.parametrize(
+    ("engine", "path"), [("vllm", "/metrics"), ("tensorrt-llm", "/prometheus/metrics")]
+)
+def test_monitors_scrape_the_gateway_through_the_service_and_the_engine_from_its_pods(
+    engine: str, path: str
+) -> None:
+    off = render(parse_specmodel(specmodel_doc(engine={"name": engine})))
+    doc = specmodel_doc(
+        engine={"name": engine},
+        speculative={"method": "eagle3", "draftModel": "d"},
+        monitoring={"serviceMonitor": True},
+    )
+    on = render(parse_specmodel(doc), ServingPlan(speculation=False, canary=True))
+    assert not by_kind(off, "ServiceMonitor") and not by_kind(off, "PodMonitor")
+    [service_monitor] = by_kind(on, "ServiceMonitor")
+    [svc] = by_kind(on, "Service")
+    assert matches(service_monitor["spec"]["selector"]["matchLabels"], svc["metadata"]["labels"])
+    assert [e["port"] for e in service_monitor["spec"]["endpoints"]] == ["metrics"]
+    [pod_monitor] = by_kind(on, "PodMonitor")
+    [endpoint] = pod_monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("engine", path)
+    for deployment in by_kind(on, "Deployment"):  # the fleet's pods and the canary's
+        template = deployment["spec"]["template"]
+        assert matches(
+            pod_monitor["spec"]["selector"]["matchLabels"], template["metadata"]["labels"]
+        )
+        engine_ports = {p["name"] for c in template["spec"]["containers"] for p in c["ports"]}
+        assert "engine" in engine_ports
+    for endpoints in (service_monitor["spec"]["endpoints"], [endpoint]):
+        targets = {r["targetLabel"]: r["sourceLabels"] for e in endpoints for r in e["relabelings"]}
+        assert targets == {
+            "specmodel": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"],
+            "revision": ["__meta_kubernetes_pod_label_specfleet_dev_revision"],
+            "speculation": ["__meta_kubernetes_pod_label_specfleet_dev_speculation"],
+        }
 
 
 def test_render_is_pure_and_deterministic() -> None:

@@ -27,6 +27,7 @@ CHILD_RESOURCES = [
     ("", "v1", "configmaps"),
     ("policy", "v1", "poddisruptionbudgets"),
     ("monitoring.coreos.com", "v1", "servicemonitors"),
+    ("monitoring.coreos.com", "v1", "podmonitors"),
 ]
 CHILD_INDEXES = [f"children_{plural}" for _, _, plural in CHILD_RESOURCES]
 RECONCILE_WORKERS = 8

@@ -1,6 +1,9 @@
 """The Kubernetes objects of one SpecModel: Deployment (engine + gateway sidecar), Service,
-ConfigMaps, PodDisruptionBudget and an optional ServiceMonitor, and during a trial the canary's
-Deployment and ConfigMaps. Pure: data in, data out.
+ConfigMaps, PodDisruptionBudget, an optional ServiceMonitor (the gateways) and PodMonitor (the
+engines), and during a trial the canary's Deployment and ConfigMaps. Pure: data in, data out.
+
+The Service exposes the gateway only: inference that bypassed it would never be measured, so
+the engine's port is scraped from the pods, never served.
 
 The canary's pods carry `app.kubernetes.io/name: specfleet-engine-canary`, so the fleet's
 Deployment selector (immutable, unchanged since the first release) and its PodDisruptionBudget
@@ -123,7 +126,7 @@ def manifests(workload: Workload) -> list[Manifest]:
     if workload.specmodel.spec.pod.replicas >= 2:
         objects.append(pod_disruption_budget(workload))
     if workload.specmodel.spec.monitoring.service_monitor:
-        objects.append(service_monitor(workload))
+        objects += [service_monitor(workload), pod_monitor(workload)]
     return objects
 
 
@@ -195,6 +198,7 @@ def pod_spec(workload: Workload) -> dict[str, Any]:
     pod = workload.specmodel.spec.pod
     spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "terminationGracePeriodSeconds": pod.termination_grace_period_seconds,
         "containers": [engine_container(workload), gateway_container(workload)],
         "volumes": volumes(workload),
@@ -236,6 +240,12 @@ def engine_container(workload: Workload) -> dict[str, Any]:
         "livenessProbe": http_probe("/health", period=15, failures=4, timeout=5),
         # Give endpoints time to drop the pod before the engine stops taking requests.
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", "10"]}}},
+        # The engine images run as root and write caches under $HOME and /tmp: no
+        # runAsNonRoot and no read-only root filesystem, but root without capabilities.
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
     }
     return container
 
@@ -356,7 +366,6 @@ def service(workload: Workload) -> Manifest:
             "ports": [
                 {"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"},
                 {"name": "metrics", "port": GATEWAY_METRICS_PORT, "targetPort": "metrics"},
-                {"name": "engine-metrics", "port": ENGINE_PORT, "targetPort": "engine"},
             ],
         },
     }
@@ -371,8 +380,9 @@ def pod_disruption_budget(workload: Workload) -> Manifest:
     }
 
 
-def service_monitor(workload: Workload) -> Manifest:
-    relabel = [
+def pod_relabelings() -> list[dict[str, Any]]:
+    """The pod labels telemetry reads as series labels."""
+    return [
         {"sourceLabels": [f"__meta_kubernetes_pod_label_{label}"], "targetLabel": target}
         for label, target in (
             ("app_kubernetes_io_instance", "specmodel"),
@@ -380,20 +390,34 @@ def service_monitor(workload: Workload) -> Manifest:
             ("specfleet_dev_speculation", "speculation"),
         )
     ]
+
+
+def service_monitor(workload: Workload) -> Manifest:
+    """The gateways' per-class series, through the Service's `metrics` port."""
+    endpoint = {"port": "metrics", "interval": "15s", "relabelings": pod_relabelings()}
+    spec = {"selector": {"matchLabels": workload.selector()}, "endpoints": [endpoint]}
+    return prometheus_operator_object(workload, "ServiceMonitor", spec)
+
+
+def pod_monitor(workload: Workload) -> Manifest:
+    """The engines' own series, from the container port `engine` of every serving pod."""
+    endpoint = {
+        "port": "engine",
+        "path": workload.launch.metrics_path,
+        "interval": "15s",
+        "relabelings": pod_relabelings(),
+    }
+    spec = {
+        "selector": {"matchLabels": workload.serving_selector()},
+        "podMetricsEndpoints": [endpoint],
+    }
+    return prometheus_operator_object(workload, "PodMonitor", spec)
+
+
+def prometheus_operator_object(workload: Workload, kind: str, spec: Manifest) -> Manifest:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "ServiceMonitor",
+        "kind": kind,
         "metadata": workload.metadata(workload.name),
-        "spec": {
-            "selector": {"matchLabels": workload.selector()},
-            "endpoints": [
-                {"port": "metrics", "interval": "15s", "relabelings": relabel},
-                {
-                    "port": "engine-metrics",
-                    "path": workload.launch.metrics_path,
-                    "interval": "15s",
-                    "relabelings": relabel,
-                },
-            ],
-        },
+        "spec": spec,
     }
