@@ -46,7 +46,8 @@ def test_vllm_speculation_on() -> None:
     assert cfg.per_request_spec_decode_metrics == "summary"
     assert cfg.enable_force_include_usage and not cfg.enable_per_request_metrics
     assert cfg.port == 8000
-    assert cfg.ignored_flags == ("--tensor-parallel-size",)
+    assert cfg.tp_size == 2  # it names the system_fingerprint's layout
+    assert cfg.ignored_flags == ()
 
 
 def test_vllm_speculation_off_and_defaults() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import httpx
@@ -27,6 +28,7 @@ EAGLE3 = json.dumps(
 )
 SPEC = ["--speculative-config", EAGLE3, "--per-request-spec-decode-metrics", "summary"]
 FAST = 0.0005  # wall seconds per simulated second
+FINGERPRINT = r"vllm-0\.33\.0-[0-9a-f]{8}"
 WEATHER: Any = {
     "type": "function",
     "function": {
@@ -115,7 +117,8 @@ async def test_chat_non_streaming_shape_and_usage() -> None:
         "ec_transfer_params",
         "metrics",
     ]
-    assert raw["id"].startswith("chatcmpl-") and raw["object"] == "chat.completion"
+    assert re.fullmatch(r"chatcmpl-[0-9a-f]{16}", raw["id"]) and raw["object"] == "chat.completion"
+    assert re.fullmatch(FINGERPRINT, raw["system_fingerprint"])
     assert raw["model"] == "llama"
     choice = raw["choices"][0]
     assert list(choice) == [
@@ -182,6 +185,10 @@ async def test_chat_streaming_chunks_and_include_usage() -> None:
     ]
     assert rest[-1]["choices"][0]["finish_reason"] == "stop"
     assert "stop_reason" in rest[-1]["choices"][0]
+    # the fingerprint rides the last message only: the finish chunk, or the usage chunk after it
+    assert re.fullmatch(FINGERPRINT, rest[-1]["system_fingerprint"])
+    assert all("system_fingerprint" not in c for c in [first, *rest[:-1], *with_usage[:-2]])
+    assert re.fullmatch(FINGERPRINT, with_usage[-2]["system_fingerprint"])
     assert all("usage" not in c and "metrics" not in c for c in plain[:-1])
     assert len({c["id"] for c in plain[:-1]}) == 1
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in rest)
@@ -190,6 +197,7 @@ async def test_chat_streaming_chunks_and_include_usage() -> None:
     final = with_usage[-2]
     assert final["choices"] == [] and final["usage"]["completion_tokens"] == 40
     assert list(final["usage"]) == ["prompt_tokens", "total_tokens", "completion_tokens"]
+    assert final["system_fingerprint"] == rest[-1]["system_fingerprint"]
     assert set(final["metrics"]) == {"speculative_decoding"}  # exclude_none drops the timing nulls
     assert "per_step_accepted" not in final["metrics"]["speculative_decoding"]
     assert all("metrics" not in c for c in with_usage[:-2])
@@ -446,12 +454,55 @@ async def test_errors_like_vllm() -> None:
     assert card.id == "llama" and card.owned_by == "vllm"
     assert extra(card)["root"] == MODEL and extra(card)["max_model_len"] == 8192
     assert missing.value.body == {
-        "message": "The model `gpt-4` does not exist.",
+        "message": "The model `gpt-4` does not exist. Valid aliases: llama.",
         "type": "NotFoundError",
         "param": "model",
         "code": 404,
     }
     assert "stream=True" in options.value.body["message"]
+
+
+@pytest.mark.parametrize("options", [{}, {"continuous_usage_stats": True}])
+async def test_stream_options_without_include_usage_get_no_usage_chunk(
+    options: dict[str, Any],
+) -> None:
+    """vLLM's StreamOptions.include_usage defaults to false even when stream_options is sent."""
+    body = {"model": "llama", "messages": MESSAGES, "stream": True, "stream_options": options}
+    async with serve(vllm(*SPEC), SimOptions(time_scale=FAST, scenario=scenario())) as sim:
+        chunks = (await sse(sim.url, "/v1/chat/completions", body))[:-1]
+    assert all(c["choices"] and "usage" not in c and "metrics" not in c for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_request_errors_with_vllms_messages_and_the_load_endpoint() -> None:
+    args = vllm("--max-model-len", "2048")
+    async with serve(args, SimOptions(time_scale=FAST)) as sim, httpx.AsyncClient() as http:
+        base = {"model": "llama", "messages": MESSAGES}
+        greedy = await http.post(
+            sim.url + "/v1/chat/completions", json={**base, "n": 2, "temperature": 0}
+        )
+        sampled = await http.post(
+            sim.url + "/v1/chat/completions", json={**base, "n": 2, "temperature": 0.7}
+        )
+        too_long = await http.post(
+            sim.url + "/v1/completions", json={"model": "llama", "prompt": "x", "max_tokens": 4096}
+        )
+        load = await http.get(sim.url + "/load")
+    assert greedy.status_code == 400 and greedy.json() == {
+        "error": {
+            "message": "n must be 1 when using greedy sampling, got 2.",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        }
+    }
+    assert sampled.status_code == 200 and len(sampled.json()["choices"]) == 2
+    assert too_long.status_code == 400
+    assert too_long.json()["error"]["param"] == "max_tokens"
+    assert too_long.json()["error"]["message"].startswith(
+        "max_tokens=4096 cannot be greater than max_model_len=2048."
+    )
+    assert load.json() == {"server_load": 0}  # counted only with --enable-server-load-tracking
 
 
 async def test_speculation_helps_tpot_at_high_acceptance_and_hurts_at_low() -> None:

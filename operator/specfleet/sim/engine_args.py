@@ -87,6 +87,7 @@ class EngineConfig:
     enable_force_include_usage: bool = False
     enable_auto_tool_choice: bool = False
     tool_call_parser: str | None = None
+    enable_server_load_tracking: bool = False  # GET /load counts requests in flight
     # TensorRT-LLM
     backend: str = "pytorch"
     tp_size: int = 1
@@ -261,13 +262,19 @@ def parse_vllm(
     p.add_argument(
         "--per-request-spec-decode-metrics", choices=["none", "summary", "detailed"], default="none"
     )
-    for name in ("per-request-metrics", "force-include-usage", "auto-tool-choice"):
+    for name in (
+        "per-request-metrics",
+        "force-include-usage",
+        "auto-tool-choice",
+        "server-load-tracking",
+    ):
         dest = f"enable_{name.replace('-', '_')}"
         p.add_argument(f"--enable-{name}", dest=dest, action="store_true", default=False)
         p.add_argument(f"--disable-{name}", dest=dest, action="store_false")
     p.add_argument("--tool-call-parser")
     p.add_argument("--max-model-len", type=_int_with_suffix)
     p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--tensor-parallel-size", type=int, default=1)
     p.add_argument("--api-key", action="append")
     p.add_argument("--host")
     p.add_argument("--port", type=int)
@@ -312,6 +319,8 @@ def parse_vllm(
         enable_force_include_usage=ns.enable_force_include_usage,
         enable_auto_tool_choice=ns.enable_auto_tool_choice,
         tool_call_parser=ns.tool_call_parser,
+        enable_server_load_tracking=ns.enable_server_load_tracking,
+        tp_size=ns.tensor_parallel_size,
         ignored_flags=tuple(flags),
     )
 

@@ -6,7 +6,11 @@ vLLM 0.33 (read from vLLM's `chat_completion/protocol.py`, `completion/protocol.
   except that an empty `message.tool_calls` is omitted;
 - stream chunks are dumped with `exclude_unset`: only fields the server set;
 - the final usage chunk (`choices: []`) is dumped with `exclude_none`, and
-  carries the per-request `metrics` object.
+  carries the per-request `metrics` object;
+- `system_fingerprint` (`vllm-<version>[-tpN]-<config hash>`) is on every
+  non-streaming body and on a stream's last message: the usage chunk when there
+  is one, else each choice's finish chunk;
+- ids are `chatcmpl-` / `cmpl-` / `chatcmpl-tool-` + 16 hex digits.
 
 TensorRT-LLM 1.2.1 (`serve/openai_protocol.py`, `postprocess_handlers.py`):
 - non-streaming bodies are full dumps; chat stream chunks use `exclude_none`,
@@ -19,6 +23,7 @@ TensorRT-LLM 1.2.1 (`serve/openai_protocol.py`, `postprocess_handlers.py`):
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -43,6 +48,7 @@ __all__ = [
     "vllm_completion",
     "vllm_completion_chunk",
     "vllm_error",
+    "vllm_fingerprint",
     "vllm_models",
     "vllm_per_request_metrics",
     "vllm_usage_chunk",
@@ -53,7 +59,8 @@ TRTLLM_VERSION = "1.2.1"
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex}"
+    """vLLM's random_uuid: 64 random bits as 16 hex digits."""
+    return f"{prefix}-{uuid.uuid4().int & (2**64 - 1):016x}"
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,14 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
 
 
 # =========================================================================== vLLM
+
+
+def vllm_fingerprint(config: EngineConfig) -> str:
+    """`--fingerprint-mode full`: version, the parallel layout beyond 1, 8 hex digits of a
+    hash of the engine config (here: of its args)."""
+    digest = hashlib.sha256("\0".join(config.args).encode()).hexdigest()[:8]
+    layout = [f"tp{config.tp_size}"] if config.tp_size > 1 else []
+    return "-".join([f"vllm-{VLLM_VERSION}", *layout, digest])
 
 
 def vllm_error(
@@ -177,6 +192,7 @@ def vllm_chat_completion(
     prompt_tokens: int,
     completion_tokens: int,
     metrics: dict[str, Any] | None,
+    fingerprint: str,
 ) -> dict[str, Any]:
     out_choices = []
     for c in choices:
@@ -209,7 +225,7 @@ def vllm_chat_completion(
         "model": model,
         "choices": out_choices,
         "service_tier": None,
-        "system_fingerprint": None,
+        "system_fingerprint": fingerprint,
         "usage": {
             **_usage(prompt_tokens, completion_tokens),
             "prompt_tokens_details": None,
@@ -234,12 +250,14 @@ def vllm_chat_chunk(
     finish_reason: str | None = None,
     first: bool = False,
     usage: dict[str, Any] | None = None,
+    fingerprint: str | None = None,
 ) -> dict[str, Any]:
     """One `chat.completion.chunk`. `delta` is what the server set, e.g.
     `{"role": "assistant", "content": ""}`, `{"content": "..."}` or
     `{"tool_calls": [{"index": 0, "function": {"arguments": "..."}}]}`.
     `usage` is the continuous usage (stream_options.continuous_usage_stats or
-    --enable-force-include-usage)."""
+    --enable-force-include-usage); `fingerprint` goes on a finish chunk that no usage
+    chunk follows."""
     choice: dict[str, Any] = {
         "index": index,
         "delta": delta,
@@ -259,6 +277,8 @@ def vllm_chat_chunk(
     }
     if usage is not None:
         chunk["usage"] = usage
+    if fingerprint is not None:
+        chunk["system_fingerprint"] = fingerprint
     if first:
         chunk["prompt_token_ids"] = None
         chunk["prompt_text"] = None
@@ -277,6 +297,7 @@ def vllm_usage_chunk(
     prompt_tokens: int,
     completion_tokens: int,
     metrics: dict[str, Any] | None,
+    fingerprint: str,
     object_type: str = "chat.completion.chunk",
 ) -> dict[str, Any]:
     """The final usage chunk (`choices: []`), dumped with exclude_none."""
@@ -287,6 +308,7 @@ def vllm_usage_chunk(
         "model": model,
         "choices": [],
         "usage": _usage(prompt_tokens, completion_tokens),
+        "system_fingerprint": fingerprint,
     }
     if metrics is not None:
         chunk["metrics"] = _drop_none(metrics)
@@ -308,6 +330,7 @@ def vllm_completion(
     prompt_tokens: int,
     completion_tokens: int,
     metrics: dict[str, Any] | None,
+    fingerprint: str,
 ) -> dict[str, Any]:
     return {
         "id": request_id,
@@ -329,7 +352,7 @@ def vllm_completion(
             for c in choices
         ],
         "service_tier": None,
-        "system_fingerprint": None,
+        "system_fingerprint": fingerprint,
         "usage": {
             **_usage(prompt_tokens, completion_tokens),
             "prompt_tokens_details": None,
@@ -350,6 +373,7 @@ def vllm_completion_chunk(
     text: str,
     finish_reason: str | None,
     usage: dict[str, Any] | None = None,
+    fingerprint: str | None = None,
 ) -> dict[str, Any]:
     chunk: dict[str, Any] = {
         "id": request_id,
@@ -368,6 +392,8 @@ def vllm_completion_chunk(
             }
         ],
     }
+    if fingerprint is not None:
+        chunk["system_fingerprint"] = fingerprint
     if usage is not None:
         chunk["usage"] = usage
     return chunk

@@ -4,7 +4,7 @@ Routes (both engines unless noted): `GET /health` (503 until `startup_delay`
 has passed and while draining, then 200 with an empty body), `GET /version`,
 `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/completions`,
 `GET /metrics` (vLLM: Prometheus text; TensorRT-LLM: JSON iteration stats,
-drained on read), `GET /ping` (vLLM), `GET /health_generate` and
+drained on read), `GET /ping` and `GET /load` (vLLM), `GET /health_generate` and
 `GET /prometheus/metrics` (TensorRT-LLM, the latter only with
 `return_perf_metrics: true`).
 
@@ -121,6 +121,7 @@ class EngineSimulator:
         self.seed = seed if seed is not None else (scenario.seed if scenario else 0)
         self.clock = Clock(self.options.time_scale, self.options.epoch)
         self.vllm = config.engine == "vllm"
+        self.fingerprint = R.vllm_fingerprint(config)
         self.metrics: VllmMetrics | TrtllmMetrics = (
             VllmMetrics(config) if self.vllm else TrtllmMetrics(config)
         )
@@ -189,6 +190,7 @@ class EngineSimulator:
         app.router.add_get("/metrics", self._metrics)
         if self.vllm:
             app.router.add_route("*", "/ping", self._health)
+            app.router.add_get("/load", self._load)
         else:
             app.router.add_get("/health_generate", self._health_generate)
             if self.config.return_perf_metrics:
@@ -222,6 +224,11 @@ class EngineSimulator:
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200 if self.ready else 503)
+
+    async def _load(self, request: web.Request) -> web.Response:
+        """vLLM counts requests in flight only with --enable-server-load-tracking."""
+        load = self.inflight if self.config.enable_server_load_tracking else 0
+        return web.json_response({"server_load": load}, dumps=_dumps)
 
     async def _version(self, request: web.Request) -> web.Response:
         version = R.VLLM_VERSION if self.vllm else R.TRTLLM_VERSION
@@ -278,7 +285,13 @@ class EngineSimulator:
                 raise ApiError(400, "model: Field required", param="model")
             model = self.config.model_name
         elif vllm and model not in self.config.served_model_names:
-            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+            aliases = ", ".join(self.config.served_model_names)
+            raise ApiError(
+                404,
+                f"The model `{model}` does not exist. Valid aliases: {aliases}.",
+                "NotFoundError",
+                "model",
+            )
         response_model = self.config.model_name if vllm else str(model)
 
         stream = bool(body.get("stream") or False)
@@ -293,8 +306,9 @@ class EngineSimulator:
         opts = stream_options if isinstance(stream_options, dict) else {}
         if vllm and self.config.enable_force_include_usage:
             include_usage = continuous = True
-        else:  # both engines: include_usage defaults to true once stream_options is sent
-            include_usage = stream_options is not None and bool(opts.get("include_usage", True))
+        else:  # StreamOptions.include_usage defaults to false in vLLM, true in TensorRT-LLM
+            sent = stream_options is not None
+            include_usage = sent and bool(opts.get("include_usage", not vllm))
             continuous = include_usage and bool(opts.get("continuous_usage_stats", False))
 
         n = body.get("n") or 1
@@ -357,20 +371,10 @@ class EngineSimulator:
                 )
             requested = body.get("max_tokens", 16 if vllm else None)
 
-        limit = self.config.max_model_len
-        if prompt_tokens > limit:
-            raise ApiError(
-                400,
-                f"Input length ({prompt_tokens}) exceeds model's maximum context length ({limit}).",
-                param="messages" if chat else "prompt",
-            )
-        room = limit - prompt_tokens
-        if requested is not None:
-            if not isinstance(requested, int) or isinstance(requested, bool) or requested < 1:
-                raise ApiError(
-                    400, f"max_tokens must be at least 1, got {requested}.", param="max_tokens"
-                )
-            room = min(room, requested)
+        limit_param = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        room = self._room(prompt_tokens, requested, limit_param if chat else "max_tokens")
+        if vllm:
+            _check_greedy(body.get("temperature"), n)
         return _Request(
             chat=chat,
             body=body,
@@ -379,12 +383,38 @@ class EngineSimulator:
             include_usage=include_usage,
             continuous_usage=continuous,
             n=n,
-            max_tokens=max(room, 1),
+            max_tokens=room,
             prompt_tokens=prompt_tokens,
             tools=tools,
             tool_choice=tool_choice,
             response_format=response_format,
         )
+
+    def _room(self, prompt_tokens: int, requested: Any, param: str) -> int:
+        """Output tokens the request may generate; vLLM's length checks, in its order."""
+        limit = self.config.max_model_len
+        if requested is not None and (
+            not isinstance(requested, int) or isinstance(requested, bool) or requested < 1
+        ):
+            raise ApiError(400, f"{param} must be at least 1, got {requested}.", param=param)
+        if self.vllm and requested is not None and requested > limit:
+            raise ApiError(
+                400,
+                f"{param}={requested} cannot be greater than max_model_len={limit}. "
+                f"Please request fewer output tokens. (parameter={param}, value={requested})",
+                param=param,
+            )
+        if prompt_tokens > limit:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"contains {prompt_tokens} input tokens, which exceeds this limit even without "
+                "any output tokens. Please reduce the length of the input prompt. "
+                f"(parameter=input_tokens, value={prompt_tokens})",
+                param="input_tokens",
+            )
+        room = limit - prompt_tokens
+        return max(min(room, requested) if requested is not None else room, 1)
 
     # ----------------------------------------------------------- planning
 
@@ -523,6 +553,7 @@ class EngineSimulator:
                 prompt_tokens=req.prompt_tokens,
                 completion_tokens=completion_tokens,
                 metrics=metrics,
+                fingerprint=self.fingerprint,
             )
         else:
             build_t = R.trtllm_chat_completion if req.chat else R.trtllm_completion
@@ -625,6 +656,12 @@ class EngineSimulator:
         await self.engine.stop()
 
 
+def _check_greedy(temperature: Any, n: int) -> None:
+    """vLLM's SamplingParams: temperature 0 means greedy, and greedy allows one choice."""
+    if isinstance(temperature, int | float) and temperature < 1e-5 and n > 1:
+        raise ApiError(400, f"n must be 1 when using greedy sampling, got {n}.")
+
+
 def _timing(seq: Sequence) -> dict[str, float | None]:
     """vLLM's per-request timing fields (build_per_request_timing_metrics)."""
     n = seq.generated
@@ -662,6 +699,10 @@ class _ChunkWriter:
         data = "data: " + _dumps(chunk) + (" " if trailing_space else "") + "\n\n"
         await self.resp.write(data.encode())
 
+    def _fingerprint(self, finish: str | None) -> str | None:
+        """vLLM stamps a stream's last message: the finish chunk unless a usage chunk follows."""
+        return self.sim.fingerprint if finish and not self.req.include_usage else None
+
     def _usage(self, first: bool = False) -> dict[str, Any] | None:
         if not self.req.continuous_usage:
             return None
@@ -676,7 +717,7 @@ class _ChunkWriter:
             return R.vllm_chat_chunk(
                 request_id=self.gen.request_id, created=self.created, model=self.req.model,
                 index=index, delta=delta, finish_reason=finish, first=first,
-                usage=self._usage(first),
+                usage=self._usage(first), fingerprint=self._fingerprint(finish),
             )  # fmt: skip
         return R.trtllm_chat_chunk(
             config=self.sim.config, request_id=self.gen.request_id, created=self.created,
@@ -721,6 +762,7 @@ class _ChunkWriter:
             return R.vllm_completion_chunk(
                 request_id=self.gen.request_id, created=self.created, model=self.req.model,
                 index=index, text=text, finish_reason=finish, usage=self._usage(),
+                fingerprint=self._fingerprint(finish),
             )  # fmt: skip
         return R.trtllm_completion_chunk(
             config=self.sim.config, request_id=self.gen.request_id, created=self.created,
@@ -757,7 +799,7 @@ class _ChunkWriter:
             chunk = R.vllm_usage_chunk(
                 request_id=gen.request_id, created=self.created, model=req.model,
                 prompt_tokens=req.prompt_tokens, completion_tokens=completion,
-                metrics=metrics, object_type=object_type,
+                metrics=metrics, fingerprint=self.sim.fingerprint, object_type=object_type,
             )  # fmt: skip
         else:
             chunk = R.trtllm_usage_chunk(
