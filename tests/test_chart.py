@@ -73,6 +73,47 @@ def test_operator_never_gets_wildcards_or_secret_listing() -> None:
                 assert rule["verbs"] == ["get", "list", "watch"]
 
 
+def secret_rules(role: dict[str, Any]) -> list[dict[str, Any]]:
+    return [rule for rule in role["rules"] if "secrets" in rule["resources"]]
+
+
+def test_secrets_are_readable_only_by_the_names_alerts_use() -> None:
+    """A SpecModel names the Secret its webhook URL is in; without resourceNames its author
+    could make the operator read any Secret of the namespace."""
+    roles = kinds(template())["ClusterRole"]
+    assert [secret_rules(r) for r in roles] == [
+        [],
+        [
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "resourceNames": ["specfleet-alerts"],
+                "verbs": ["get"],
+            }
+        ],
+    ]
+    named = kinds(template("--set", "alertSecrets.names={hooks,am-url}"))["ClusterRole"]
+    assert [r["resourceNames"] for role in named for r in secret_rules(role)] == [
+        ["hooks", "am-url"]
+    ]
+    none = template("--set-json", "alertSecrets.names=[]")
+    assert not [r for role in kinds(none)["ClusterRole"] for r in secret_rules(role)]
+
+
+def test_namespaced_roles_restrict_secrets_alike() -> None:
+    roles = kinds(template("--set", "watchNamespaces={team-a,team-b}"))["Role"]
+    for role in roles:
+        [rule] = secret_rules(role)
+        assert (rule["verbs"], rule["resourceNames"]) == (["get"], ["specfleet-alerts"])
+
+
+def test_operator_may_manage_the_monitors_it_renders() -> None:
+    [_, operator] = kinds(template())["ClusterRole"]
+    [rule] = [r for r in operator["rules"] if r["apiGroups"] == ["monitoring.coreos.com"]]
+    assert set(rule["resources"]) == {"servicemonitors", "podmonitors"}
+    assert set(rule["verbs"]) == OPERATOR_VERBS
+
+
 def test_namespaced_mode_uses_roles() -> None:
     objects = kinds(template("--set", "watchNamespaces={team-a,team-b}"))
     assert sorted(r["metadata"]["namespace"] for r in objects["Role"]) == ["team-a", "team-b"]
@@ -103,6 +144,11 @@ def test_values_schema_rejects_bad_values() -> None:
     result = helm("template", "sf", str(CHART), "--set", "logFormat=xml", check=False)
     assert result.returncode != 0
     assert "logFormat" in result.stderr
+    result = helm(
+        "template", "sf", str(CHART), "--set", "alertSecrets.names={Bad_Name}", check=False
+    )
+    assert result.returncode != 0
+    assert "alertSecrets" in result.stderr
 
 
 def test_chart_ships_the_generated_crd() -> None:
