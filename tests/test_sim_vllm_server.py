@@ -505,6 +505,32 @@ async def test_request_errors_with_vllms_messages_and_the_load_endpoint() -> Non
     assert load.json() == {"server_load": 0}  # counted only with --enable-server-load-tracking
 
 
+@pytest.mark.parametrize(("method", "drafts_every_step"), [("ngram", False), ("eagle3", True)])
+async def test_prompt_lookup_drafts_only_on_steps_with_a_match(
+    method: str, drafts_every_step: bool
+) -> None:
+    """vLLM's n-gram proposer drafts where the context holds a match: the other decode steps
+    make one token and are no verify step (num_spec_steps counts drafting steps only)."""
+    conf = {"method": method, "num_speculative_tokens": 4}
+    if method == "eagle3":
+        conf["model"] = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    args = vllm("--speculative-config", json.dumps(conf), "--per-request-spec-decode-metrics",
+                "detailed")  # fmt: skip
+    profile = scenario(output_tokens=300, draft_match_rate=0.3)
+    async with serve(args, SimOptions(time_scale=FAST, scenario=profile, seed=2)) as sim:
+        resp = await client(sim.url).chat.completions.create(model="llama", messages=MESSAGES)
+    spec = extra(resp)["metrics"]["speculative_decoding"]
+    assert resp.usage is not None
+    from_verify_steps = spec["num_spec_steps"] + spec["num_accepted_draft_tokens"]
+    no_draft_steps = resp.usage.completion_tokens - 1 - from_verify_steps  # 1: the prefill's
+    assert spec["num_spec_steps"] > 0 and set(spec["per_step_drafted"]) == {4}
+    assert spec["num_draft_tokens"] == 4 * spec["num_spec_steps"]
+    if drafts_every_step:
+        assert no_draft_steps <= 0  # the last step may accept more than the answer needs
+    else:
+        assert no_draft_steps > spec["num_spec_steps"]  # a 0.3 match rate: most steps no draft
+
+
 async def test_speculation_helps_tpot_at_high_acceptance_and_hurts_at_low() -> None:
     async def tpot(args: Any, alpha: float) -> float:
         opts = SimOptions(time_scale=FAST, scenario=scenario(acceptance=alpha, output_tokens=200))

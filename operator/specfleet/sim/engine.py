@@ -3,7 +3,10 @@
 Requests queue (`max_num_seqs` bounds the running batch); each iteration
 prefills the newly admitted sequences (their first token) and runs one verify
 step for every decoding sequence: `k` drafts, `acceptance.draw` accepted, so
-`1 + accepted` new tokens, capped by what the sequence still needs. Iteration
+`1 + accepted` new tokens, capped by what the sequence still needs. Prompt-lookup
+drafters (n-gram, suffix) draft only on steps that find a match (the request's
+`draft_match_rate`); a step without a draft yields one token and counts as no
+verify step, as in vLLM. Drafts never reach past `max_model_len`. Iteration
 length comes from `timing.TimingModel`.
 
 Time: the loop keeps its own virtual clock (simulated seconds). While busy it
@@ -84,6 +87,7 @@ class GenRequest:
     max_tokens: int
     alpha: float
     decay: float = 1.0
+    draft_match_rate: float = 1.0  # prompt-lookup drafters: P(a step drafts)
     class_name: str = ""
     queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     sequences: list[Sequence] = field(default_factory=list)
@@ -275,14 +279,15 @@ class EngineCore:
             if seq.cancelled or seq.finish_reason is not None:
                 continue
             accepted = 0
-            if k and seq.stats is not None:
-                accepted = draw(seq.request.alpha, k, self.rng, seq.request.decay)
-                seq.stats.observe(k, accepted)
-                drafted_total += k
+            drafted = self._draft_length(seq, k)
+            if drafted and seq.stats is not None:
+                accepted = draw(seq.request.alpha, drafted, self.rng, seq.request.decay)
+                seq.stats.observe(drafted, accepted)
+                drafted_total += drafted
                 accepted_total += accepted
                 spec_requests += 1
                 for obs in self.observers:
-                    obs.on_spec_step(seq, k, accepted)
+                    obs.on_spec_step(seq, drafted, accepted)
             generated += self._emit(seq, 1 + accepted, end, first=False)
         for seq in [s for s in self.running if s.finish_reason is not None]:
             self.running.remove(seq)
@@ -308,6 +313,15 @@ class EngineCore:
         )
         for obs in self.observers:
             obs.on_iteration(record)
+
+    def _draft_length(self, seq: Sequence, k: int) -> int:
+        spec = self.config.speculation
+        if not k or spec is None:
+            return 0
+        if spec.drafts_on_match and self.rng.random() >= seq.request.draft_match_rate:
+            return 0
+        context = seq.request.prompt_tokens + seq.generated
+        return max(0, min(k, self.config.max_model_len - context))
 
     def kv_used_tokens(self) -> int:
         return sum(s.request.prompt_tokens + s.generated for s in self.running)

@@ -59,6 +59,12 @@ class Speculation:
     # TensorRT-LLM max_concurrency: no speculation above this batch size
     max_concurrency: int | None = None
 
+    @property
+    def drafts_on_match(self) -> bool:
+        """Prompt-lookup drafters propose only where the context holds a match, so some
+        verify steps carry no draft at all (vLLM's ngram, ngram_gpu, suffix)."""
+        return self.method in ("ngram", "ngram_gpu", "suffix")
+
     def k_for_batch(self, batch: int) -> int:
         if self.max_concurrency is not None and batch > self.max_concurrency:
             return 0

@@ -46,6 +46,7 @@ from pydantic import (
 )
 
 __all__ = [
+    "DEFAULT_DRAFT_MATCH_RATE",
     "ClassProfile",
     "Effects",
     "Rollout",
@@ -56,6 +57,11 @@ __all__ = [
     "load_scenario",
     "parse_scenario",
 ]
+
+
+# Prompt lookup drafts on a minority of steps in ordinary chat; repetitive classes
+# (code edits, extraction) set their own rate.
+DEFAULT_DRAFT_MATCH_RATE = 0.3
 
 
 class ScenarioError(ValueError):
@@ -149,6 +155,12 @@ class ClassProfile(BaseModel):
         gt=0.0,
         le=1.0,
         description="draft position j is accepted with alpha·decay^j (1.0 = i.i.d.)",
+    )
+    draft_match_rate: float = Field(
+        default=DEFAULT_DRAFT_MATCH_RATE,
+        ge=0.0,
+        le=1.0,
+        description="n-gram / suffix drafters: P(a decode step finds a match and drafts)",
     )
 
     @field_validator("acceptance")

@@ -35,7 +35,7 @@ from specfleet.sim import responses as R
 from specfleet.sim.engine import Clock, EngineCore, Event, GenRequest, Sequence
 from specfleet.sim.engine_args import EngineConfig
 from specfleet.sim.metrics import TrtllmIterationStats, TrtllmMetrics, VllmMetrics
-from specfleet.sim.scenario import Effects, Scenario
+from specfleet.sim.scenario import DEFAULT_DRAFT_MATCH_RATE, Effects, Scenario
 from specfleet.sim.text import (
     PlannedOutput,
     arguments_for_schema,
@@ -502,8 +502,9 @@ class EngineSimulator:
         if scenario is not None:
             profile = scenario.classes[class_name]
             alpha, decay = scenario.acceptance(class_name, self.clock.now()), profile.position_decay
+            match_rate = profile.draft_match_rate
         else:
-            alpha, decay = DEFAULT_ACCEPTANCE, 1.0
+            alpha, decay, match_rate = DEFAULT_ACCEPTANCE, 1.0, DEFAULT_DRAFT_MATCH_RATE
         alpha = min(1.0, alpha * self.effects().acceptance_factor)
         gen = GenRequest(
             request_id=self._request_id("chatcmpl" if chat else "cmpl", req.stream),
@@ -512,6 +513,7 @@ class EngineSimulator:
             max_tokens=req.max_tokens,
             alpha=alpha,
             decay=decay,
+            draft_match_rate=match_rate,
             class_name=class_name,
         )
         self.inflight += 1
