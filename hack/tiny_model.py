@@ -1,0 +1,120 @@
+"""Builds the tiny models the real vLLM engine serves in the tests, with nothing from a hub.
+
+Runs in the engine's venv (hack/real-engine.sh), which has torch, transformers and tokenizers:
+    python hack/tiny_model.py OUT_DIR
+writes OUT_DIR/target (a 2-layer Llama with random weights and a byte-level BPE tokenizer
+trained here on generated text) and OUT_DIR/draft (the target's first layer, embeddings and
+head: a 1-layer draft that shares the target's vocabulary).
+Deterministic: fixed seeds, a corpus generated from a seeded generator.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+SEED = 0
+VOCAB_SIZE = 4096
+HIDDEN = 128
+MAX_POSITIONS = 4096
+SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|system|>", "<|user|>", "<|assistant|>"]
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n"
+    "{{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+WORDS = (
+    "the a of to and in is it for on with as was by at be this that from or have an are not "
+    "def return class import self if else elif for while try except with yield lambda None True "
+    "False print len range list dict str int float json request response token model engine "
+    "draft accepted speculative decoding prompt class latency throughput kernel cache batch "
+    "tool call schema function argument value name type object array string number boolean"
+)
+
+
+def corpus(lines: int) -> list[str]:
+    """Seeded text mixing prose-like and code-like lines, so BPE learns both."""
+    rng = random.Random(SEED)
+    pool = WORDS.split()
+    out = []
+    for i in range(lines):
+        words = rng.choices(pool, k=rng.randint(4, 16))
+        if i % 3 == 0:
+            out.append(f"def {words[0]}_{i}({', '.join(words[1:3])}):\n    return {words[3]}")
+        elif i % 3 == 1:
+            out.append(json.dumps({words[0]: words[1:4], "n": i}))
+        else:
+            out.append(" ".join(words).capitalize() + ".")
+    return out
+
+
+def tokenizer() -> PreTrainedTokenizerFast:
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(corpus(20_000), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        bos_token="<|bos|>",
+        eos_token="<|eos|>",
+        pad_token="<|pad|>",
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=MAX_POSITIONS,
+    )
+
+
+def llama_config(tok: PreTrainedTokenizerFast, layers: int) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=HIDDEN,
+        intermediate_size=2 * HIDDEN,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        torch_dtype="float32",
+    )
+
+
+def save(model: torch.nn.Module, tok: PreTrainedTokenizerFast, out: Path) -> None:
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"tiny_model: {out.name}: {params / 1e6:.2f} M parameters", file=sys.stderr)
+
+
+def target_and_draft(tok: PreTrainedTokenizerFast, out: Path) -> None:
+    torch.manual_seed(SEED)
+    target = LlamaForCausalLM(llama_config(tok, layers=2)).eval()
+    save(target, tok, out / "target")
+    draft = LlamaForCausalLM(llama_config(tok, layers=1)).eval()
+    own = draft.state_dict()
+    draft.load_state_dict({name: target.state_dict()[name] for name in own})
+    save(draft, tok, out / "draft")
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True)
+    tok = tokenizer()
+    target_and_draft(tok, out)
+
+
+if __name__ == "__main__":
+    main()
