@@ -273,11 +273,11 @@ async def test_a_client_that_stops_reading_is_dropped_and_the_engine_request_can
         assert await requests_total(gw, "chat", "cancelled") == 1
 
 
-async def test_a_non_json_body_is_forwarded_and_counted_as_a_client_error() -> None:
+async def test_a_non_json_body_is_answered_by_the_gateway_and_counted_as_a_client_error() -> None:
     async with gateway() as (upstream, gw), httpx.AsyncClient() as http:
         r = await http.post(gw.url + CHAT, content=b"{not json", headers={"x-specfleet-class": "x"})
-        assert r.status_code == 400
-        assert upstream.bodies == [b"{not json"]
+        assert openai_error(r, 400)["message"] == "the body is not valid JSON"
+        assert upstream.bodies == []
         assert await requests_total(gw, "chat", "client_error") == 1
 
 
@@ -414,29 +414,34 @@ async def test_stop_drains_in_flight_streams_and_refuses_new_requests() -> None:
     assert upstream.finished == 1
 
 
+OFF = {"include_usage": True, "continuous_usage_stats": False}
+
+
 @pytest.mark.parametrize(
-    ("body", "expected_options"),
+    ("body", "engine_default", "expected_options"),
     [
-        ({"stream": True}, {"include_usage": True, "continuous_usage_stats": False}),
-        (
-            {"stream": True, "stream_options": {"include_usage": 0, "continuous_usage_stats": 1}},
-            {"include_usage": True, "continuous_usage_stats": False},
-        ),
-        (
-            {"stream": True, "stream_options": None},
-            {"include_usage": True, "continuous_usage_stats": False},
-        ),
-        ({"stream": True, "stream_options": {}}, None),  # the engines default it to true
-        ({"stream": True, "stream_options": {"include_usage": True}}, None),
-        ({"stream": False}, None),
-        ({}, None),
+        ({"stream": True}, False, OFF),
+        ({"stream": True}, True, OFF),  # no stream_options: neither engine sends usage
+        ({"stream": True, "stream_options": {"include_usage": 0, "continuous_usage_stats": 1}},
+         False, OFF),
+        ({"stream": True, "stream_options": None}, False, OFF),
+        # vLLM defaults include_usage to false even when stream_options is sent (issue 15)
+        ({"stream": True, "stream_options": {}}, False, OFF),
+        ({"stream": True, "stream_options": {"continuous_usage_stats": True}}, False, OFF),
+        # TensorRT-LLM defaults it to true: the client gets the usage chunk as it is
+        ({"stream": True, "stream_options": {}}, True, None),
+        ({"stream": True, "stream_options": {"continuous_usage_stats": True}}, True, None),
+        ({"stream": True, "stream_options": {"include_usage": None}}, True, OFF),
+        ({"stream": True, "stream_options": {"include_usage": True}}, False, None),
+        ({"stream": False}, False, None),
+        ({}, False, None),
     ],
-)
+)  # fmt: skip
 def test_usage_is_requested_only_when_the_engine_would_not_send_it(
-    body: dict[str, Any], expected_options: dict[str, Any] | None
+    body: dict[str, Any], engine_default: bool, expected_options: dict[str, Any] | None
 ) -> None:
     raw = b"  " + json.dumps({**body, "messages": [{"content": "{x}"}]}).encode()
-    injected = usage_injection(raw, json.loads(raw))
+    injected = usage_injection(raw, json.loads(raw), engine_default)
     if expected_options is None:
         assert injected is None
         return

@@ -117,7 +117,7 @@ async def scrape(url: str) -> str:
 
 # ------------------------------------------------------------------------------ identity
 
-VOLATILE = re.compile(rb'((?:chatcmpl|cmpl|modelperm)(?:-tool)?-)[0-9a-f]{32}|("created":)\d+')
+VOLATILE = re.compile(rb'((?:chatcmpl|cmpl|modelperm)(?:-tool)?-)[0-9a-f]{16,32}|("created":)\d+')
 
 
 def normalized(raw: bytes) -> bytes:

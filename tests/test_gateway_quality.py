@@ -20,39 +20,40 @@ SCHEMAS = {"weather": WEATHER}
 
 
 def test_tool_call_validity() -> None:
-    assert tool_call_valid(ToolCall("weather", '{"city": "Oslo", "days": 3}'), SCHEMAS)
-    assert not tool_call_valid(ToolCall("weather", '{"city": "Oslo", "days": 3'), SCHEMAS)
-    assert not tool_call_valid(ToolCall("weather", '{"days": 3}'), SCHEMAS)  # required missing
-    assert not tool_call_valid(ToolCall("weather", '{"city": "Oslo", "days": 9}'), SCHEMAS)
-    assert not tool_call_valid(ToolCall("weather", '["Oslo"]'), SCHEMAS)  # not an object
-    assert not tool_call_valid(ToolCall("stocks", '{"city": "Oslo"}'), SCHEMAS)  # not offered
-    assert not tool_call_valid(ToolCall(None, "{}"), SCHEMAS)
+    assert tool_call_valid(ToolCall("weather", '{"city": "Oslo", "days": 3}'), SCHEMAS) is True
+    assert tool_call_valid(ToolCall("weather", '{"city": "Oslo", "days": 3'), SCHEMAS) is False
+    assert tool_call_valid(ToolCall("weather", '{"days": 3}'), SCHEMAS) is False  # required
+    assert tool_call_valid(ToolCall("weather", '{"city": "Oslo", "days": 9}'), SCHEMAS) is False
+    assert tool_call_valid(ToolCall("weather", '["Oslo"]'), SCHEMAS) is False  # not an object
+    assert tool_call_valid(ToolCall("stocks", '{"city": "Oslo"}'), SCHEMAS) is False  # not offered
+    assert tool_call_valid(ToolCall(None, "{}"), SCHEMAS) is False
 
 
 def test_without_offered_tools_only_json_is_judged() -> None:
-    assert tool_call_valid(ToolCall("anything", '{"x": 1}'), None)
-    assert not tool_call_valid(ToolCall("anything", "{x: 1}"), None)
+    assert tool_call_valid(ToolCall("anything", '{"x": 1}'), None) is True
+    assert tool_call_valid(ToolCall("anything", "{x: 1}"), None) is False
 
 
 def test_a_tool_without_parameters_accepts_any_object() -> None:
-    assert tool_call_valid(ToolCall("ping", "{}"), {"ping": None})
+    assert tool_call_valid(ToolCall("ping", "{}"), {"ping": None}) is True
 
 
 def test_structured_outputs() -> None:
-    assert structured_output_valid('{"a": [1]}', None)
-    assert not structured_output_valid("[1, 2]", None)  # json_object means an object
-    assert not structured_output_valid('{"a": ', None)
-    assert structured_output_valid('{"city": "Oslo"}', WEATHER)
-    assert not structured_output_valid('{"city": 7}', WEATHER)
-    assert not structured_output_valid("", WEATHER)
+    assert structured_output_valid('{"a": [1]}', None) is True
+    assert structured_output_valid("[1, 2]", None) is False  # json_object means an object
+    assert structured_output_valid('{"a": ', None) is False
+    assert structured_output_valid('{"city": "Oslo"}', WEATHER) is True
+    assert structured_output_valid('{"city": 7}', WEATHER) is False
+    assert structured_output_valid("", WEATHER) is False
+    assert structured_output_valid('"Oslo"', {"type": "string"}) is True  # a string is no reason
 
 
-def test_an_unusable_schema_judges_json_only() -> None:
-    broken = {"type": "no-such-type"}
-    assert structured_output_valid('{"a": 1}', broken)
-    assert not structured_output_valid("{", broken)
+def test_an_unusable_schema_is_not_judged_and_says_why() -> None:
+    assert structured_output_valid('{"a": 1}', {"type": "no-such-type"}) == "invalid"
     remote_ref = {"$ref": "https://example.invalid/schema.json"}
-    assert structured_output_valid('{"a": 1}', remote_ref)
+    assert structured_output_valid('{"a": 1}', remote_ref) == "remote_ref"
+    # not being JSON at all is the model's fault, whatever the schema
+    assert structured_output_valid("{", {"type": "no-such-type"}) is False
 
 
 def test_judge_counts_every_call_and_json_choice() -> None:
@@ -64,6 +65,26 @@ def test_judge_counts_every_call_and_json_choice() -> None:
     verdicts = judge(body, ['{"city": "a"}', '{"city": 1}', None], calls)
     assert verdicts.tool_calls == (True, False)
     assert verdicts.structured_outputs == (True, False)
+    assert verdicts.unjudged == ()
+
+
+def test_judge_sets_checks_against_unsane_schemas_apart() -> None:
+    never = {"type": "function", "function": {"name": "never", "parameters": {"not": {}}}}
+    body: dict[str, Any] = {
+        "tools": [*TOOLS, never],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "r", "schema": {"$ref": "http://127.0.0.1:1/x"}},
+        },
+    }
+    calls = [ToolCall("never", "{}"), ToolCall("weather", '{"city": "a"}')]
+    verdicts = judge(body, ['{"a": 1}'], calls)
+    assert verdicts.tool_calls == (True,)
+    assert verdicts.structured_outputs == ()
+    assert verdicts.unjudged == (
+        ("tool_call", "unsatisfiable"),
+        ("structured_output", "remote_ref"),
+    )
 
 
 def test_plain_requests_are_not_judged_for_json() -> None:
@@ -73,8 +94,9 @@ def test_plain_requests_are_not_judged_for_json() -> None:
 
 
 def test_validators_are_compiled_once_per_schema() -> None:
-    quality._validator.cache_clear()
+    cache = quality.SCHEMAS
+    before = (cache.misses, cache.hits)
+    schema = {**WEATHER, "title": "compiled once"}
     for _ in range(5):
-        tool_call_valid(ToolCall("weather", '{"city": "x"}'), {"weather": dict(WEATHER)})
-    info = quality._validator.cache_info()
-    assert (info.misses, info.hits) == (1, 4)
+        tool_call_valid(ToolCall("weather", '{"city": "x"}'), {"weather": dict(schema)})
+    assert (cache.misses - before[0], cache.hits - before[1]) == (1, 4)

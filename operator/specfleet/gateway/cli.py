@@ -51,6 +51,12 @@ def _address(ctx: click.Context, param: click.Parameter, value: str) -> Address:
     help="Longest a client may take to send its body or take a chunk, seconds.",
 )
 @click.option(
+    "--stream-deadline",
+    default=3600.0,
+    show_default=True,
+    help="Longest a streamed answer may take from the request's arrival, seconds; then it is cut.",
+)
+@click.option(
     "--shutdown-grace",
     default=30.0,
     show_default=True,
@@ -67,6 +73,7 @@ def gateway(
     connect_timeout: float,
     upstream_timeout: float,
     client_timeout: float,
+    stream_deadline: float,
     shutdown_grace: float,
     log_level: str,
 ) -> None:
@@ -88,6 +95,7 @@ def gateway(
         connect_timeout=connect_timeout,
         upstream_timeout=upstream_timeout,
         client_timeout=client_timeout,
+        stream_deadline=stream_deadline,
     )
     server = GatewayServer(
         config,

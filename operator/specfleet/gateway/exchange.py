@@ -62,7 +62,12 @@ def worth_parsing(payload: bytes) -> bool:
 class StreamReader:
     """Reads a relayed stream's events on the side: times, usage, speculative stats, outputs.
     Drops the usage chunk the gateway asked for on the client's behalf; relays everything
-    else byte for byte. A failure here stops the reading, never the relay."""
+    else byte for byte. A failure here stops the reading, never the relay.
+
+    vLLM stamps `system_fingerprint` on the usage chunk when there is one, else on the finish
+    chunks: while the usage chunk is to be dropped, finish chunks without it wait for it (it
+    follows them at once) and get its fingerprint, so the client sees what vLLM would have
+    sent it."""
 
     def __init__(self, exchange: Exchange, metrics: GatewayMetrics) -> None:
         self.exchange = exchange
@@ -74,36 +79,53 @@ class StreamReader:
         self.first_token_t: float | None = None
         self.last_token_t = 0.0
         self.reading = exchange.body is not None
+        self.held: list[bytes] = []
+        """Finish chunks waiting for the dropped usage chunk's fingerprint."""
 
     def may_drop(self, data: bytes) -> bool:
-        """Whether `take` could drop an event of `data`: only the usage chunk is ever dropped."""
-        return self.exchange.strip_usage and b'"usage"' in data
+        """Whether `take` could change an event of `data`: drop the usage chunk, hold a finish
+        chunk for it."""
+        if not self.exchange.strip_usage:
+            return False
+        return bool(self.held) or b'"usage"' in data or worth_parsing(data)
 
     def take(self, events: list[bytes], now: float) -> bytes:
         """The bytes to relay for these events."""
         if not self.reading and not self.exchange.strip_usage:
             return b"".join(events)
-        kept = [event for event in events if self._keep(event, now)]
-        return b"".join(kept)
+        return b"".join(self._relayed(event, now) for event in events)
 
-    def _keep(self, event: bytes, now: float) -> bool:
+    def release(self) -> bytes:
+        """Held finish chunks, as they came (the stream ended without a usage chunk)."""
+        held, self.held = self.held, []
+        return b"".join(held)
+
+    def _relayed(self, event: bytes, now: float) -> bytes:
         payload = data_payload(event)
         if payload is None or payload == DONE:
-            return True
+            return self.release() + event if self.held else event
         if not self.reading:
-            if b'"usage"' not in payload:
-                return True
+            if b'"usage"' not in payload and not worth_parsing(payload):
+                return event
         elif self.skim and self.first_token_t is not None and not worth_parsing(payload):
             self.last_token_t = now  # a plain token chunk
-            return True
+            return event
         try:
             chunk = json.loads(payload)
         except ValueError:
-            return True
-        drop = self.exchange.strip_usage and _is_usage_chunk(chunk)
+            return event
         if self.reading:
             self._read(chunk, now)
-        return not drop
+        if not self.exchange.strip_usage:
+            return event
+        if _is_usage_chunk(chunk):
+            fingerprint = chunk.get("system_fingerprint")
+            held, self.held = self.held, []
+            return b"".join(_stamped(e, fingerprint) for e in held)
+        if _finishes(chunk) and "system_fingerprint" not in chunk:
+            self.held.append(event)
+            return b""
+        return event
 
     def _read(self, chunk: Any, now: float) -> None:
         try:
@@ -137,3 +159,19 @@ class StreamReader:
 
 def _is_usage_chunk(chunk: Any) -> bool:
     return isinstance(chunk, dict) and chunk.get("choices") == [] and "usage" in chunk
+
+
+def _finishes(chunk: Any) -> bool:
+    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+    return isinstance(choices, list) and any(
+        isinstance(c, dict) and c.get("finish_reason") is not None for c in choices
+    )
+
+
+def _stamped(event: bytes, fingerprint: Any) -> bytes:
+    """The event with the fingerprint added as its chunk's last field, as vLLM writes it."""
+    if not isinstance(fingerprint, str):
+        return event
+    end = event.rindex(b"}")
+    field = b',"system_fingerprint":' + json.dumps(fingerprint).encode()
+    return event[:end] + field + event[end:]

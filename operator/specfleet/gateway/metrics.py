@@ -11,10 +11,13 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from specfleet.gateway.quality import Verdicts
+from specfleet.gateway import names
+from specfleet.gateway.quality import KINDS, Verdicts
+from specfleet.gateway.schemas import REASONS
 from specfleet.gateway.stats import SpecCounts
 
-OUTCOMES = ("ok", "client_error", "upstream_error", "cancelled")
+OUTCOMES = ("ok", "client_error", "upstream_error", "gateway_error", "cancelled")
+"""upstream_error is the engine's failure only; gateway_error the gateway's own."""
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter", "abort", "other")
 ERROR_STAGES = ("request", "response", "stream", "metrics", "config")
 
@@ -51,53 +54,58 @@ class GatewayMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
-            "specfleet_requests", "Inference requests by prompt class and outcome.",
+            names.REQUESTS, "Inference requests by prompt class and outcome.",
             ["class", "outcome"], registry=r,
         )  # fmt: skip
         self.draft_tokens = Counter(
-            "specfleet_spec_draft_tokens", "Draft tokens proposed.", ["class"], registry=r
+            names.DRAFT_TOKENS, "Draft tokens proposed.", ["class"], registry=r
         )
         self.accepted_tokens = Counter(
-            "specfleet_spec_accepted_tokens",
+            names.ACCEPTED_TOKENS,
             "Draft tokens accepted (bonus tokens excluded).",
             ["class"],
             registry=r,
         )
         self.spec_steps = Counter(
-            "specfleet_spec_steps", "Speculative verify steps.", ["class"], registry=r
+            names.SPEC_STEPS, "Speculative verify steps.", ["class"], registry=r
         )
         self.output_tokens = Counter(
-            "specfleet_output_tokens", "Output tokens (usage.completion_tokens).", ["class"],
+            names.OUTPUT_TOKENS, "Output tokens (usage.completion_tokens).", ["class"],
             registry=r,
         )  # fmt: skip
         self.request_seconds = Counter(
-            "specfleet_request_seconds", "Seconds inference requests spent in flight; its "
+            names.REQUEST_SECONDS, "Seconds inference requests spent in flight; its "
             "rate is the mean number of requests in flight (Little's law).", ["class"],
             registry=r,
         )  # fmt: skip
         self.ttft = Histogram(
-            "specfleet_ttft_seconds", "Time to first token as the client sees it (streams).",
+            names.TTFT, "Time to first token as the client sees it (streams).",
             ["class"], buckets=TTFT_BUCKETS, registry=r,
         )  # fmt: skip
         self.tpot = Histogram(
-            "specfleet_tpot_seconds", "Time per output token after the first (streams).",
+            names.TPOT, "Time per output token after the first (streams).",
             ["class"], buckets=TPOT_BUCKETS, registry=r,
         )  # fmt: skip
         self.tool_calls = Counter(
-            "specfleet_tool_calls", "Tool calls, by whether the arguments are valid JSON that "
+            names.TOOL_CALLS, "Tool calls, by whether the arguments are valid JSON that "
             "matches the tool's schema.", ["class", "valid"], registry=r,
         )  # fmt: skip
         self.structured_outputs = Counter(
-            "specfleet_structured_outputs", "JSON outputs (response_format json_object or "
+            names.STRUCTURED_OUTPUTS, "JSON outputs (response_format json_object or "
             "json_schema), by whether they parse and match the schema.", ["class", "valid"],
             registry=r,
         )  # fmt: skip
+        self.unjudged = Counter(
+            names.QUALITY_UNJUDGED, "Tool calls and JSON outputs not judged, by why: the "
+            "request's schema was not one a sane validator can check, or checking cost too much.",
+            ["class", "kind", "reason"], registry=r,
+        )  # fmt: skip
         self.finish_reasons = Counter(
-            "specfleet_finish_reasons", "Choices by finish reason; `length` is a truncation.",
+            names.FINISH_REASONS, "Choices by finish reason; `length` is a truncation.",
             ["class", "reason"], registry=r,
         )  # fmt: skip
         self.errors = Counter(
-            "specfleet_gateway_errors", "The gateway's own bookkeeping failures (requests were "
+            names.GATEWAY_ERRORS, "The gateway's own bookkeeping failures (requests were "
             "still served).", ["stage"], registry=r,
         )  # fmt: skip
         for stage in ERROR_STAGES:
@@ -139,6 +147,11 @@ class _ClassSeries:
         self.structured_outputs = {
             v: metrics.structured_outputs.labels(name, _valid(v)) for v in (True, False)
         }
+        self.unjudged = {
+            (kind, reason): metrics.unjudged.labels(name, kind, reason)
+            for kind in KINDS
+            for reason in REASONS
+        }
         self.finish_reasons = {r: metrics.finish_reasons.labels(name, r) for r in FINISH_REASONS}
 
     def record(self, record: RequestRecord) -> None:
@@ -158,6 +171,8 @@ class _ClassSeries:
             self.tool_calls[valid].inc()
         for valid in record.verdicts.structured_outputs:
             self.structured_outputs[valid].inc()
+        for unjudged in record.verdicts.unjudged:
+            self.unjudged[unjudged].inc()
         for reason in record.finish_reasons:
             if reason is not None:
                 self.finish_reasons.get(reason, self.finish_reasons["other"]).inc()

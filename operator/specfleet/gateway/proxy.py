@@ -19,14 +19,18 @@ import aiohttp
 from aiohttp import web
 
 from specfleet.api.gateway import GatewayConfig
+from specfleet.api.spec import Engine
 from specfleet.gateway.classify import Classifier, RequestView
 from specfleet.gateway.exchange import Exchange, StreamReader, account
 from specfleet.gateway.metrics import GatewayMetrics, RequestRecord
 from specfleet.gateway.sse import SseSplitter
 from specfleet.gateway.stats import summarize_body
 from specfleet.gateway.wire import (
+    BadRequest,
+    bad_request,
+    openai_error,
     outcome_of,
-    parse_object,
+    parse_request,
     response_headers,
     too_large,
     upstream_failure,
@@ -49,6 +53,8 @@ class ProxySettings:
     """Longest silence from the engine (a non-streaming answer arrives all at once)."""
     client_timeout: float = 60.0
     """Longest a client may take to send its body or to take a chunk of the answer."""
+    stream_deadline: float = 3600.0
+    """Longest a streamed answer may take from the request's arrival; then it is cut."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,10 @@ class ClientGone(Exception):
 
 class UpstreamBroke(Exception):
     """The engine failed after the response had started; the client connection is cut."""
+
+
+class PastDeadline(Exception):
+    """A stream ran past `stream_deadline`; the client connection is cut."""
 
 
 class Proxy:
@@ -164,7 +174,8 @@ class Proxy:
 
     async def _inference(self, request: web.Request) -> web.StreamResponse:
         routing = self.routing
-        record = RequestRecord(class_name=routing.config.default_class, outcome="upstream_error")
+        # Until the engine has answered, a failure is the gateway's own.
+        record = RequestRecord(class_name=routing.config.default_class, outcome="gateway_error")
         exchange = Exchange(
             request, None, record, time.perf_counter(), k=routing.config.num_speculative_tokens
         )
@@ -178,6 +189,16 @@ class Proxy:
         except UpstreamBroke as exc:
             log.warning("engine failed mid-response: %s", exc)
             record.outcome = "upstream_error"
+        except PastDeadline:
+            deadline = self.settings.stream_deadline
+            log.warning("a stream ran past its deadline (%.0f s); cut", deadline)
+            record.outcome = "cancelled"
+        except Exception as exc:  # the gateway's own bug: answer, count it, never blame the engine
+            log.error("serving an inference request failed: %s", type(exc).__name__)
+            self.metrics.error("request")
+            record.outcome = "gateway_error"
+            if exchange.response is None:
+                return openai_error(500, "the gateway failed", "InternalServerError")
         finally:
             record.seconds = time.perf_counter() - exchange.started
             # Classified once the client has its answer: nothing on the way to the engine or
@@ -191,22 +212,25 @@ class Proxy:
         request, record = exchange.request, exchange.record
         limit = routing.config.max_body_bytes
         raw = await self._read_body(request, limit)
-        body = parse_object(raw) if raw is not None else None
-        exchange.body = body
         if raw is None:
             record.outcome = "client_error"
             return too_large(limit)
+        try:
+            body = exchange.body = parse_request(raw)
+        except BadRequest as exc:
+            record.outcome = "client_error"
+            return bad_request(exc)
         upstream_body = raw
-        if body is not None:
-            injected = usage_injection(raw, body)
-            if injected is not None:
-                upstream_body = injected
-                exchange.strip_usage = True
+        injected = usage_injection(raw, body, routing.config.engine == Engine.TENSORRT_LLM)
+        if injected is not None:
+            upstream_body = injected
+            exchange.strip_usage = True
         try:
             async with self.session.post(
                 self.upstream + request.path_qs,
                 headers=upstream_headers(request.headers, identity=True),
                 data=upstream_body,
+                allow_redirects=False,  # a redirect is the engine's answer, not a new target
             ) as upstream:
                 record.outcome = outcome_of(upstream.status)
                 try:
@@ -224,8 +248,8 @@ class Proxy:
         try:
             view = RequestView(request.path, request.headers, body)
             return routing.classifier.classify(view)
-        except Exception:
-            log.exception("classification failed; using the default class")
+        except Exception as exc:  # its message could quote a header: the type only
+            log.error("classification failed (%s); using the default class", type(exc).__name__)
             self.metrics.error("request")
             return routing.config.default_class
 
@@ -263,6 +287,31 @@ class Proxy:
         await self._prepare(response, exchange.request)
         reader = StreamReader(exchange, self.metrics)
         splitter = SseSplitter()
+        left = self.settings.stream_deadline - (time.perf_counter() - exchange.started)
+        deadline = asyncio.timeout(left)
+        try:
+            async with deadline:
+                await self._relay_events(exchange, upstream, reader, splitter)
+        except TimeoutError:
+            if deadline.expired():
+                raise PastDeadline from None
+            raise
+        rest = reader.release() + splitter.rest
+        if rest:
+            await self._write(exchange.request, response, rest)
+        await self._end(response)
+        reader.finish()
+        return response
+
+    async def _relay_events(
+        self,
+        exchange: Exchange,
+        upstream: aiohttp.ClientResponse,
+        reader: StreamReader,
+        splitter: SseSplitter,
+    ) -> None:
+        response = exchange.response
+        assert response is not None
         try:
             async for data in upstream.content.iter_any():
                 events = splitter.feed(data)
@@ -279,11 +328,6 @@ class Proxy:
                 reader.take(events, now)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamBroke(str(exc)) from exc
-        if splitter.rest:
-            await self._write(exchange.request, response, splitter.rest)
-        await self._end(response)
-        reader.finish()
-        return response
 
     def _account_body(self, exchange: Exchange, data: bytes) -> None:
         try:

@@ -1,29 +1,28 @@
 """Output quality signals that catch "cheaper wrong answers": tool-call arguments and JSON
-outputs that do not parse or do not match the schema the request gave. Pure.
+outputs that do not parse or do not match the schema the request gave. Pure but for the
+bounded cache of screened schemas (`schemas.SchemaCache`).
 
-Compiled validators are cached by the schema's canonical JSON, so a client that sends the same
-tools on every request pays for compilation once.
+A check is judged (valid or not) only against a schema a sane validator can check; a check
+against any other schema is not judged, and its reason is counted apart, so crafted schemas
+cannot move the validity the guard reads.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Protocol
-
-from jsonschema import SchemaError
-from jsonschema.validators import validator_for
+from typing import Any, Final, Literal
 
 from specfleet.gateway.classify import response_format_type
+from specfleet.gateway.schemas import Checker, Reason, SchemaCache
 
-log = logging.getLogger(__name__)
+Kind = Literal["tool_call", "structured_output"]
+KINDS: Final[tuple[Kind, ...]] = ("tool_call", "structured_output")
+Judgement = bool | Reason
+"""Valid, invalid, or the reason the output was not judged."""
 
-
-class _Validator(Protocol):
-    def is_valid(self, instance: Any) -> bool: ...
+SCHEMAS = SchemaCache()
 
 
 @dataclass(frozen=True)
@@ -34,10 +33,12 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Verdicts:
-    """One response's quality checks: one entry per tool call and per JSON output checked."""
+    """One response's quality checks: one entry per tool call and per JSON output judged,
+    and (kind, reason) per check that was not."""
 
     tool_calls: tuple[bool, ...] = ()
     structured_outputs: tuple[bool, ...] = ()
+    unjudged: tuple[tuple[Kind, Reason], ...] = ()
 
 
 def tool_schemas(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -65,25 +66,29 @@ def output_schema(body: Mapping[str, Any]) -> tuple[bool, Any]:
     return False, None
 
 
-def tool_call_valid(call: ToolCall, schemas: Mapping[str, Any] | None) -> bool:
+def tool_call_valid(call: ToolCall, schemas: Mapping[str, Any] | None) -> Judgement:
     """Arguments parse as a JSON object and match the offered tool's parameters schema. A call
     to a tool the request did not offer is invalid."""
     parsed = _parse(call.arguments)
+    if parsed is _TOO_DEEP:
+        return "budget"
     if not isinstance(parsed, dict):
         return False
     if schemas is None:
         return True
     if call.name is None or call.name not in schemas:
         return False
-    return _matches(parsed, schemas[call.name])
+    return _matches(parsed, schemas[call.name], want_object=True)
 
 
-def structured_output_valid(content: str, schema: Any) -> bool:
+def structured_output_valid(content: str, schema: Any) -> Judgement:
     """json_object: the content is a JSON object; json_schema: it also matches the schema."""
     parsed = _parse(content)
+    if parsed is _TOO_DEEP:
+        return "budget"
     if schema is None:
         return isinstance(parsed, dict)
-    return parsed is not _INVALID and _matches(parsed, schema)
+    return parsed is not _INVALID and _matches(parsed, schema, want_object=False)
 
 
 def judge(
@@ -91,53 +96,41 @@ def judge(
 ) -> Verdicts:
     """Checks every tool call, and every choice's content when the request asked for JSON."""
     schemas = tool_schemas(body)
-    tool_verdicts = tuple(tool_call_valid(call, schemas) for call in calls)
+    judged: dict[Kind, list[bool]] = {kind: [] for kind in KINDS}
+    unjudged: list[tuple[Kind, Reason]] = []
+
+    def add(kind: Kind, judgement: Judgement) -> None:
+        if isinstance(judgement, bool):
+            judged[kind].append(judgement)
+        else:
+            unjudged.append((kind, judgement))
+
+    for call in calls:
+        add("tool_call", tool_call_valid(call, schemas))
     wants, schema = output_schema(body)
-    structured: tuple[bool, ...] = ()
     if wants:
-        structured = tuple(
-            structured_output_valid(content, schema) for content in contents if content is not None
-        )
-    return Verdicts(tool_verdicts, structured)
+        for content in contents:
+            if content is not None:
+                add("structured_output", structured_output_valid(content, schema))
+    return Verdicts(tuple(judged["tool_call"]), tuple(judged["structured_output"]), tuple(unjudged))
 
 
 _INVALID = object()
+_TOO_DEEP = object()
 
 
 def _parse(text: str) -> Any:
+    """The JSON value; _INVALID when it is not JSON, _TOO_DEEP when it nests too deep to read."""
     try:
         return json.loads(text)
     except (ValueError, TypeError):
         return _INVALID
+    except RecursionError:
+        return _TOO_DEEP
 
 
-def _matches(instance: Any, schema: Any) -> bool:
+def _matches(instance: Any, schema: Any, want_object: bool) -> Judgement:
     if schema is None or schema == {}:
         return True
-    try:
-        key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return True
-    # An unusable schema is the request's fault, not the model's: only JSON-ness is judged.
-    validator = _validator(key)
-    if validator is None:
-        return True
-    try:
-        return validator.is_valid(instance)
-    except Exception:  # e.g. an unresolvable $ref: the request's fault, not the model's
-        return True
-
-
-@lru_cache(maxsize=512)
-def _validator(schema_json: str) -> _Validator | None:
-    schema = json.loads(schema_json)
-    if not isinstance(schema, dict):
-        return None
-    cls = validator_for(schema)
-    try:
-        cls.check_schema(schema)
-    except SchemaError as exc:
-        log.info("unusable JSON schema in a request: %s", exc.message)
-        return None
-    validator: _Validator = cls(schema)
-    return validator
+    screened = SCHEMAS.get(schema, want_object)
+    return screened.check(instance) if isinstance(screened, Checker) else screened

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from yarl import URL
 
 from specfleet.api.gateway import GatewayConfig
 from specfleet.gateway.config import ConfigWatcher, Loader
@@ -24,6 +25,23 @@ from specfleet.gateway.proxy import Proxy, ProxySettings
 log = logging.getLogger(__name__)
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class ClientBytesFilter(logging.Filter):
+    """aiohttp logs a malformed request with its exception, whose message quotes the request's
+    bytes (header lines, tokens in them): keep the exception's type, drop its text."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.msg} ({type(record.exc_info[1]).__name__})"
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+CLIENT_BYTES_FILTER = ClientBytesFilter()
+for _name in ("aiohttp.server", "aiohttp.web"):
+    logging.getLogger(_name).addFilter(CLIENT_BYTES_FILTER)
 
 
 @dataclass(frozen=True)
@@ -116,7 +134,7 @@ class GatewayServer:
         log.info(
             "gateway listening on %s:%d (metrics %s:%d), upstream %s",
             self.listen.host, self.port, self.metrics_listen.host, self.metrics_port,
-            self.proxy.upstream,
+            URL(self.proxy.upstream).with_user(None),  # no credentials in logs
         )  # fmt: skip
 
     async def _serve(

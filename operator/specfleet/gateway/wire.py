@@ -67,31 +67,75 @@ def _without_hop_by_hop(headers: Mapping[str, str], extra: set[str]) -> CIMultiD
     return out
 
 
-def parse_object(raw: bytes) -> dict[str, Any] | None:
+MAX_BODY_DEPTH = 64
+"""Deepest nesting of a request body: far beyond any real request's, well inside what the
+JSON parser, the encoder and the schema checks can take."""
+# Fields the gateway reads, and the JSON types it reads them as (null is always allowed).
+_TYPED_FIELDS = (
+    ("model", str, "a string"), ("stream", bool, "a boolean"),
+    ("stream_options", dict, "an object"), ("tools", list, "an array"),
+    ("response_format", dict, "an object"),
+)  # fmt: skip
+
+
+class BadRequest(Exception):
+    """A request the gateway answers itself with 400: its message is the gateway's own words,
+    never the client's bytes."""
+
+
+def parse_request(raw: bytes) -> dict[str, Any]:
+    """An inference request's body, or BadRequest."""
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise BadRequest(f"the body is nested more than {MAX_BODY_DEPTH} levels deep") from None
     except ValueError:
-        return None
-    return body if isinstance(body, dict) else None
+        raise BadRequest("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    if raw.count(b"[") + raw.count(b"{") > MAX_BODY_DEPTH and _deeper_than(body, MAX_BODY_DEPTH):
+        raise BadRequest(f"the body is nested more than {MAX_BODY_DEPTH} levels deep")
+    for name, kind, described in _TYPED_FIELDS:
+        value = body.get(name)
+        if value is not None and not isinstance(value, kind):
+            raise BadRequest(f"`{name}` must be {described}")
+    return body
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether containers nest more than `limit` deep (without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+def bad_request(exc: BadRequest) -> web.Response:
+    return openai_error(400, str(exc), "BadRequestError")
 
 
 USAGE_OPTIONS = b'"stream_options":{"include_usage":true,"continuous_usage_stats":false},'
 
 
-def usage_injection(raw: bytes, body: dict[str, Any]) -> bytes | None:
+def usage_injection(raw: bytes, body: dict[str, Any], engine_default: bool) -> bytes | None:
     """The body to send upstream when a stream needs its final usage chunk (usage, vLLM's
     per-request metrics) and the engine would not send it; None when nothing changes.
 
-    Both engines default `stream_options.include_usage` to true once `stream_options` is
-    present, so only an absent `stream_options` or an explicit false/null needs the injection.
-    continuous_usage_stats is turned off with it: the engines honour it only together with
-    include_usage, so without the gateway the client would have seen no usage on any chunk.
-    The usual case (no `stream_options`) splices the option in rather than re-encoding what
-    may be a long prompt."""
+    `engine_default` is what the engine assumes for an absent `stream_options.include_usage`
+    (vLLM: false, TensorRT-LLM: true); without `stream_options` neither sends usage.
+    continuous_usage_stats is turned off with the injection: both engines honour it only
+    together with include_usage, so without the gateway the client would have seen no usage
+    on any chunk, and the gateway strips only the final usage chunk. The usual case (no
+    `stream_options`) splices the option in rather than re-encoding what may be a long
+    prompt."""
     if body.get("stream") is not True:
         return None
     options = body.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage", True):
+    if isinstance(options, dict) and options.get("include_usage", engine_default) is True:
         return None
     if "stream_options" not in body:
         start = len(raw) - len(raw.lstrip())

@@ -1,0 +1,344 @@
+"""JSON schemas from requests, made safe to check against outputs. A schema is a client's input,
+so the gateway checks an output against it only when a sane validator can: no reference
+outside the schema, bounded size and depth, regular expressions a linear-time engine (RE2)
+compiles, not trivially unsatisfiable. Validation runs on a budget of keyword evaluations. A
+schema that fails any of these is screened out with a reason, and its checks go uncounted.
+
+Nothing here does I/O: the validators resolve `$ref` in an empty registry (no retrieval).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import Any, Final, Literal, TypeGuard
+
+import re2
+from jsonschema import SchemaError, ValidationError
+from jsonschema.protocols import Validator
+from jsonschema.validators import extend, validator_for
+from referencing import Registry
+
+Reason = Literal[
+    "remote_ref", "too_large", "too_deep", "pattern", "invalid", "unsatisfiable", "budget"
+]
+REASONS: Final[tuple[Reason, ...]] = (
+    "remote_ref", "too_large", "too_deep", "pattern", "invalid", "unsatisfiable", "budget",
+)  # fmt: skip
+
+MAX_SCHEMA_BYTES = 64 * 1024
+MAX_SCHEMA_DEPTH = 32
+MAX_PATTERN_CHARS = 1024
+VALIDATION_BUDGET = 20_000
+"""Keyword evaluations one output may cost (a few milliseconds), however the schema and the
+output multiply: local `$ref`s can fan out exponentially."""
+CACHE_BYTES = 2 * 1024 * 1024
+CACHE_ENTRIES = 512
+
+_REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+_EMPTY_REGISTRY: Registry[Any] = Registry()
+
+
+class OutOfBudget(Exception):
+    """A validation spent its budget of keyword evaluations."""
+
+
+class _Budget:
+    """The keyword evaluations the running validation may still spend. One for the process:
+    validations run one at a time on the event loop."""
+
+    left = 0
+
+    def spend(self, cost: int = 1) -> None:
+        self.left -= cost
+        if self.left < 0:
+            raise OutOfBudget
+
+
+_BUDGET = _Budget()
+
+
+@dataclass(frozen=True)
+class Checker:
+    """A screened, compiled schema."""
+
+    validator: Validator
+
+    def check(self, instance: Any) -> bool | Reason:
+        """Whether the instance matches, or "budget" when that costs too much to find out."""
+        _BUDGET.left = VALIDATION_BUDGET
+        try:
+            return self.validator.is_valid(instance)
+        except (OutOfBudget, RecursionError):
+            return "budget"
+        except Exception:  # e.g. a `$ref` into a nested `$id` the empty registry cannot resolve
+            return "invalid"
+
+
+Screened = Checker | Reason
+
+
+def screen(schema: Any, want_object: bool) -> Screened:
+    """A checker for the schema, or why outputs are not judged against it. `want_object`: the
+    output must also be a JSON object (tool-call arguments), so a schema refusing every object
+    is unsatisfiable."""
+    if not isinstance(schema, dict):
+        return "invalid"
+    found = _walk(schema)
+    if isinstance(found, str):
+        return found
+    if found.remote_ref:
+        return "remote_ref"
+    if any(not _safe_pattern(p) for p in found.patterns) or found.pattern_properties:
+        return "pattern"
+    if unsatisfiable(schema) or (want_object and not admits(schema, "object")):
+        return "unsatisfiable"
+    cls = _metered(validator_for(schema))
+    try:
+        cls.check_schema(schema)
+    except SchemaError:
+        return "invalid"
+    return Checker(cls(schema, registry=_EMPTY_REGISTRY))
+
+
+@dataclass
+class _Found:
+    remote_ref: bool = False
+    pattern_properties: bool = False
+    patterns: tuple[str, ...] = ()
+
+
+def _walk(schema: dict[str, Any]) -> _Found | Reason:
+    """What screening needs from the schema's tree, without recursion; stops at the bounds."""
+    found = _Found()
+    patterns: list[str] = []
+    stack: list[tuple[Any, int]] = [(schema, 1)]
+    nodes = 0
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if depth > MAX_SCHEMA_DEPTH:
+            return "too_deep"
+        if nodes > MAX_SCHEMA_BYTES // 4:
+            return "too_large"
+        if isinstance(node, dict):
+            for key in _REF_KEYWORDS:
+                ref = node.get(key)
+                if isinstance(ref, str) and not ref.startswith("#"):
+                    found.remote_ref = True
+            if isinstance(node.get("pattern"), str):
+                patterns.append(node["pattern"])
+            if "patternProperties" in node:
+                found.pattern_properties = True
+            stack.extend((value, depth + 1) for value in node.values())
+        elif isinstance(node, list):
+            stack.extend((value, depth + 1) for value in node)
+    found.patterns = tuple(patterns)
+    return found
+
+
+def _safe_pattern(pattern: str) -> bool:
+    return len(pattern) <= MAX_PATTERN_CHARS and _re2(pattern) is not None
+
+
+@lru_cache(maxsize=256)
+def _re2(pattern: str) -> Any:
+    """The pattern compiled by RE2 (linear time in the input, no backtracking), or None when
+    RE2 cannot take it (backreferences, lookaround)."""
+    try:
+        return re2.compile(pattern)
+    except re2.error:
+        return None
+
+
+# -- trivially unsatisfiable schemas --
+
+_BOUNDS = (
+    ("minimum", "maximum"), ("minLength", "maxLength"),
+    ("minItems", "maxItems"), ("minProperties", "maxProperties"),
+)  # fmt: skip
+_ALL_TYPES = frozenset({"null", "boolean", "object", "array", "number", "string", "integer"})
+
+
+def unsatisfiable(schema: Any) -> bool:
+    """Whether no instance can match, for the cases a client can write in a line: `false`,
+    `{"not": {}}`, an empty `enum` or `type` list, `const`/`enum` against `type`, a minimum over
+    its maximum, an impossible `allOf`, `anyOf` or `oneOf` branch set, an impossible required
+    property. Not complete (no check can be); depth is bounded by `screen`."""
+    if schema is False:
+        return True
+    if not isinstance(schema, dict):
+        return False
+    if "not" in schema and (schema["not"] is True or schema["not"] == {}):
+        return True
+    if not _admitted_types(schema):
+        return True
+    if "enum" in schema and not _values(schema):
+        return True
+    for low, high in _BOUNDS:
+        lo, hi = schema.get(low), schema.get(high)
+        if _number(lo) and _number(hi) and lo > hi:
+            return True
+    if any(unsatisfiable(part) for part in _list(schema.get("allOf"))):
+        return True
+    for key in ("anyOf", "oneOf"):
+        branches = _list(schema.get(key))
+        if branches and all(unsatisfiable(part) for part in branches):
+            return True
+    return _required_unsatisfiable(schema)
+
+
+def admits(schema: Any, json_type: str) -> bool:
+    """Whether the schema's own `type`, `const` and `enum` let through some value of the type."""
+    if not isinstance(schema, dict):
+        return schema is not False
+    if json_type not in _admitted_types(schema):
+        return False
+    if "enum" in schema or "const" in schema:
+        return any(json_type in _types_of(v) for v in _values(schema))
+    return True
+
+
+def _admitted_types(schema: dict[str, Any]) -> frozenset[str]:
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        types = frozenset({declared, "integer"} if declared == "number" else {declared})
+    elif isinstance(declared, list):
+        names = {t for t in declared if isinstance(t, str)}
+        types = frozenset(names | ({"integer"} if "number" in names else set()))
+    else:
+        types = _ALL_TYPES
+    if "const" in schema:
+        types = types & _types_of(schema["const"])
+    return types
+
+
+def _values(schema: dict[str, Any]) -> list[Any]:
+    """The values `const` and `enum` allow that `type` allows too (all values if neither)."""
+    types = _admitted_types(schema)
+    candidates = [schema["const"]] if "const" in schema else []
+    if "enum" in schema:
+        enum = _list(schema["enum"])
+        candidates = [v for v in enum if v in candidates] if "const" in schema else enum
+    return [v for v in candidates if _types_of(v) & types]
+
+
+def _required_unsatisfiable(schema: dict[str, Any]) -> bool:
+    required = [name for name in _list(schema.get("required")) if isinstance(name, str)]
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    closed = schema.get("additionalProperties") is False and "patternProperties" not in schema
+    return any(
+        unsatisfiable(properties[name]) if name in properties else closed for name in required
+    )
+
+
+def _types_of(value: Any) -> frozenset[str]:
+    if value is None:
+        return frozenset({"null"})
+    if isinstance(value, bool):
+        return frozenset({"boolean"})
+    if isinstance(value, int):
+        return frozenset({"integer", "number"})
+    if isinstance(value, float):
+        return frozenset({"number", "integer"} if value.is_integer() else {"number"})
+    if isinstance(value, str):
+        return frozenset({"string"})
+    if isinstance(value, list):
+        return frozenset({"array"})
+    return frozenset({"object"})
+
+
+def _number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+# -- metered validators --
+
+
+def _pattern(
+    validator: Validator, pattern: str, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if isinstance(instance, str):
+        _BUDGET.spend(1 + len(instance) // 256)
+        compiled = _re2(pattern)
+        if compiled is not None and compiled.search(instance) is None:
+            yield ValidationError("does not match the pattern")
+
+
+def _unique_items(check: Callable[..., Any]) -> Callable[..., Any]:
+    def unique_items(validator: Validator, value: Any, instance: Any, schema: Any) -> Any:
+        if isinstance(instance, list):
+            _BUDGET.spend(1 + len(instance) ** 2 // 64)  # pairwise comparison when unhashable
+        return check(validator, value, instance, schema)
+
+    return unique_items
+
+
+def _spending(check: Callable[..., Any]) -> Callable[..., Any]:
+    def keyword(validator: Validator, value: Any, instance: Any, schema: Any) -> Any:
+        _BUDGET.spend()
+        return check(validator, value, instance, schema)
+
+    return keyword
+
+
+@cache  # one per JSON Schema draft
+def _metered(cls: type[Validator]) -> type[Validator]:
+    keywords = {name: _spending(check) for name, check in cls.VALIDATORS.items()}
+    keywords["pattern"] = _pattern
+    if "uniqueItems" in cls.VALIDATORS:
+        keywords["uniqueItems"] = _unique_items(cls.VALIDATORS["uniqueItems"])
+    metered: type[Validator] = extend(cls, keywords)  # type: ignore[no-untyped-call]
+    return metered
+
+
+# -- the cache --
+
+
+class SchemaCache:
+    """Screened schemas by a digest of their JSON, least recently used first out. Bounded in
+    entries and in the JSON bytes it holds, so clients cannot make the gateway keep more."""
+
+    def __init__(self, max_bytes: int = CACHE_BYTES, max_entries: int = CACHE_ENTRIES) -> None:
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self._entries: OrderedDict[tuple[bytes, bool], tuple[Screened, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, schema: Any, want_object: bool) -> Screened:
+        try:
+            text = json.dumps(schema, separators=(",", ":")).encode()
+        except (TypeError, ValueError, RecursionError):
+            return "invalid"
+        if len(text) > MAX_SCHEMA_BYTES:
+            return "too_large"
+        key = (hashlib.blake2b(text, digest_size=16).digest(), want_object)
+        entry = self._entries.get(key)
+        if entry is not None:
+            self.hits += 1
+            self._entries.move_to_end(key)
+            return entry[0]
+        self.misses += 1
+        screened = screen(schema, want_object)
+        # A screened-out schema keeps only its key; a checker keeps the schema itself.
+        cost = len(text) if isinstance(screened, Checker) else len(key[0])
+        self._entries[key] = (screened, cost)
+        self.bytes += cost
+        while self.bytes > self.max_bytes or len(self._entries) > self.max_entries:
+            _, (_, freed) = self._entries.popitem(last=False)
+            self.bytes -= freed
+        return screened
