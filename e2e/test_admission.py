@@ -1,5 +1,6 @@
 """The API server itself refuses what `specfleet render` refuses, with the same field and
-message: the CEL rules and schema bounds live in the CRD generated from the models."""
+message, and accepts what render accepts: the CEL rules and schema bounds live in the CRD
+generated from the models. The tables are the unit tests' (tests/test_admission_table.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import yaml
 from e2e.cluster.harness import Cluster
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = yaml.safe_load((ROOT / "tests/data/invalid_specmodels.yaml").read_text())
+TABLES = ROOT / "tests/data/invalid"
+INVALID = yaml.safe_load((TABLES / "specmodels.yaml").read_text())
+WRONGLY_REFUSED = yaml.safe_load((TABLES / "wrongly-refused.yaml").read_text())
 BASE: dict[str, Any] = {
     "apiVersion": "specfleet.dev/v1alpha1",
     "kind": "SpecModel",
@@ -32,53 +35,58 @@ def merged(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def manifest(case: dict[str, Any]) -> str:
+    patch = {"metadata": case.get("metadata", {}), "spec": case.get("spec", {})}
+    return yaml.safe_dump(merged(BASE, patch))
+
+
 @pytest.fixture(scope="module")
 def crd(cluster: Cluster) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/specmodel.yaml"))
     cluster.kubectl("wait", "--for=condition=Established", "crd/specmodels.specfleet.dev")
 
 
+def dry_run(cluster: Cluster, namespace: str, text: str) -> Any:
+    return cluster.run_kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=text)
+
+
 def test_the_valid_base_is_accepted(cluster: Cluster, crd: None, namespace: str) -> None:
-    cluster.kubectl(
-        "apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(BASE)
-    )
+    result = dry_run(cluster, namespace, yaml.safe_dump(BASE))
+    assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
+@pytest.mark.parametrize("case", INVALID, ids=lambda c: c["name"])
 def test_api_server_rejects_with_the_field_and_message(
     cluster: Cluster, crd: None, namespace: str, case: dict[str, Any]
 ) -> None:
-    manifest = merged(BASE, {"spec": case["spec"]})
-    result = cluster.run_kubectl(
-        "apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(manifest)
-    )
+    result = dry_run(cluster, namespace, manifest(case))
     assert result.returncode != 0, f"accepted: {case['name']}"
     assert case["path"] in result.stderr, result.stderr
     assert case["message"] in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("case", WRONGLY_REFUSED, ids=lambda c: c["name"])
+def test_api_server_accepts_what_render_accepts(
+    cluster: Cluster, crd: None, namespace: str, case: dict[str, Any]
+) -> None:
+    result = dry_run(cluster, namespace, manifest(case))
+    assert result.returncode == 0, result.stderr
+
+
 def test_api_server_rejects_a_name_too_long_for_the_names_derived_from_it(
     cluster: Cluster, crd: None, namespace: str
 ) -> None:
-    fits = merged(BASE, {"metadata": {"name": "m" * 52}})
-    cluster.kubectl(
-        "apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(fits)
-    )
-    too_long = merged(BASE, {"metadata": {"name": "m" * 53}})
-    result = cluster.run_kubectl(
-        "apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(too_long)
-    )
-    assert result.returncode != 0, "accepted a 53-character name"
-    assert "metadata.name" in result.stderr and "52" in result.stderr, result.stderr
+    fits = dry_run(cluster, namespace, manifest({"metadata": {"name": "m" * 52}}))
+    assert fits.returncode == 0, fits.stderr
+    too_long = dry_run(cluster, namespace, manifest({"metadata": {"name": "m" * 53}}))
+    assert too_long.returncode != 0, "accepted a 53-character name"
+    assert "metadata.name" in too_long.stderr and "52" in too_long.stderr, too_long.stderr
 
 
 def test_api_server_refuses_a_name_a_canary_takes(
     cluster: Cluster, crd: None, namespace: str
 ) -> None:
-    taken = merged(BASE, {"metadata": {"name": "x-canary"}})
-    result = cluster.run_kubectl(
-        "apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(taken)
-    )
+    result = dry_run(cluster, namespace, manifest({"metadata": {"name": "x-canary"}}))
     assert result.returncode != 0, "accepted a name ending in -canary"
     assert "metadata.name" in result.stderr, result.stderr
     assert "must not end in '-canary'" in result.stderr, result.stderr

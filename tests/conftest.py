@@ -11,7 +11,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
-INVALID_CASES = yaml.safe_load((ROOT / "tests/data/invalid_specmodels.yaml").read_text())
+INVALID_CASES = yaml.safe_load((ROOT / "tests/data/invalid/specmodels.yaml").read_text())
 
 
 def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

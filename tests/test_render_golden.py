@@ -33,6 +33,8 @@ METHODS: dict[str, dict[str, Any]] = {
     "mtp": {"method": "mtp", "numSpeculativeTokens": 1},
     "suffix": {"method": "suffix", "numSpeculativeTokens": 8},
 }
+SUFFIX_IMAGE = {"image": "ghcr.io/specfleet/vllm:0.33.0"}
+"""images/vllm: vLLM's own image lacks arctic-inference, which the suffix method needs."""
 ENGINE_METHODS = {
     "vllm": ["eagle3", "eagle", "draft_model", "ngram", "mtp", "suffix"],
     "tensorrt-llm": ["eagle3", "draft_model", "ngram", "mtp"],
@@ -52,7 +54,8 @@ def cases() -> list[tuple[str, dict[str, Any], ServingPlan]]:
     for engine, methods in ENGINE_METHODS.items():
         for method in methods:
             for speculation in (True, False):
-                spec = {"engine": {"name": engine}, "speculative": METHODS[method]}
+                image = SUFFIX_IMAGE if method == "suffix" else {}
+                spec = {"engine": {"name": engine, **image}, "speculative": METHODS[method]}
                 name = f"{engine}-bf16-{method}-{'on' if speculation else 'off'}"
                 out.append((name, spec, ServingPlan(speculation=speculation)))
         trial = {

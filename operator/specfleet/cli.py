@@ -10,13 +10,14 @@ import click
 
 from specfleet.api import InvalidSpecModel, parse_specmodel
 from specfleet.api.crd import crd_yaml
+from specfleet.api.manifests import load_manifests
 from specfleet.api.reference import markdown
 from specfleet.gateway.cli import gateway
 from specfleet.render import ServingPlan, render
 from specfleet.render.plan import DEFAULT_GATEWAY_IMAGE
 from specfleet.sim.cli import sim
 from specfleet.simulate.cli import simulate_command
-from specfleet.yamlio import YamlError, dump_all, load_documents
+from specfleet.yamlio import YamlError, dump_all
 
 EXIT_INVALID = 2
 
@@ -45,8 +46,8 @@ def reference() -> None:
 def render_command(filename: Path, plan_file: Path | None) -> None:
     """Print the manifests the operator would apply for a SpecModel (and a serving plan)."""
     try:
-        plan = ServingPlan.model_validate(load_documents(plan_file)[0]) if plan_file else None
-        specmodels = [parse_specmodel(doc) for doc in load_documents(filename)]
+        plan = ServingPlan.model_validate(load_manifests(plan_file)[0]) if plan_file else None
+        specmodels = [parse_specmodel(doc) for doc in load_manifests(filename)]
     except InvalidSpecModel as exc:
         _invalid(filename, [str(error) for error in exc.errors])
     except (YamlError, ValueError) as exc:

@@ -18,6 +18,23 @@ MAX_NAME_LENGTH = 52
 labels (63 characters)."""
 CANARY_SUFFIX = "-canary"
 """A trial's canary children are named `<name>-canary`; no SpecModel may take such a name."""
+INT32_MAX = 2**31 - 1
+"""The largest value of an int32 field (TensorRT-LLM's batch and token limits are SizeType32)."""
+INT64_MAX = 2**63 - 1
+"""The largest integer the API server keeps an integer (Kubernetes durations and counts)."""
+SCRAPE_INTERVAL_SECONDS = 15
+"""How often the rendered ServiceMonitor has Prometheus scrape the engine pods."""
+LABEL_VALUE_MAX_LENGTH = 63
+LABEL_VALUE = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+"""A Kubernetes label value: what a node selector may ask for."""
+QUANTITY = (
+    "^(([0-9]+([.][0-9]*)?)|([.][0-9]+))"
+    "(([KMGTPE]i)|[numkMGTPE]|([eE][-+]?(([0-9]+([.][0-9]*)?)|([.][0-9]+))))?$"
+)
+"""A non-negative Kubernetes quantity (`16Gi`, `500m`, `1e3`): apimachinery's resource.Quantity
+grammar without the sign. No backslashes, so it sits in a CEL string as it is."""
+QUANTITY_MAX_LENGTH = 64
+"""Longer than any sensible quantity; bounds the cost of the CEL rule that reads one."""
 
 
 class ApiModel(BaseModel):
@@ -42,3 +59,17 @@ def cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
     if field_path:
         entry["fieldPath"] = field_path
     return entry
+
+
+def quantity_schema(field: str, example: str) -> JsonDict:
+    """Schema extras of a string field that is a Kubernetes quantity, checked by CEL so the
+    message says what a quantity looks like (a `pattern` would only print the regex)."""
+    return {
+        "x-kubernetes-validations": [
+            cel(
+                f"self.matches('{QUANTITY}')",
+                f"{field} must be a Kubernetes quantity such as {example}: digits, then "
+                "Ki Mi Gi Ti Pi Ei, k M G T P E, m, or an exponent (not '16 GB' or '16GB')",
+            )
+        ],
+    }

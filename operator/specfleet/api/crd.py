@@ -104,13 +104,22 @@ def _wire(value: Any) -> Any:
     return value
 
 
+DNS_1035_LABEL = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
 NAME_RULES = [
+    cel(
+        f"self.metadata.name.matches('{DNS_1035_LABEL}')",
+        "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter "
+        "and ending with a letter or digit, because the SpecModel's Service takes its name; "
+        "rename it (llama-3-1-8b, not llama-3.1-8b)",
+        ".metadata.name",
+    ),
     cel(
         f"!self.metadata.name.endsWith('{CANARY_SUFFIX}')",
         f"must not end in '{CANARY_SUFFIX}': SpecModel x names its trial's canary "
         f"x{CANARY_SUFFIX}, so the two would fight over it; rename this SpecModel",
         ".metadata.name",
-    )
+    ),
 ]
 """Rules on the name, at the root: the only place a CRD's CEL may read metadata."""
 

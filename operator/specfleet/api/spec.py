@@ -6,10 +6,29 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import ConfigDict, Field
+from pydantic.config import JsonDict
 
-from specfleet.api.base import ApiModel, cel
+from specfleet.api.base import (
+    INT32_MAX,
+    INT64_MAX,
+    LABEL_VALUE,
+    LABEL_VALUE_MAX_LENGTH,
+    QUANTITY,
+    QUANTITY_MAX_LENGTH,
+    SCRAPE_INTERVAL_SECONDS,
+    ApiModel,
+    cel,
+    quantity_schema,
+)
+from specfleet.api.hardware import fp4_rules
 
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
+OFFICIAL_VLLM_IMAGE = "^(docker[.]io/)?vllm/vllm-openai([:@]|$)"
+"""vLLM's own images, which lack `arctic-inference` (the `suffix` method); images/vllm adds it."""
+MAX_IMAGE_LENGTH = 1024
+MAX_DURATION_SECONDS = 365 * 86400
+"""The longest guard pause: longer is the guard turned off, and a deadline `now + duration`
+must stay a date Python can hold."""
 TRTLLM_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"
 
 FreeForm = dict[str, Any]
@@ -76,6 +95,7 @@ class EngineSpec(ApiModel):
     name: Engine = Field(description="The engine: `vllm` or `tensorrt-llm`.")
     image: str | None = Field(
         default=None,
+        max_length=MAX_IMAGE_LENGTH,
         description=(
             f"Engine container image. Defaults to the pinned image of the engine "
             f"(`{VLLM_IMAGE}` or `{TRTLLM_IMAGE}`)."
@@ -89,12 +109,14 @@ class EngineSpec(ApiModel):
     max_batch_size: int = Field(
         default=256,
         ge=1,
+        le=INT32_MAX,
         description="Most sequences batched at once (vllm `--max-num-seqs`, tensorrt-llm "
         "`--max_batch_size`).",
     )
     max_num_batched_tokens: int = Field(
         default=8192,
         ge=1,
+        le=INT32_MAX,
         description="Most tokens per engine step (vllm `--max-num-batched-tokens`, tensorrt-llm "
         "`--max_num_tokens`).",
     )
@@ -142,7 +164,9 @@ class ModelCache(ApiModel):
     )
     empty_dir_size_limit: str | None = Field(
         default=None,
+        max_length=QUANTITY_MAX_LENGTH,
         description="Use a node-local emptyDir of this size (e.g. `200Gi`) as the model cache.",
+        json_schema_extra=quantity_schema("model.cache.emptyDirSizeLimit", "200Gi"),
     )
 
 
@@ -165,7 +189,10 @@ class ModelSpec(ApiModel):
         default=1, ge=1, le=64, description="GPUs the model is sharded over (tensor parallelism)."
     )
     max_model_len: int | None = Field(
-        default=None, ge=1, description="Maximum context length (prompt + output) in tokens."
+        default=None,
+        ge=1,
+        le=INT32_MAX,
+        description="Maximum context length (prompt + output) in tokens.",
     )
     trust_remote_code: bool = Field(
         default=False, description="Allow the model repository's own Python code to run."
@@ -212,8 +239,8 @@ class NgramSpec(ApiModel):
 class DepthStep(ApiModel):
     """Speculation depth for one range of batch sizes (inclusive)."""
 
-    min_batch_size: int = Field(ge=1, description="First batch size of the range.")
-    max_batch_size: int = Field(ge=1, description="Last batch size of the range.")
+    min_batch_size: int = Field(ge=1, le=INT32_MAX, description="First batch size of the range.")
+    max_batch_size: int = Field(ge=1, le=INT32_MAX, description="Last batch size of the range.")
     num_speculative_tokens: int = Field(
         ge=0, le=16, description="Draft tokens per step in this range; 0 turns speculation off."
     )
@@ -252,6 +279,22 @@ class SpeculativeSpec(ApiModel):
                     "speculative.depthSchedule: each step needs minBatchSize <= maxBatchSize",
                     ".depthSchedule",
                 ),
+                cel(
+                    "!has(self.depthSchedule) || self.depthSchedule.all(s, "
+                    "s.numSpeculativeTokens <= self.numSpeculativeTokens)",
+                    "speculative.depthSchedule: no step may draft more than "
+                    "speculative.numSpeculativeTokens (vLLM sizes the drafter for that many and "
+                    "does not start otherwise); raise numSpeculativeTokens or lower the step",
+                    ".depthSchedule",
+                ),
+                cel(
+                    "!has(self.depthSchedule) || self.depthSchedule.all(s, "
+                    "self.depthSchedule.filter(t, t.minBatchSize <= s.maxBatchSize && "
+                    "s.minBatchSize <= t.maxBatchSize).size() == 1)",
+                    "speculative.depthSchedule: the batch-size ranges overlap, so a batch size "
+                    "would have two depths; make each range start after the previous one ends",
+                    ".depthSchedule",
+                ),
             ]
         }
     )
@@ -283,6 +326,7 @@ class SpeculativeSpec(ApiModel):
     max_concurrency: int | None = Field(
         default=None,
         ge=1,
+        le=INT32_MAX,
         description="tensorrt-llm: no speculation above this batch size (`max_concurrency`).",
     )
     draft_cost: float | None = Field(
@@ -405,6 +449,20 @@ class AlertReceivers(ApiModel):
 class GuardSpec(ApiModel):
     """How the guard judges speculation and new revisions."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "self.windowSeconds >= self.intervalSeconds",
+                    "guard.windowSeconds must be at least guard.intervalSeconds: each "
+                    "evaluation reads only its window, so a shorter one leaves time no "
+                    "evaluation sees; lengthen the window or shorten the interval",
+                    ".windowSeconds",
+                )
+            ]
+        }
+    )
+
     mode: GuardMode = Field(
         default=GuardMode.AUTO,
         description="`auto`: the guard switches speculation; `off`: speculation off; `on`: "
@@ -416,10 +474,13 @@ class GuardSpec(ApiModel):
         default=60, ge=10, le=86400, description="Lookback window of each evaluation."
     )
     min_draft_tokens: int = Field(
-        default=500, ge=1, description="Fewer drafted tokens in a window is inconclusive."
+        le=INT64_MAX,
+        default=500,
+        ge=1,
+        description="Fewer drafted tokens in a window is inconclusive.",
     )
     min_requests: int = Field(
-        default=20, ge=1, description="Fewer requests in a window is inconclusive."
+        le=INT64_MAX, default=20, ge=1, description="Fewer requests in a window is inconclusive."
     )
     consecutive_breaches: int = Field(
         default=3,
@@ -444,11 +505,13 @@ class GuardSpec(ApiModel):
         "at least minSpeedup + releaseMargin.",
     )
     cooldown_seconds: int = Field(
+        le=MAX_DURATION_SECONDS,
         default=60,
         ge=0,
         description="Wait before a trial (speculation on a canary pod) after the kill switch.",
     )
     max_cooldown_seconds: int = Field(
+        le=MAX_DURATION_SECONDS,
         default=1800,
         ge=0,
         description="Cap of the cooldown as it doubles on failed trials: every trial starts a "
@@ -456,29 +519,74 @@ class GuardSpec(ApiModel):
         "3600 / maxCooldownSeconds trials an hour.",
     )
     probation_seconds: int = Field(
-        default=600, ge=0, description="How long a new revision is judged against the last good."
+        default=600,
+        ge=0,
+        le=MAX_DURATION_SECONDS,
+        description="How long a new revision is judged against the last good.",
     )
     max_actions_per_hour: int = Field(
-        default=6, ge=1, description="More actions latch speculation off (`Flapping`)."
+        default=6,
+        ge=1,
+        le=INT64_MAX,
+        description="More actions latch speculation off (`Flapping`).",
     )
     blind_after_seconds: int = Field(
-        default=120, ge=0, description="No data for this long raises `MetricsBlind`."
+        default=120,
+        ge=0,
+        le=MAX_DURATION_SECONDS,
+        description="No data for this long raises `MetricsBlind`.",
     )
     alerts: AlertReceivers | None = Field(default=None, description="Alert receivers.")
 
 
 class GpuSpec(ApiModel):
     count: int | None = Field(
-        default=None, ge=1, description="GPUs per pod. Defaults to model.tensorParallelSize."
+        default=None,
+        ge=1,
+        le=INT64_MAX,
+        description="GPUs per pod. Defaults to model.tensorParallelSize.",
     )
     resource_name: str = Field(
         default="nvidia.com/gpu", description="Extended resource name of the GPU."
     )
     product: str | None = Field(
         default=None,
+        max_length=LABEL_VALUE_MAX_LENGTH,
         description="GPU product to schedule on (node label `nvidia.com/gpu.product`, e.g. "
-        "`NVIDIA-H100-80GB-HBM3`). Checked against the weights format (NVFP4 needs Blackwell).",
+        "`NVIDIA-H100-80GB-HBM3`). Checked against the weights format and the engine (FP4 "
+        "weights need a recent enough GPU).",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    f"self.matches('{LABEL_VALUE}')",
+                    "pod.gpu.product becomes a node selector, so it must be a label value as "
+                    "the node carries it: letters, digits, '-', '_' and '.', no spaces (write "
+                    "NVIDIA GeForce RTX 5090 as NVIDIA-GeForce-RTX-5090)",
+                )
+            ]
+        },
     )
+
+
+def resource_list_schema(name: str) -> JsonDict:
+    """`requests` or `limits`: resource names to quantities, as the API server types them
+    (integer or string), each checked against the quantity grammar."""
+    return {
+        "type": "object",
+        "description": f"Resource {name}: quantities by resource name.",
+        "additionalProperties": {
+            "x-kubernetes-int-or-string": True,
+            "maxLength": QUANTITY_MAX_LENGTH,
+            "x-kubernetes-validations": [
+                cel(
+                    "type(self) == int ? self >= 0 : "
+                    f"type(self) == string && self.matches('{QUANTITY}')",
+                    f"pod.resources.{name} values must be Kubernetes quantities: a whole number "
+                    "or a string such as '500m' or '8Gi' (write half a CPU as '500m')",
+                )
+            ],
+        },
+    }
 
 
 class PodSpec(ApiModel):
@@ -486,7 +594,21 @@ class PodSpec(ApiModel):
 
     replicas: int = Field(default=1, ge=0, le=1000, description="Engine pods.")
     gpu: GpuSpec = Field(default_factory=GpuSpec, description="GPUs per pod.")
-    node_selector: dict[str, str] | None = Field(default=None, description="Node selector.")
+    node_selector: dict[str, str] | None = Field(
+        default=None,
+        description="Node selector.",
+        json_schema_extra={
+            "additionalProperties": {"type": "string", "maxLength": LABEL_VALUE_MAX_LENGTH},
+            "x-kubernetes-validations": [
+                cel(
+                    "self.all(k, self[k].size() <= "
+                    f"{LABEL_VALUE_MAX_LENGTH} && self[k].matches('{LABEL_VALUE}'))",
+                    "pod.nodeSelector values must be label values: at most 63 letters, digits, "
+                    "'-', '_' and '.', starting and ending with a letter or digit, no spaces",
+                )
+            ],
+        },
+    )
     tolerations: list[FreeForm] | None = Field(
         default=None,
         description="Tolerations (Kubernetes Toleration objects).",
@@ -503,14 +625,26 @@ class PodSpec(ApiModel):
     resources: FreeForm | None = Field(
         default=None,
         description="Extra engine container resources (cpu, memory); GPUs come from `gpu`.",
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        json_schema_extra={
+            "x-kubernetes-preserve-unknown-fields": True,
+            "properties": {
+                "requests": resource_list_schema("requests"),
+                "limits": resource_list_schema("limits"),
+            },
+        },
     )
     annotations: dict[str, str] | None = Field(default=None, description="Pod annotations.")
     shm_size_limit: str = Field(
-        default="16Gi", description="Size limit of the memory-backed /dev/shm."
+        default="16Gi",
+        max_length=QUANTITY_MAX_LENGTH,
+        description="Size limit of the memory-backed /dev/shm.",
+        json_schema_extra=quantity_schema("pod.shmSizeLimit", "16Gi"),
     )
     termination_grace_period_seconds: int = Field(
-        default=120, ge=0, description="Time in-flight requests get to finish on shutdown."
+        default=120,
+        ge=0,
+        le=INT64_MAX,
+        description="Time in-flight requests get to finish on shutdown.",
     )
 
 
@@ -580,6 +714,30 @@ class SpecModelSpec(ApiModel):
                     "defaultClass must name one of classes",
                     ".defaultClass",
                 ),
+                cel(
+                    "self.classes.all(c, self.classes.filter(d, d.name == c.name).size() == 1)",
+                    "classes: two classes share a name; give each its own (the gateway refuses "
+                    "a config with duplicate class names)",
+                    ".classes",
+                ),
+                cel(
+                    "self.engine.name != 'vllm' || !has(self.speculative) || "
+                    "self.speculative.method != 'suffix' || (has(self.engine.image) && "
+                    f"!self.engine.image.matches('{OFFICIAL_VLLM_IMAGE}'))",
+                    "speculative.method suffix needs the arctic-inference package, which vLLM's "
+                    "own image lacks: set engine.image to an image that adds it (images/vllm "
+                    "builds one)",
+                    ".speculative.method",
+                ),
+                cel(
+                    "!self.monitoring.serviceMonitor || "
+                    f"self.guard.windowSeconds >= {2 * SCRAPE_INTERVAL_SECONDS}",
+                    f"guard.windowSeconds must be at least {2 * SCRAPE_INTERVAL_SECONDS} with "
+                    f"monitoring.serviceMonitor: Prometheus scrapes every "
+                    f"{SCRAPE_INTERVAL_SECONDS} s and increase() needs two samples in the window",
+                    ".guard.windowSeconds",
+                ),
+                *fp4_rules(),
             ]
         }
     )

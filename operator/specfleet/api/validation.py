@@ -1,4 +1,4 @@
-"""Parses and validates a SpecModel the way the API server will, plus the rules CEL cannot say.
+"""Parses and validates a SpecModel the way the API server will.
 
 The CEL rules live once, in the models (and so in the CRD); here the same rules run with
 cel-python over the CRD schema, so `specfleet render` and the operator reject exactly what
@@ -8,7 +8,6 @@ admission would, with the same messages, naming the field.
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,10 +20,6 @@ from pydantic import ValidationError
 
 from specfleet.api.crd import NAME_RULES, Schema, spec_schema
 from specfleet.api.model import SpecModel
-
-FP4_FORMATS = ("nvfp4", "mxfp4")
-BLACKWELL = re.compile(r"(^|[^A-Z0-9])G?B[123]\d\d|BLACKWELL|RTX-?50\d\d", re.IGNORECASE)
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 @dataclass(frozen=True)
@@ -52,7 +47,6 @@ def parse_specmodel(document: dict[str, Any]) -> SpecModel:
         raise InvalidSpecModel([_pydantic_error(e) for e in exc.errors()]) from None
     errors = list(_spec_cel_errors(json.dumps(specmodel.spec.to_wire(), sort_keys=True)))
     errors += _name_cel_errors(specmodel.metadata.name)
-    errors += gpu_errors(specmodel)
     if errors:
         raise InvalidSpecModel(errors)
     return specmodel
@@ -90,9 +84,15 @@ def cel_errors(schema: Schema, value: Any, path: str) -> Iterator[FieldError]:
         if not _holds(rule["rule"], value):
             yield FieldError(path + rule.get("fieldPath", ""), rule["message"])
     if isinstance(value, dict):
-        for name, sub in schema.get("properties", {}).items():
+        properties = schema.get("properties", {})
+        for name, sub in properties.items():
             if name in value:
                 yield from cel_errors(sub, value[name], f"{path}.{name}")
+        if isinstance(schema.get("additionalProperties"), dict):
+            for name in value.keys() - properties.keys():
+                yield from cel_errors(
+                    schema["additionalProperties"], value[name], f"{path}[{name}]"
+                )
     elif isinstance(value, list) and "items" in schema:
         for index, item in enumerate(value):
             yield from cel_errors(schema["items"], item, f"{path}[{index}]")
@@ -117,21 +117,3 @@ def _program(rule: str) -> Any:
 def _compiled(rule: str) -> Any:
     environment = celpy.Environment()
     return environment.program(environment.compile(rule))
-
-
-def gpu_errors(specmodel: SpecModel) -> list[FieldError]:
-    """FP4 weights need Blackwell; a product label the user gave that is not Blackwell fails."""
-    spec = specmodel.spec
-    if spec.quantization.weights not in FP4_FORMATS:
-        return []
-    selector = spec.pod.node_selector or {}
-    product = spec.pod.gpu.product or selector.get(GPU_PRODUCT_LABEL)
-    if product is None or BLACKWELL.search(product):
-        return []
-    return [
-        FieldError(
-            "spec.quantization.weights",
-            f"{spec.quantization.weights} weights need a Blackwell GPU (B200, GB200, ...) but "
-            f"the pods are placed on {product}; use fp8 or awq weights, or Blackwell nodes",
-        )
-    ]
