@@ -465,6 +465,31 @@ def test_quality_is_judged_against_the_last_good_revision_too() -> None:
     assert actions == []
 
 
+def test_quality_evidence_says_how_many_checks_were_left_out_and_why() -> None:
+    # Checks against schemas a sane validator cannot check are no samples: hundreds of them
+    # beside 100 valid calls move nothing.
+    left_out = {"remote_ref": 40.0, "unsatisfiable": 460.0}
+    crafted = observe(
+        0.8, 0.8, tool_calls_valid=100.0, tool_calls_invalid=0.0, tool_calls_unjudged=left_out
+    )
+    _, actions = run(on_probation(), [crafted] * 3)
+    assert actions == []
+    broken = replace(crafted, classes={**crafted.classes})
+    broken.classes["chat"] = replace(
+        crafted.classes["chat"], tool_calls_valid=70.0, tool_calls_invalid=30.0
+    )
+    state, actions = run(on_probation(), [broken] * 2)
+    assert actions == []
+    third = replace(state, observation=broken, now=state.now + timedelta(seconds=30))
+    [action] = decide(third).actions
+    assert action.action == "rolled_back"
+    chat = action.evidence["classes"]["chat"]
+    assert chat["toolCallValidity"] == 0.7
+    assert chat["toolCallsUnjudged"] == {"remote_ref": 40.0, "unsatisfiable": 460.0}
+    assert "structuredOutputsUnjudged" not in chat
+    assert any("n=100, 500 unjudged" in b for b in action.evidence["breaches"])
+
+
 def test_without_a_good_revision_a_quality_breach_only_alerts() -> None:
     broken = observe(0.8, 0.8, tool_calls_valid=50.0, tool_calls_invalid=50.0)
     state, actions = run(on_probation(has_last_good=False), [broken] * 3)

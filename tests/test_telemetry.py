@@ -58,6 +58,37 @@ def test_a_trial_canary_is_read_beside_the_fleet_with_the_same_queries() -> None
     canary = observation.other_speculation
     assert canary is not None and canary.speculation and canary.revision == 1
     assert canary.classes["code"].requests == 100.0
-    assert reader.queries == len({t for t, _, _ in QUERIES.values()})  # nothing extra asked
+    # nothing extra asked: the query set and the unjudged checks' one
+    assert reader.queries == len({t for t, _, _ in QUERIES.values()}) + 1
     alone = reader.read([Target("ns", "other", 60, 1, False)], datetime.now(UTC))
     assert alone[("ns", "other")].other_speculation is None
+
+
+def test_unjudged_quality_checks_are_read_by_kind_and_reason() -> None:
+    labels = {"namespace": "ns", "specmodel": "m", "class": "code", "revision": "1"}
+
+    def row(kind: str, reason: str, value: str) -> dict[str, Any]:
+        metric = {**labels, "speculation": "on", "kind": kind, "reason": reason}
+        return {"metric": metric, "value": [0, value]}
+
+    rows = [
+        row("tool_call", "remote_ref", "3"),
+        row("tool_call", "unsatisfiable", "2"),
+        row("tool_call", "budget", "0"),  # no increase: left out
+        row("structured_output", "pattern", "NaN"),
+        row("structured_output", "too_deep", "1"),
+    ]
+    reader = TelemetryReader("http://127.0.0.1:9")
+    asked: list[str] = []
+
+    def query(text: str, params: dict[str, str]) -> list[dict[str, Any]]:
+        asked.append(text)
+        return rows if "specfleet_quality_unjudged_total" in text else []
+
+    reader._prometheus.custom_query = query
+    observation = reader.read([Target("ns", "m", 60, 1, True)], datetime.now(UTC))[("ns", "m")]
+    window = observation.classes["code"]
+    assert window.tool_calls_unjudged == {"remote_ref": 3.0, "unsatisfiable": 2.0}
+    assert window.structured_unjudged == {"too_deep": 1.0}
+    assert window.tool_call_validity is None  # unjudged checks are no samples
+    assert sum("specfleet_quality_unjudged_total" in q for q in asked) == 1

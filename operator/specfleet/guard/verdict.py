@@ -120,6 +120,12 @@ class ClassVerdict(NamedTuple):
         for measured in (self.quality().readings, self.latency().readings):
             for name, value in measured.items():
                 evidence[name] = round(value, 4)
+        for name, unjudged in (
+            ("toolCallsUnjudged", window.tool_calls_unjudged),
+            ("structuredOutputsUnjudged", window.structured_unjudged),
+        ):
+            if unjudged:  # checks left out of the validity above, by reason
+                evidence[name] = {reason: round(n, 4) for reason, n in sorted(unjudged.items())}
         return evidence
 
 
@@ -361,6 +367,7 @@ def _judge_quality(
             window.tool_calls_judged,
             slo.min_tool_call_validity,
             baseline.tool_call_validity if baseline else None,
+            window.tool_calls_unjudged,
         ),
         (
             "structuredOutputValidity",
@@ -368,16 +375,19 @@ def _judge_quality(
             window.structured_judged,
             slo.min_structured_output_validity,
             baseline.structured_output_validity if baseline else None,
+            window.structured_unjudged,
         ),
     ]
     breaches, readings = [], {}
-    for name, value, samples, floor, good in checks:
+    for name, value, samples, floor, good, unjudged in checks:
         if value is None or samples < min_samples:
             continue
         readings[name] = value
         limit = _limit(floor, good)
         if _confidently_below(value, samples, limit):
-            breaches.append(f"{name} {value:.3f} < {limit:.3f} (n={samples:.0f})")
+            left_out = sum(unjudged.values())
+            apart = f", {left_out:.0f} unjudged" if left_out else ""
+            breaches.append(f"{name} {value:.3f} < {limit:.3f} (n={samples:.0f}{apart})")
     errors = _judge_errors(window, baseline, readings)
     return Judged([*breaches, errors] if errors else breaches, readings)
 

@@ -5,6 +5,7 @@ A value of None means "no data" (series missing, Prometheus down), never zero.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -30,6 +31,11 @@ class ClassWindow:
     tool_calls_invalid: float | None = None
     structured_valid: float | None = None
     structured_invalid: float | None = None
+    tool_calls_unjudged: Mapping[str, float] = field(default_factory=dict, hash=False)
+    """Tool calls not judged, by reason (the request's schema was not one a sane validator can
+    check, or checking cost too much): outside the validity above, whatever they were."""
+    structured_unjudged: Mapping[str, float] = field(default_factory=dict, hash=False)
+    """Structured outputs not judged, by reason."""
 
     @property
     def acceptance_rate(self) -> float | None:

@@ -18,6 +18,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.exceptions import RequestException
 from urllib3.util.retry import Retry
 
+from specfleet.gateway import names
 from specfleet.telemetry.model import ClassWindow, Observation
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class Target:
 
 def _increase(metric: str, extra: str = "") -> str:
     by = f"{GROUP}{', ' + extra if extra else ''}"
-    return f"sum by ({by}) (increase({metric}[{{w}}]))"
+    return f"sum by ({by}) (increase({metric}_total[{{w}}]))"
 
 
 def _quantile(metric: str) -> str:
@@ -55,26 +56,25 @@ def _mean(metric: str) -> str:
 
 # field of ClassWindow -> (PromQL template, label that must match, its value)
 QUERIES: dict[str, tuple[str, str | None, str | None]] = {
-    "requests": (_increase("specfleet_requests_total"), None, None),
-    "errors": (_increase("specfleet_requests_total", "outcome"), "outcome", "upstream_error"),
-    "draft_tokens": (_increase("specfleet_spec_draft_tokens_total"), None, None),
-    "accepted_tokens": (_increase("specfleet_spec_accepted_tokens_total"), None, None),
-    "steps": (_increase("specfleet_spec_steps_total"), None, None),
-    "output_tokens": (_increase("specfleet_output_tokens_total"), None, None),
-    "request_seconds": (_increase("specfleet_request_seconds_total"), None, None),
-    "p95_ttft_seconds": (_quantile("specfleet_ttft_seconds"), None, None),
-    "p95_tpot_seconds": (_quantile("specfleet_tpot_seconds"), None, None),
-    "mean_tpot_seconds": (_mean("specfleet_tpot_seconds"), None, None),
-    "tool_calls_valid": (_increase("specfleet_tool_calls_total", "valid"), "valid", "true"),
-    "tool_calls_invalid": (_increase("specfleet_tool_calls_total", "valid"), "valid", "false"),
-    "structured_valid": (_increase("specfleet_structured_outputs_total", "valid"), "valid", "true"),
-    "structured_invalid": (
-        _increase("specfleet_structured_outputs_total", "valid"),
-        "valid",
-        "false",
-    ),
+    "requests": (_increase(names.REQUESTS), None, None),
+    "errors": (_increase(names.REQUESTS, "outcome"), "outcome", "upstream_error"),
+    "draft_tokens": (_increase(names.DRAFT_TOKENS), None, None),
+    "accepted_tokens": (_increase(names.ACCEPTED_TOKENS), None, None),
+    "steps": (_increase(names.SPEC_STEPS), None, None),
+    "output_tokens": (_increase(names.OUTPUT_TOKENS), None, None),
+    "request_seconds": (_increase(names.REQUEST_SECONDS), None, None),
+    "p95_ttft_seconds": (_quantile(names.TTFT), None, None),
+    "p95_tpot_seconds": (_quantile(names.TPOT), None, None),
+    "mean_tpot_seconds": (_mean(names.TPOT), None, None),
+    "tool_calls_valid": (_increase(names.TOOL_CALLS, "valid"), "valid", "true"),
+    "tool_calls_invalid": (_increase(names.TOOL_CALLS, "valid"), "valid", "false"),
+    "structured_valid": (_increase(names.STRUCTURED_OUTPUTS, "valid"), "valid", "true"),
+    "structured_invalid": (_increase(names.STRUCTURED_OUTPUTS, "valid"), "valid", "false"),
 }
-assert set(QUERIES) == {f.name for f in fields(ClassWindow)}
+UNJUDGED_QUERY = _increase(names.QUALITY_UNJUDGED, "kind, reason")
+# the unjudged series' `kind` label -> field of ClassWindow (a mapping reason -> count)
+UNJUDGED_FIELDS = {"tool_call": "tool_calls_unjudged", "structured_output": "structured_unjudged"}
+assert set(QUERIES) | set(UNJUDGED_FIELDS.values()) == {f.name for f in fields(ClassWindow)}
 
 
 class TelemetryReader:
@@ -101,7 +101,7 @@ class TelemetryReader:
         self, window: int, targets: list[Target], now: datetime
     ) -> dict[tuple[str, str], Observation]:
         try:
-            values = _by_pod_state(self._query_all(window))
+            values = _by_pod_state(*self._query_all(window))
         except (PrometheusApiClientException, RequestException, ValueError) as exc:
             reason = f"Prometheus query failed: {exc}"[:300]
             log.warning("%s", reason)
@@ -110,18 +110,25 @@ class TelemetryReader:
             }
         return {(t.namespace, t.specmodel): _observations(t, now, values) for t in targets}
 
-    def _query_all(self, window: int) -> dict[str, dict[SeriesKey, float]]:
+    def _query_all(
+        self, window: int
+    ) -> tuple[dict[str, dict[SeriesKey, float]], list[dict[str, Any]]]:
+        """Every field's series, and the unjudged quality checks' rows."""
         cache: dict[str, list[dict[str, Any]]] = {}
         values: dict[str, dict[SeriesKey, float]] = {}
         for name, (template, label, wanted) in QUERIES.items():
             query = template.format(w=f"{window}s")
             if query not in cache:
-                self.queries += 1
-                cache[query] = self._prometheus.custom_query(
-                    query, params={"timeout": f"{int(self._timeout * 1000)}ms"}
-                )
+                cache[query] = self._query(query)
             values[name] = _series(cache[query], label, wanted)
-        return values
+        return values, self._query(UNJUDGED_QUERY.format(w=f"{window}s"))
+
+    def _query(self, query: str) -> list[dict[str, Any]]:
+        self.queries += 1
+        rows: list[dict[str, Any]] = self._prometheus.custom_query(
+            query, params={"timeout": f"{int(self._timeout * 1000)}ms"}
+        )
+        return rows
 
 
 def _series(
@@ -135,12 +142,18 @@ def _series(
         value = float(row["value"][1])
         if value != value:  # NaN: a histogram or ratio with no observations in the window
             continue
-        key = tuple(
-            metric.get(k, "")
-            for k in ("namespace", "specmodel", "class", "revision", "speculation")
-        )
-        out[key] = value
+        out[_series_key(metric)] = value
     return out
+
+
+def _series_key(metric: dict[str, str]) -> SeriesKey:
+    return (
+        metric.get("namespace", ""),
+        metric.get("specmodel", ""),
+        metric.get("class", ""),
+        metric.get("revision", ""),
+        metric.get("speculation", ""),
+    )
 
 
 StateKey = tuple[str, str, str, str]
@@ -153,18 +166,27 @@ def _state(target: Target) -> StateKey:
 
 
 def _by_pod_state(
-    values: dict[str, dict[SeriesKey, float]],
-) -> dict[StateKey, dict[str, dict[str, float]]]:
+    values: dict[str, dict[SeriesKey, float]], unjudged: list[dict[str, Any]]
+) -> dict[StateKey, dict[str, dict[str, Any]]]:
     """Regroups query results once, so each target is a lookup: state -> class -> field."""
-    grouped: dict[StateKey, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    grouped: dict[StateKey, dict[str, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
     for name, series in values.items():
         for (namespace, specmodel, klass, revision, speculation), value in series.items():
             grouped[(namespace, specmodel, revision, speculation)][klass][name] = value
+    for row in unjudged:
+        metric = row["metric"]
+        field_name = UNJUDGED_FIELDS.get(metric.get("kind", ""))
+        value = float(row["value"][1])
+        if field_name is None or not value > 0:  # also NaN
+            continue
+        namespace, specmodel, klass, revision, speculation = _series_key(metric)
+        found = grouped[(namespace, specmodel, revision, speculation)][klass]
+        found.setdefault(field_name, {})[metric.get("reason", "")] = value
     return grouped
 
 
 def _observations(
-    target: Target, now: datetime, values: dict[StateKey, dict[str, dict[str, float]]]
+    target: Target, now: datetime, values: dict[StateKey, dict[str, dict[str, Any]]]
 ) -> Observation:
     """The target's pods, with the same revision's pods of the other speculation setting beside
     them (a trial's canary): the same queries answered both, so reading them costs nothing."""
@@ -176,7 +198,7 @@ def _observations(
 
 
 def _observation(
-    target: Target, now: datetime, classes: dict[str, dict[str, float]], blind: str | None = None
+    target: Target, now: datetime, classes: dict[str, dict[str, Any]], blind: str | None = None
 ) -> Observation:
     return Observation(
         at=now,
