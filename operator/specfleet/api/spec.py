@@ -26,6 +26,9 @@ VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 OFFICIAL_VLLM_IMAGE = "^(docker[.]io/)?vllm/vllm-openai([:@]|$)"
 """vLLM's own images, which lack `arctic-inference` (the `suffix` method); images/vllm adds it."""
 MAX_IMAGE_LENGTH = 1024
+MAX_MAP_ENTRIES = 64
+"""Entries of a node selector or a resource list: bounds the API server's estimate of the cost
+of the CEL rules that read each entry."""
 MAX_DURATION_SECONDS = 365 * 86400
 """The longest guard pause: longer is the guard turned off, and a deadline `now + duration`
 must stay a date Python can hold."""
@@ -574,6 +577,7 @@ def resource_list_schema(name: str) -> JsonDict:
     return {
         "type": "object",
         "description": f"Resource {name}: quantities by resource name.",
+        "maxProperties": MAX_MAP_ENTRIES,
         "additionalProperties": {
             "x-kubernetes-int-or-string": True,
             "maxLength": QUANTITY_MAX_LENGTH,
@@ -596,6 +600,7 @@ class PodSpec(ApiModel):
     gpu: GpuSpec = Field(default_factory=GpuSpec, description="GPUs per pod.")
     node_selector: dict[str, str] | None = Field(
         default=None,
+        max_length=MAX_MAP_ENTRIES,
         description="Node selector.",
         json_schema_extra={
             "additionalProperties": {"type": "string", "maxLength": LABEL_VALUE_MAX_LENGTH},
