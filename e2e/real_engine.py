@@ -136,9 +136,6 @@ class RealEngine:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
             return str(response.read().decode())
 
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -176,38 +173,45 @@ def running(
         )
     engine = RealEngine(f"http://127.0.0.1:{port}", process, log)
     try:
-        _wait_healthy(engine, timeout)
+        wait_healthy(process, f"{engine.url}/health", log, timeout, "vllm serve")
         yield engine
     finally:
-        stop(engine)
+        stop(process)
 
 
-def _wait_healthy(engine: RealEngine, timeout: float) -> None:
+def wait_healthy(
+    process: subprocess.Popen[bytes], url: str, log: Path, timeout: float, what: str
+) -> None:
+    """Polls `url` until it answers 200; raises with the log's tail if `process` exits first
+    or `timeout` seconds pass."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if engine.process.poll() is not None:
+        if process.poll() is not None:
             raise EngineError(
-                f"vllm serve exited with {engine.process.returncode} before it was healthy; "
-                f"log {engine.log}:\n{engine.log_tail()}"
+                f"{what} exited with {process.returncode} before it was healthy; "
+                f"log {log}:\n{log_tail(log)}"
             )
         try:
-            with urllib.request.urlopen(f"{engine.url}/health", timeout=2) as response:
+            with urllib.request.urlopen(url, timeout=2) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, OSError):
             pass
         time.sleep(1)
-    raise EngineError(
-        f"vllm serve not healthy after {timeout:.0f} s; log {engine.log}:\n{engine.log_tail()}"
-    )
+    raise EngineError(f"{what} not healthy after {timeout:.0f} s; log {log}:\n{log_tail(log)}")
 
 
-def stop(engine: RealEngine, grace: float = 30.0) -> None:
-    """SIGTERM to the engine's process group; SIGKILL to what is left after `grace` seconds."""
+def log_tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def stop(process: subprocess.Popen[bytes], grace: float = 30.0) -> None:
+    """SIGTERM to the process group that `process` leads (started with start_new_session);
+    SIGKILL to what is left of it after `grace` seconds."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(engine.process.pid, signal.SIGTERM)
+        os.killpg(process.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        engine.process.wait(grace)
+        process.wait(grace)
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(engine.process.pid, signal.SIGKILL)
-    engine.process.wait()
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
