@@ -80,8 +80,10 @@ def _name_cel_errors(name: str) -> tuple[FieldError, ...]:
 
 def cel_errors(schema: Schema, value: Any, path: str) -> Iterator[FieldError]:
     """Evaluates every x-kubernetes-validations rule in `schema` against `value`."""
-    for rule in schema.get("x-kubernetes-validations", []):
-        if not _holds(rule["rule"], value):
+    rules = schema.get("x-kubernetes-validations", [])
+    activation = {"self": json_to_cel(value)} if rules else {}  # once: it copies the subtree
+    for rule in rules:
+        if not _holds(rule["rule"], activation):
             yield FieldError(path + rule.get("fieldPath", ""), rule["message"])
     if isinstance(value, dict):
         properties = schema.get("properties", {})
@@ -98,8 +100,8 @@ def cel_errors(schema: Schema, value: Any, path: str) -> Iterator[FieldError]:
             yield from cel_errors(schema["items"], item, f"{path}[{index}]")
 
 
-def _holds(rule: str, value: Any) -> bool:
-    result = _program(rule).evaluate({"self": json_to_cel(value)})
+def _holds(rule: str, activation: dict[str, Any]) -> bool:
+    result = _program(rule).evaluate(activation)
     return result is True or (isinstance(result, celpy.celtypes.BoolType) and bool(result))
 
 
