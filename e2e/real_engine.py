@@ -20,6 +20,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from specfleet.api.model import SpecModel
 from specfleet.render import vllm
@@ -39,6 +42,25 @@ DROPPED_FLAGS = {
 }
 DROPPED_SWITCHES = {"--enable-auto-tool-choice"}
 START_TIMEOUT_S = 600.0
+
+
+SERVED_NAME = "tiny"
+
+
+def tiny_specmodel(speculative: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """A SpecModel document for the tiny model (`engine_args` maps its model to the local
+    target), served as SERVED_NAME; `spec` adds fields such as classes."""
+    return {
+        "apiVersion": "specfleet.dev/v1alpha1",
+        "kind": "SpecModel",
+        "metadata": {"name": SERVED_NAME},
+        "spec": {
+            "engine": {"name": "vllm", "maxBatchSize": 8},
+            "model": {"source": "local/tiny", "servedName": SERVED_NAME, "maxModelLen": 2048},
+            "speculative": speculative,
+            **spec,
+        },
+    }
 
 
 class EngineError(RuntimeError):
@@ -135,6 +157,18 @@ class RealEngine:
     def metrics(self) -> str:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
             return str(response.read().decode())
+
+
+def samples(exposition: str) -> dict[str, dict[str, float]]:
+    """Prometheus text -> sample name -> `class` label ("" for none) -> value, summed over the
+    other labels."""
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            by_class = out.setdefault(sample.name, {})
+            klass = sample.labels.get("class", "")
+            by_class[klass] = by_class.get(klass, 0.0) + sample.value
+    return out
 
 
 def free_port() -> int:

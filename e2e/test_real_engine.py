@@ -9,7 +9,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import urllib.request
-from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,30 +18,18 @@ from typing import Any
 import pytest
 import yaml
 from openai import OpenAI
-from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import real_engine
 from specfleet.api.validation import parse_specmodel
 
 K = 3
-SPECMODEL: dict[str, Any] = {
-    "apiVersion": "specfleet.dev/v1alpha1",
-    "kind": "SpecModel",
-    "metadata": {"name": "tiny"},
-    "spec": {
-        "engine": {"name": "vllm", "maxBatchSize": 8},
-        "model": {"source": "local/tiny-llama", "servedName": "tiny", "maxModelLen": 2048},
-        # The model becomes the local target and so does the draft: with the target drafting
-        # for itself, greedy decoding accepts every draft and sampling almost none.
-        "speculative": {
-            "method": "draft_model",
-            "draftModel": "local/tiny-llama",
-            "numSpeculativeTokens": K,
-        },
-        "classes": [{"name": "code", "critical": True}, {"name": "chat"}],
-        "defaultClass": "chat",
-    },
-}
+# The model becomes the local target and so does the draft: with the target drafting for
+# itself, greedy decoding accepts every draft and sampling almost none.
+SPECMODEL = real_engine.tiny_specmodel(
+    {"method": "draft_model", "draftModel": "local/tiny", "numSpeculativeTokens": K},
+    classes=[{"name": "code", "critical": True}, {"name": "chat"}],
+    defaultClass="chat",
+)
 MAX_TOKENS = 24
 PROMPTS = {
     "code": ["def add(a, b):", "import json\nprint(json.dumps(", "class Engine:\n    def"],
@@ -66,7 +53,10 @@ class Served:
     client: OpenAI
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(samples(self.engine.metrics()), samples(_get(self.gateway_metrics)))
+        return Snapshot(
+            real_engine.samples(self.engine.metrics()),
+            real_engine.samples(_get(self.gateway_metrics)),
+        )
 
 
 @dataclass
@@ -114,15 +104,6 @@ def _get(url: str) -> str:
         return str(response.read().decode())
 
 
-def samples(exposition: str) -> Samples:
-    """Sample name -> class (or "" for series without one) -> value, summed over other labels."""
-    out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for family in text_string_to_metric_families(exposition):
-        for sample in family.samples:
-            out[sample.name][sample.labels.get("class", "")] += sample.value
-    return out
-
-
 def delta(
     after: dict[str, dict[str, float]], before: dict[str, dict[str, float]], name: str
 ) -> dict[str, float]:
@@ -135,7 +116,7 @@ def ask(
     """One chat completion through the gateway; `ignore_eos` keeps every answer MAX_TOKENS long
     (a random-weight model may emit EOS anywhere)."""
     request: dict[str, Any] = {
-        "model": "tiny",
+        "model": real_engine.SERVED_NAME,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": MAX_TOKENS,
         "temperature": temperature,
