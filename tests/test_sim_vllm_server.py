@@ -395,21 +395,39 @@ async def test_tool_call_validity_knob_and_revision_effects() -> None:
         assert sim.effects().tool_call_validity is None
 
 
-async def test_auto_tool_choice_needs_the_server_flags() -> None:
+async def test_tool_choices_need_a_tool_call_parser() -> None:
+    """Measured on the real vLLM: "auto" needs --enable-auto-tool-choice and a parser, a named
+    or "required" choice a parser; with one, a named choice answers a tool call."""
+    named_choice: Any = {"type": "function", "function": {"name": "get_weather"}}
     async with serve(vllm(), SimOptions(time_scale=FAST)) as sim:
         oai = client(sim.url)
-        with pytest.raises(openai.BadRequestError) as err:
+        with pytest.raises(openai.BadRequestError) as auto:
             await oai.chat.completions.create(model="llama", messages=MESSAGES, tools=[WEATHER])
-        named = await oai.chat.completions.create(
-            model="llama",
-            messages=MESSAGES,
-            tools=[WEATHER],
-            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        with pytest.raises(openai.BadRequestError) as named_refused:
+            await oai.chat.completions.create(
+                model="llama", messages=MESSAGES, tools=[WEATHER], tool_choice=named_choice
+            )
+        with pytest.raises(openai.BadRequestError) as required:
+            await oai.chat.completions.create(
+                model="llama", messages=MESSAGES, tools=[WEATHER], tool_choice="required"
+            )
+    async with serve(vllm("--tool-call-parser", "pythonic"), SimOptions(time_scale=FAST)) as sim:
+        named = await client(sim.url).chat.completions.create(
+            model="llama", messages=MESSAGES, tools=[WEATHER], tool_choice=named_choice
         )
-    assert err.value.body["message"].startswith(
-        '"auto" tool choice requires --enable-auto-tool-choice'
+    assert auto.value.body == {
+        "message": '"auto" tool choice requires --enable-auto-tool-choice and '
+        "--tool-call-parser to be set",
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
+    assert named_refused.value.body["message"] == (
+        'tool_choice=function "get_weather" requires --tool-call-parser to be set'
     )
-    assert err.value.body["type"] == "BadRequestError" and err.value.body["code"] == 400
+    assert required.value.body["message"] == (
+        'tool_choice="required" requires --tool-call-parser to be set'
+    )
     assert named.choices[0].finish_reason == "stop"  # named tool choice: "stop", like vLLM
     assert named.choices[0].message.tool_calls[0].function.name == "get_weather"
 
@@ -523,12 +541,13 @@ async def test_prompt_lookup_drafts_only_on_steps_with_a_match(
     assert resp.usage is not None
     from_verify_steps = spec["num_spec_steps"] + spec["num_accepted_draft_tokens"]
     no_draft_steps = resp.usage.completion_tokens - 1 - from_verify_steps  # 1: the prefill's
-    assert spec["num_spec_steps"] > 0 and set(spec["per_step_drafted"]) == {4}
-    assert spec["num_draft_tokens"] == 4 * spec["num_spec_steps"]
+    assert spec["num_spec_steps"] > 0
     if drafts_every_step:
+        assert set(spec["per_step_drafted"]) == {4}
         assert no_draft_steps <= 0  # the last step may accept more than the answer needs
-    else:
-        assert no_draft_steps > spec["num_spec_steps"]  # a 0.3 match rate: most steps no draft
+    else:  # a 0.3 match rate: most steps draft nothing, and drafts may be shorter than k
+        assert no_draft_steps > spec["num_spec_steps"]
+        assert set(spec["per_step_drafted"]) <= {1, 2, 3, 4} and min(spec["per_step_drafted"]) < 4
 
 
 async def test_speculation_helps_tpot_at_high_acceptance_and_hurts_at_low() -> None:

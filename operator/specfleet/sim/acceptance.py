@@ -99,16 +99,3 @@ class SpecStats:
             "per_step_accepted": list(self.per_step_accepted) if detailed else None,
             "per_step_drafted": list(self.per_step_drafted) if detailed else None,
         }
-
-    def trtllm(self) -> dict[str, Any] | None:
-        """TensorRT-LLM `choices[i].speculative_decoding`; absent (None) if never drafted."""
-        if not self.num_spec_steps:
-            return None
-        return {
-            "acceptance_rate": self.draft_acceptance_rate,
-            "total_accepted_draft_tokens": self.num_accepted_draft_tokens,
-            "total_draft_tokens": self.num_draft_tokens,
-            "num_spec_steps": self.num_spec_steps,
-            "acceptance_histogram": list(self.acceptance_histogram),
-            "num_spec_tokens": self.num_spec_tokens,
-        }

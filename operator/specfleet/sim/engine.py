@@ -5,8 +5,9 @@ prefills the newly admitted sequences (their first token) and runs one verify
 step for every decoding sequence: `k` drafts, `acceptance.draw` accepted, so
 `1 + accepted` new tokens, capped by what the sequence still needs. Prompt-lookup
 drafters (n-gram, suffix) draft only on steps that find a match (the request's
-`draft_match_rate`); a step without a draft yields one token and counts as no
-verify step, as in vLLM. Drafts never reach past `max_model_len`. Iteration
+`draft_match_rate`), from 1 to `k` tokens; a step without a draft yields one
+token and counts as no verify step, as in vLLM. Drafts never reach past
+`max_model_len`. Iteration
 length comes from `timing.TimingModel`.
 
 Time: the loop keeps its own virtual clock (simulated seconds). While busy it
@@ -318,10 +319,14 @@ class EngineCore:
         spec = self.config.speculation
         if not k or spec is None:
             return 0
-        if spec.drafts_on_match and self.rng.random() >= seq.request.draft_match_rate:
-            return 0
         context = seq.request.prompt_tokens + seq.generated
-        return max(0, min(k, self.config.max_model_len - context))
+        room = max(0, min(k, self.config.max_model_len - context))
+        if not spec.drafts_on_match:
+            return room
+        if self.rng.random() >= seq.request.draft_match_rate:
+            return 0
+        # the draft is what follows the match in the context, often cut short by its end
+        return min(room, self.rng.randint(1, k))
 
     def kv_used_tokens(self) -> int:
         return sum(s.request.prompt_tokens + s.generated for s in self.running)

@@ -99,7 +99,6 @@ class EngineConfig:
     tp_size: int = 1
     return_perf_metrics: bool = False
     enable_iter_perf_stats: bool = False
-    per_request_spec_decode_stats: bool = False
     tool_parser: str | None = None
     extra_llm_api_options: dict[str, Any] = field(default_factory=dict)
     ignored_flags: tuple[str, ...] = ()
@@ -353,6 +352,8 @@ _TRT_METHODS = {
     "lookahead": "lookahead",
 }
 _TRT_NEEDS_MODEL = {"eagle3", "eagle", "draft_model"}
+# Options proposed upstream but in no release (per-request stats: TensorRT-LLM PR 19311).
+_TRT_UNRELEASED_KEYS = {"per_request_spec_decode_stats"}
 
 
 def _trt_speculation(conf: Any) -> Speculation | None:
@@ -432,6 +433,9 @@ def parse_trtllm(
             raise EngineArgsError("--extra_llm_api_options must hold a YAML mapping")
         options = loaded or {}
 
+    for key in _TRT_UNRELEASED_KEYS & set(options):
+        # the LLM args forbid unknown keys: the engine stops at start-up
+        raise EngineArgsError(f"{key}: Extra inputs are not permitted (not a 1.2.1 option)")
     spec = _trt_speculation(options.get("speculative_config"))
     # YAML < CLI flags
     max_batch = ns.max_batch_size or options.get("max_batch_size") or 2048
@@ -451,7 +455,6 @@ def parse_trtllm(
         tp_size=ns.tp_size,
         return_perf_metrics=bool(options.get("return_perf_metrics", False)),
         enable_iter_perf_stats=bool(options.get("enable_iter_perf_stats", False)),
-        per_request_spec_decode_stats=bool(options.get("per_request_spec_decode_stats", False)),
         tool_parser=ns.tool_parser,
         extra_llm_api_options=options,
         ignored_flags=tuple(flags),

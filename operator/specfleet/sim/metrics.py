@@ -4,10 +4,10 @@
 - vLLM 0.33: Prometheus text on `/metrics`, names `vllm:*`, labels
   `model_name` (first served name) and `engine` ("0"); spec-decode counters
   exist only when speculation is configured.
-- TensorRT-LLM 1.2.1: Prometheus on `/prometheus/metrics` (`trtllm_*`, labels
-  `model_name`, `engine_type`) only with `return_perf_metrics: true`, and JSON
-  iteration stats on `/metrics`, drained on read, only with
-  `enable_iter_perf_stats: true`.
+- TensorRT-LLM 1.2.1: Prometheus on `/prometheus/metrics` only with
+  `return_perf_metrics: true` — request latencies and successes, labels
+  `model_name`/`engine_type` both `"undefined"` — and JSON iteration stats on
+  `/metrics`, drained on read, only with `enable_iter_perf_stats: true`.
 
 All durations are simulated seconds.
 """
@@ -351,10 +351,13 @@ class TrtllmIterationStats:
 
 
 class TrtllmMetrics(_Base):
+    """TensorRT-LLM 1.2.1's few request metrics, labels `"undefined"`. The spec-decode,
+    request-count and KV-cache series (with real labels) arrived in the 1.3 line."""
+
     def __init__(self, config: EngineConfig) -> None:
         super().__init__(config)
         self.enabled = config.return_perf_metrics
-        self.labels = {"model_name": config.model_name, "engine_type": "trtllm"}
+        self.labels = {"model_name": "undefined", "engine_type": "undefined"}
         names = list(self.labels)
         r = self.registry
         p = "trtllm_"
@@ -388,89 +391,14 @@ class TrtllmMetrics(_Base):
             "Histogram of time spent in WAITING phase for request.",
             LATENCY_BUCKETS,
         )
-        self.prompt_tokens = Counter(
-            p + "prompt_tokens",
-            "Cumulative number of prompt (input) tokens processed.",
-            names,
-            registry=r,
-        )
-        self.generation_tokens = Counter(
-            p + "generation_tokens",
-            "Cumulative number of generation (output) tokens produced.",
-            names,
-            registry=r,
-        )
-        self.running = Gauge(
-            p + "num_requests_running", "Number of active requests", names, registry=r
-        )
-        self.waiting = Gauge(
-            p + "num_requests_waiting", "Number of queued requests", names, registry=r
-        )
-        self.kv_util = Gauge(p + "kv_cache_utilization", "KV cache utilization", names, registry=r)
-        self.iter_latency = Gauge(
-            p + "iteration_latency_seconds", "Iteration latency in seconds", names, registry=r
-        )
-        self.avg_decoded = Gauge(
-            p + "avg_decoded_tokens_per_iter",
-            "Average number of decoded tokens per iteration",
-            names,
-            registry=r,
-        )
-        for m in (
-            self.e2e,
-            self.ttft,
-            self.tpot,
-            self.queue,
-            self.prompt_tokens,
-            self.generation_tokens,
-            self.running,
-            self.waiting,
-            self.kv_util,
-            self.iter_latency,
-            self.avg_decoded,
-        ):
+        for m in (self.e2e, self.ttft, self.tpot, self.queue):
             m.labels(**self.labels)
-        self.spec_enabled = config.speculation is not None
-        if self.spec_enabled:
-            self.draft_tokens = Counter(
-                p + "spec_decode_num_draft_tokens",
-                "Total number of draft tokens in speculative decoding",
-                names,
-                registry=r,
-            )
-            self.accepted_tokens = Counter(
-                p + "spec_decode_num_accepted_tokens",
-                "Total number of accepted draft tokens in speculative decoding",
-                names,
-                registry=r,
-            )
-            self.acceptance_length = Gauge(
-                p + "spec_decode_acceptance_length",
-                "Average acceptance length in speculative decoding",
-                names,
-                registry=r,
-            )
-            self.draft_overhead = Gauge(
-                p + "spec_decode_draft_overhead",
-                "Draft overhead in speculative decoding",
-                names,
-                registry=r,
-            )
-            for m in (
-                self.draft_tokens,
-                self.accepted_tokens,
-                self.acceptance_length,
-                self.draft_overhead,
-            ):
-                m.labels(**self.labels)
 
-    def on_prefill(self, seq: Sequence) -> None:
-        self.prompt_tokens.labels(**self.labels).inc(seq.request.prompt_tokens)
+    def on_prefill(self, seq: Sequence) -> None: ...
 
     def on_spec_step(self, seq: Sequence, drafted: int, accepted: int) -> None: ...
 
     def on_tokens(self, seq: Sequence, count: int, interval: float, first: bool) -> None:
-        self.generation_tokens.labels(**self.labels).inc(count)
         if first:
             self.ttft.labels(**self.labels).observe(seq.first_token_t - seq.queued_t)
 
@@ -486,19 +414,3 @@ class TrtllmMetrics(_Base):
         self.queue.labels(**self.labels).observe(t["queue"])
         if seq.generated > 1:
             self.tpot.labels(**self.labels).observe(t["decode"] / (seq.generated - 1))
-
-    def on_iteration(self, record: IterationRecord) -> None:
-        self.running.labels(**self.labels).set(record.running)
-        self.waiting.labels(**self.labels).set(record.waiting)
-        self.kv_util.labels(**self.labels).set(
-            min(1.0, record.kv_used_tokens / self.kv_capacity_tokens)
-        )
-        self.iter_latency.labels(**self.labels).set(record.seconds)
-        if self.spec_enabled:
-            self.draft_tokens.labels(**self.labels).inc(record.draft_tokens)
-            self.accepted_tokens.labels(**self.labels).inc(record.accepted_tokens)
-            if record.spec_requests:
-                length = 1.0 + record.accepted_tokens / record.spec_requests
-                self.acceptance_length.labels(**self.labels).set(length)
-                self.avg_decoded.labels(**self.labels).set(length)
-            self.draft_overhead.labels(**self.labels).set(record.draft_overhead)

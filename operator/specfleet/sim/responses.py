@@ -15,9 +15,9 @@ vLLM 0.33 (read from vLLM's `chat_completion/protocol.py`, `completion/protocol.
 TensorRT-LLM 1.2.1 (`serve/openai_protocol.py`, `postprocess_handlers.py`):
 - non-streaming bodies are full dumps; chat stream chunks use `exclude_none`,
   completion chunks and the final usage chunk are full dumps;
-- `avg_decoded_tokens_per_iter` rides every choice; with
-  `per_request_spec_decode_stats` the choice that carries `finish_reason` also
-  carries `speculative_decoding`;
+- `avg_decoded_tokens_per_iter` (output tokens / (decode iterations + 1)) rides
+  every choice and every streamed chunk; it is the only per-request speculative
+  number (a per-choice `speculative_decoding` object exists in no release);
 - errors are flat: `{"object": "error", "message", "type", "param", "code"}`.
 """
 
@@ -78,6 +78,8 @@ class ChoiceResult:
     text: str  # message content, or the tool call's arguments
     finish_reason: str  # API value: stop | length | tool_calls | abort
     tool_call: ToolCallResult | None = None
+    # vLLM's content beside a tool call: "" when the request named the tool or required one
+    tool_call_content: str | None = None
     stats: SpecStats | None = None
     avg_decoded_tokens_per_iter: float | None = None
 
@@ -198,7 +200,7 @@ def vllm_chat_completion(
     for c in choices:
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": None if c.tool_call else c.text,
+            "content": c.tool_call_content if c.tool_call else c.text,
             "refusal": None,
             "annotations": None,
             "audio": None,
@@ -427,15 +429,8 @@ def _trt_usage(prompt: int, completion: int) -> dict[str, Any]:
     return {**_usage(prompt, completion), "prompt_tokens_details": {"cached_tokens": 0}}
 
 
-def _trt_spec(config: EngineConfig, stats: SpecStats | None) -> dict[str, Any] | None:
-    if stats is None or not config.per_request_spec_decode_stats:
-        return None
-    return stats.trtllm()
-
-
 def trtllm_chat_completion(
     *,
-    config: EngineConfig,
     request_id: str,
     created: int,
     model: str,
@@ -474,9 +469,6 @@ def trtllm_chat_completion(
             "disaggregated_params": None,
             "avg_decoded_tokens_per_iter": c.avg_decoded_tokens_per_iter,
         }
-        spec = _trt_spec(config, c.stats)
-        if spec is not None:
-            choice["speculative_decoding"] = spec
         out_choices.append(choice)
     return {
         "id": request_id,
@@ -492,7 +484,6 @@ def trtllm_chat_completion(
 
 def trtllm_chat_chunk(
     *,
-    config: EngineConfig,
     request_id: str,
     created: int,
     model: str,
@@ -500,7 +491,6 @@ def trtllm_chat_chunk(
     delta: dict[str, Any],
     finish_reason: str | None = None,
     avg_decoded_tokens_per_iter: float | None = None,
-    stats: SpecStats | None = None,
     usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A chat chunk dumped with exclude_none (so absent keys are simply missing)."""
@@ -509,10 +499,6 @@ def trtllm_chat_chunk(
         choice["finish_reason"] = finish_reason
     if avg_decoded_tokens_per_iter is not None:
         choice["avg_decoded_tokens_per_iter"] = avg_decoded_tokens_per_iter
-    if finish_reason is not None:
-        spec = _trt_spec(config, stats)
-        if spec is not None:
-            choice["speculative_decoding"] = spec
     chunk: dict[str, Any] = {
         "id": request_id,
         "object": "chat.completion.chunk",
@@ -551,7 +537,6 @@ def trtllm_continuous_usage(prompt_tokens: int, completion_tokens: int) -> dict[
 
 def trtllm_completion(
     *,
-    config: EngineConfig,
     request_id: str,
     created: int,
     model: str,
@@ -572,9 +557,6 @@ def trtllm_completion(
             "disaggregated_params": None,
             "avg_decoded_tokens_per_iter": c.avg_decoded_tokens_per_iter,
         }
-        spec = _trt_spec(config, c.stats)
-        if spec is not None:
-            choice["speculative_decoding"] = spec
         out.append(choice)
     return {
         "id": request_id,
@@ -589,7 +571,6 @@ def trtllm_completion(
 
 def trtllm_completion_chunk(
     *,
-    config: EngineConfig,
     request_id: str,
     created: int,
     model: str,
@@ -597,7 +578,6 @@ def trtllm_completion_chunk(
     text: str,
     finish_reason: str | None,
     avg_decoded_tokens_per_iter: float | None = None,
-    stats: SpecStats | None = None,
     usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A completion chunk, a full dump (exclude_unset=False)."""
@@ -610,10 +590,6 @@ def trtllm_completion_chunk(
         "stop_reason": None,
         "avg_decoded_tokens_per_iter": avg_decoded_tokens_per_iter,
     }
-    if finish_reason is not None:
-        spec = _trt_spec(config, stats)
-        if spec is not None:
-            choice["speculative_decoding"] = spec
     return {
         "id": request_id,
         "object": "text_completion",

@@ -334,18 +334,8 @@ class EngineSimulator:
                     raise ApiError(
                         400, f"Tool '{name}' has not been passed in `tools`.", param="tool_choice"
                     )
-            if (
-                vllm
-                and tools
-                and tool_choice == "auto"
-                and not (self.config.enable_auto_tool_choice and self.config.tool_call_parser)
-            ):
-                raise ApiError(
-                    400,
-                    '"auto" tool choice requires --enable-auto-tool-choice and '
-                    "--tool-call-parser to be set",
-                    param="tool_choice",
-                )
+            if vllm:
+                self._check_tool_parser(tool_choice)
             rf = body.get("response_format")
             if isinstance(rf, dict) and rf.get("type") in ("json_object", "json_schema", "json"):
                 response_format = rf
@@ -389,6 +379,23 @@ class EngineSimulator:
             tool_choice=tool_choice,
             response_format=response_format,
         )
+
+    def _check_tool_parser(self, tool_choice: Any) -> None:
+        """vLLM parses tool calls only with --tool-call-parser ("auto" also needs
+        --enable-auto-tool-choice)."""
+        if tool_choice in (None, "none") or self.config.tool_call_parser:
+            return
+        if tool_choice != "auto":
+            what = f'"{tool_choice}"'
+            if isinstance(tool_choice, dict):
+                what = f'function "{(tool_choice.get("function") or {}).get("name")}"'
+            raise ApiError(400, f"tool_choice={what} requires --tool-call-parser to be set")
+        if not self.config.enable_auto_tool_choice:
+            raise ApiError(
+                400,
+                '"auto" tool choice requires --enable-auto-tool-choice and '
+                "--tool-call-parser to be set",
+            )
 
     def _room(self, prompt_tokens: int, requested: Any, param: str) -> int:
         """Output tokens the request may generate; vLLM's length checks, in its order."""
@@ -560,7 +567,6 @@ class EngineSimulator:
         else:
             build_t = R.trtllm_chat_completion if req.chat else R.trtllm_completion
             body = build_t(
-                config=self.config,
                 request_id=gen.request_id,
                 created=created,
                 model=req.model,
@@ -580,6 +586,7 @@ class EngineSimulator:
             text=text,
             finish_reason=self._api_finish(req, plan, seq.finish_reason or "abort"),
             tool_call=tool_call,
+            tool_call_content="" if _forces_tool(req.tool_choice) else None,
             stats=seq.stats,
             avg_decoded_tokens_per_iter=self._avg_decoded(seq),
         )
@@ -658,6 +665,11 @@ class EngineSimulator:
         await self.engine.stop()
 
 
+def _forces_tool(tool_choice: Any) -> bool:
+    """A named tool or "required": the answer must be a tool call."""
+    return tool_choice == "required" or isinstance(tool_choice, dict)
+
+
 def _check_greedy(temperature: Any, n: int) -> None:
     """vLLM's SamplingParams: temperature 0 means greedy, and greedy allows one choice."""
     if isinstance(temperature, int | float) and temperature < 1e-5 and n > 1:
@@ -722,10 +734,10 @@ class _ChunkWriter:
                 usage=self._usage(first), fingerprint=self._fingerprint(finish),
             )  # fmt: skip
         return R.trtllm_chat_chunk(
-            config=self.sim.config, request_id=self.gen.request_id, created=self.created,
+            request_id=self.gen.request_id, created=self.created,
             model=self.req.model, index=index, delta=delta, finish_reason=finish,
             avg_decoded_tokens_per_iter=self.sim._avg_decoded(seq) if seq else None,
-            stats=seq.stats if seq else None, usage=self._usage(first),
+            usage=self._usage(first),
         )  # fmt: skip
 
     async def first(self) -> None:
@@ -767,10 +779,9 @@ class _ChunkWriter:
                 fingerprint=self._fingerprint(finish),
             )  # fmt: skip
         return R.trtllm_completion_chunk(
-            config=self.sim.config, request_id=self.gen.request_id, created=self.created,
+            request_id=self.gen.request_id, created=self.created,
             model=self.req.model, index=index, text=text, finish_reason=finish,
-            avg_decoded_tokens_per_iter=self.sim._avg_decoded(seq), stats=seq.stats,
-            usage=self._usage(),
+            avg_decoded_tokens_per_iter=self.sim._avg_decoded(seq), usage=self._usage(),
         )  # fmt: skip
 
     def _tool_deltas(self, event: Event, piece: str) -> list[dict[str, Any]]:
