@@ -75,7 +75,12 @@ build_models() {
   mv "$MODELS.partial" "$MODELS"
 }
 
-[ -f "$DIR/.complete" ] || build_engine
-[ -d "$MODELS" ] || build_models
+if [ ! -f "$DIR/.complete" ] || [ ! -d "$MODELS" ]; then
+  mkdir -p "$CACHE"
+  exec 9>"$CACHE/.real-engine.lock"
+  flock -n 9 || { say "waiting for another build to finish"; flock 9; }
+  [ -f "$DIR/.complete" ] || build_engine
+  [ -d "$MODELS" ] || build_models
+fi
 echo "vllm=$DIR/venv/bin/vllm"
 echo "models=$MODELS"

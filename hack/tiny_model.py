@@ -3,8 +3,10 @@
 Runs in the engine's venv (hack/real-engine.sh), which has torch, transformers and tokenizers:
     python hack/tiny_model.py OUT_DIR
 writes OUT_DIR/target (a 2-layer Llama with random weights and a byte-level BPE tokenizer
-trained here on generated text) and OUT_DIR/draft (the target's first layer, embeddings and
-head: a 1-layer draft that shares the target's vocabulary).
+trained here on generated text), OUT_DIR/draft (the target's first layer, embeddings and
+head: a 1-layer draft that shares the target's vocabulary) and OUT_DIR/eagle3 (an EAGLE-3 head
+with random weights in the layout of published EAGLE-3 checkpoints, reading the hidden states
+of both target layers).
 Deterministic: fixed seeds, a corpus generated from a seeded generator.
 """
 
@@ -16,12 +18,15 @@ import sys
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 SEED = 0
 VOCAB_SIZE = 4096
 HIDDEN = 128
+HEADS = 4
+KV_HEADS = 2
 MAX_POSITIONS = 4096
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|system|>", "<|user|>", "<|assistant|>"]
 CHAT_TEMPLATE = (
@@ -81,8 +86,8 @@ def llama_config(tok: PreTrainedTokenizerFast, layers: int) -> LlamaConfig:
         hidden_size=HIDDEN,
         intermediate_size=2 * HIDDEN,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
         max_position_embeddings=MAX_POSITIONS,
         tie_word_embeddings=True,
         bos_token_id=tok.bos_token_id,
@@ -109,11 +114,53 @@ def target_and_draft(tok: PreTrainedTokenizerFast, out: Path) -> None:
     save(draft, tok, out / "draft")
 
 
+def eagle3_head(tok: PreTrainedTokenizerFast, out: Path) -> None:
+    """One decoder layer over [token embedding; fused hidden state] (2H wide), `fc` fusing the
+    target's per-layer hidden states, its own norm and LM head; embeddings come from the
+    target (vLLM shares them when the head has none)."""
+    config = llama_config(tok, layers=1).to_dict()
+    target_layers = [0, 1]
+    config |= {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "tie_word_embeddings": False,
+        "draft_vocab_size": len(tok),
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": target_layers},
+    }
+    head_dim = HIDDEN // HEADS
+    shapes = {
+        "midlayer.input_layernorm.weight": None,
+        "midlayer.hidden_norm.weight": None,
+        "midlayer.post_attention_layernorm.weight": None,
+        "norm.weight": None,
+        "midlayer.self_attn.q_proj.weight": (HEADS * head_dim, 2 * HIDDEN),
+        "midlayer.self_attn.k_proj.weight": (KV_HEADS * head_dim, 2 * HIDDEN),
+        "midlayer.self_attn.v_proj.weight": (KV_HEADS * head_dim, 2 * HIDDEN),
+        "midlayer.self_attn.o_proj.weight": (HIDDEN, HEADS * head_dim),
+        "midlayer.mlp.gate_proj.weight": (2 * HIDDEN, HIDDEN),
+        "midlayer.mlp.up_proj.weight": (2 * HIDDEN, HIDDEN),
+        "midlayer.mlp.down_proj.weight": (HIDDEN, 2 * HIDDEN),
+        "fc.weight": (HIDDEN, len(target_layers) * HIDDEN),
+        "lm_head.weight": (len(tok), HIDDEN),
+    }
+    rng = torch.Generator().manual_seed(SEED)
+    weights = {
+        name: torch.ones(HIDDEN) if shape is None else 0.02 * torch.randn(shape, generator=rng)
+        for name, shape in shapes.items()
+    }
+    out.mkdir()
+    save_file(weights, out / "model.safetensors")
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tok.save_pretrained(out)
+    params = sum(w.numel() for w in weights.values())
+    print(f"tiny_model: {out.name}: {params / 1e6:.2f} M parameters", file=sys.stderr)
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True)
     tok = tokenizer()
     target_and_draft(tok, out)
+    eagle3_head(tok, out / "eagle3")
 
 
 if __name__ == "__main__":
