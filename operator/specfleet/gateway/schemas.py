@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,9 +19,9 @@ from functools import cache, lru_cache
 from typing import Any, Final, Literal, TypeGuard
 
 import re2
-from jsonschema import SchemaError, ValidationError
+from jsonschema import ValidationError
 from jsonschema.protocols import Validator
-from jsonschema.validators import extend, validator_for
+from jsonschema.validators import Draft7Validator, Draft202012Validator, extend, validator_for
 from referencing import Registry
 
 Reason = Literal[
@@ -33,10 +34,15 @@ REASONS: Final[tuple[Reason, ...]] = (
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_SCHEMA_DEPTH = 32
 MAX_PATTERN_CHARS = 1024
-VALIDATION_BUDGET = 20_000
-"""Keyword evaluations one output may cost (a few milliseconds), however the schema and the
-output multiply: local `$ref`s can fan out exponentially."""
-CACHE_BYTES = 2 * 1024 * 1024
+VALIDATION_BUDGET = 100_000
+"""Keyword evaluations one check may cost, however the schema and the output multiply: local
+`$ref`s can fan out exponentially. A reference costs REF_COST (it is that much slower)."""
+REF_COST = 10
+CHECK_SECONDS = 0.02
+"""And a check stops after this long, whatever it has spent: the event loop waits meanwhile.
+Checking a schema against the metaschema is one check too."""
+CACHE_BYTES = 1024 * 1024
+"""Of schema JSON; a compiled schema holds several times its JSON's size in objects."""
 CACHE_ENTRIES = 512
 
 _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
@@ -48,14 +54,19 @@ class OutOfBudget(Exception):
 
 
 class _Budget:
-    """The keyword evaluations the running validation may still spend. One for the process:
-    validations run one at a time on the event loop."""
+    """What the running validation may still spend. One for the process: validations run one
+    at a time on the event loop."""
 
     left = 0
+    until = 0.0
+
+    def start(self) -> None:
+        self.left = VALIDATION_BUDGET
+        self.until = time.perf_counter() + CHECK_SECONDS
 
     def spend(self, cost: int = 1) -> None:
         self.left -= cost
-        if self.left < 0:
+        if self.left < 0 or time.perf_counter() > self.until:
             raise OutOfBudget
 
 
@@ -70,13 +81,17 @@ class Checker:
 
     def check(self, instance: Any) -> bool | Reason:
         """Whether the instance matches, or "budget" when that costs too much to find out."""
-        _BUDGET.left = VALIDATION_BUDGET
-        try:
-            return self.validator.is_valid(instance)
-        except (OutOfBudget, RecursionError):
-            return "budget"
-        except Exception:  # e.g. a `$ref` into a nested `$id` the empty registry cannot resolve
-            return "invalid"
+        return _metered_check(self.validator, instance, "budget")
+
+
+def _metered_check(validator: Validator, instance: Any, too_costly: Reason) -> bool | Reason:
+    _BUDGET.start()
+    try:
+        return validator.is_valid(instance)
+    except (OutOfBudget, RecursionError):
+        return too_costly
+    except Exception:  # e.g. a `$ref` into a nested `$id` the empty registry cannot resolve
+        return "invalid"
 
 
 Screened = Checker | Reason
@@ -93,21 +108,27 @@ def screen(schema: Any, want_object: bool) -> Screened:
         return found
     if found.remote_ref:
         return "remote_ref"
+    if found.nested_schema_uri:
+        return "invalid"
     if any(not _safe_pattern(p) for p in found.patterns) or found.pattern_properties:
         return "pattern"
     if unsatisfiable(schema) or (want_object and not admits(schema, "object")):
         return "unsatisfiable"
-    cls = _metered(validator_for(schema))
-    try:
-        cls.check_schema(schema)
-    except SchemaError:
+    if "$schema" in schema and not isinstance(schema["$schema"], str):
         return "invalid"
-    return Checker(cls(schema, registry=_EMPTY_REGISTRY))
+    sane = _metered_check(_SCHEMA_CHECK, schema, "too_large")
+    if sane is not True:
+        return sane or "invalid"
+    cls = _metered(validator_for(schema, default=Draft202012Validator))
+    # Without `$schema`: a validator meeting one switches to that draft's unmetered class.
+    bare = {key: value for key, value in schema.items() if key != "$schema"}
+    return Checker(cls(bare, registry=_EMPTY_REGISTRY))
 
 
 @dataclass
 class _Found:
     remote_ref: bool = False
+    nested_schema_uri: bool = False
     pattern_properties: bool = False
     patterns: tuple[str, ...] = ()
 
@@ -134,6 +155,8 @@ def _walk(schema: dict[str, Any]) -> _Found | Reason:
                 patterns.append(node["pattern"])
             if "patternProperties" in node:
                 found.pattern_properties = True
+            if node is not schema and isinstance(node.get("$schema"), str):
+                found.nested_schema_uri = True
             stack.extend((value, depth + 1) for value in node.values())
         elif isinstance(node, list):
             stack.extend((value, depth + 1) for value in node)
@@ -283,9 +306,9 @@ def _unique_items(check: Callable[..., Any]) -> Callable[..., Any]:
     return unique_items
 
 
-def _spending(check: Callable[..., Any]) -> Callable[..., Any]:
+def _spending(check: Callable[..., Any], cost: int) -> Callable[..., Any]:
     def keyword(validator: Validator, value: Any, instance: Any, schema: Any) -> Any:
-        _BUDGET.spend()
+        _BUDGET.spend(cost)
         return check(validator, value, instance, schema)
 
     return keyword
@@ -293,12 +316,24 @@ def _spending(check: Callable[..., Any]) -> Callable[..., Any]:
 
 @cache  # one per JSON Schema draft
 def _metered(cls: type[Validator]) -> type[Validator]:
-    keywords = {name: _spending(check) for name, check in cls.VALIDATORS.items()}
+    keywords = {
+        name: _spending(check, REF_COST if name in _REF_KEYWORDS else 1)
+        for name, check in cls.VALIDATORS.items()
+    }
     keywords["pattern"] = _pattern
     if "uniqueItems" in cls.VALIDATORS:
         keywords["uniqueItems"] = _unique_items(cls.VALIDATORS["uniqueItems"])
     metered: type[Validator] = extend(cls, keywords)  # type: ignore[no-untyped-call]
     return metered
+
+
+_SCHEMA_CHECK: Final = _metered(Draft7Validator)(
+    # Draft 7's metaschema is one resource (2020-12's are many, through dynamic references,
+    # tens of times slower): a sanity check of any draft's structure, on the budget. Without
+    # its `$schema`, which would switch to the unmetered class on its `$ref: "#"`.
+    {key: value for key, value in Draft7Validator.META_SCHEMA.items() if key != "$schema"},
+    registry=_EMPTY_REGISTRY,
+)
 
 
 # -- the cache --
