@@ -20,8 +20,9 @@ CANARY_SUFFIX = "-canary"
 """A trial's canary children are named `<name>-canary`; no SpecModel may take such a name."""
 INT32_MAX = 2**31 - 1
 """The largest value of an int32 field (TensorRT-LLM's batch and token limits are SizeType32)."""
-INT64_MAX = 2**63 - 1
-"""The largest integer the API server keeps an integer (Kubernetes durations and counts)."""
+MAX_EXACT_INTEGER = 2**53 - 1
+"""The bound of an integer field without a narrower one: schema bounds are float64 to the API
+server, which refuses a `maximum` it cannot hold exactly (2**63 - 1 is not)."""
 SCRAPE_INTERVAL_SECONDS = 15
 """How often the rendered ServiceMonitor has Prometheus scrape the engine pods."""
 LABEL_VALUE_MAX_LENGTH = 63

@@ -10,9 +10,9 @@ from pydantic.config import JsonDict
 
 from specfleet.api.base import (
     INT32_MAX,
-    INT64_MAX,
     LABEL_VALUE,
     LABEL_VALUE_MAX_LENGTH,
+    MAX_EXACT_INTEGER,
     QUANTITY,
     QUANTITY_MAX_LENGTH,
     SCRAPE_INTERVAL_SECONDS,
@@ -477,13 +477,16 @@ class GuardSpec(ApiModel):
         default=60, ge=10, le=86400, description="Lookback window of each evaluation."
     )
     min_draft_tokens: int = Field(
-        le=INT64_MAX,
+        le=MAX_EXACT_INTEGER,
         default=500,
         ge=1,
         description="Fewer drafted tokens in a window is inconclusive.",
     )
     min_requests: int = Field(
-        le=INT64_MAX, default=20, ge=1, description="Fewer requests in a window is inconclusive."
+        le=MAX_EXACT_INTEGER,
+        default=20,
+        ge=1,
+        description="Fewer requests in a window is inconclusive.",
     )
     consecutive_breaches: int = Field(
         default=3,
@@ -530,7 +533,7 @@ class GuardSpec(ApiModel):
     max_actions_per_hour: int = Field(
         default=6,
         ge=1,
-        le=INT64_MAX,
+        le=MAX_EXACT_INTEGER,
         description="More actions latch speculation off (`Flapping`).",
     )
     blind_after_seconds: int = Field(
@@ -546,7 +549,7 @@ class GpuSpec(ApiModel):
     count: int | None = Field(
         default=None,
         ge=1,
-        le=INT64_MAX,
+        le=MAX_EXACT_INTEGER,
         description="GPUs per pod. Defaults to model.tensorParallelSize.",
     )
     resource_name: str = Field(
@@ -648,7 +651,7 @@ class PodSpec(ApiModel):
     termination_grace_period_seconds: int = Field(
         default=120,
         ge=0,
-        le=INT64_MAX,
+        le=MAX_EXACT_INTEGER,
         description="Time in-flight requests get to finish on shutdown.",
     )
 
