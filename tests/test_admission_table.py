@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 
 from conftest import INVALID_CASES, ROOT, merge, specmodel_doc
 from specfleet.api import InvalidSpecModel, parse_specmodel
+from specfleet.api.crd import crd
 from specfleet.api.hardware import product_pattern
 from specfleet.cli import EXIT_INVALID, main
 
@@ -47,6 +49,24 @@ def test_render_accepts_what_it_used_to_refuse(case: dict[str, Any], tmp_path: P
     result = render(tmp_path, case_doc(case))
     assert result.exit_code == 0, result.output
     assert "kind: Deployment" in result.output
+
+
+def test_every_cel_rule_of_the_crd_has_a_case_that_breaks_it() -> None:
+    def rules(node: Any) -> Iterator[str]:
+        if isinstance(node, dict):
+            yield from (rule["message"] for rule in node.get("x-kubernetes-validations", []))
+            for value in node.values():
+                yield from rules(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from rules(value)
+
+    broken = set()
+    for case in INVALID_CASES:
+        with pytest.raises(InvalidSpecModel) as raised:
+            parse_specmodel(case_doc(case))
+        broken |= {error.message for error in raised.value.errors}
+    assert set(rules(crd())) - broken == set()
 
 
 def test_the_tables_have_distinct_names() -> None:

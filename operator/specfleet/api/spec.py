@@ -101,7 +101,8 @@ class EngineSpec(ApiModel):
         max_length=MAX_IMAGE_LENGTH,
         description=(
             f"Engine container image. Defaults to the pinned image of the engine "
-            f"(`{VLLM_IMAGE}` or `{TRTLLM_IMAGE}`)."
+            f"(`{VLLM_IMAGE}` or `{TRTLLM_IMAGE}`). Speculative method suffix needs one with "
+            f"arctic-inference (images/vllm)."
         ),
     )
     version: str | None = Field(
@@ -474,18 +475,22 @@ class GuardSpec(ApiModel):
     dry_run: bool = Field(default=False, description="Decide, record and alert, but never act.")
     interval_seconds: int = Field(default=15, ge=5, le=3600, description="Evaluation interval.")
     window_seconds: int = Field(
-        default=60, ge=10, le=86400, description="Lookback window of each evaluation."
+        default=60,
+        ge=10,
+        le=86400,
+        description="Lookback window of each evaluation: at least intervalSeconds, and at least "
+        f"two scrapes ({2 * SCRAPE_INTERVAL_SECONDS}) with monitoring.serviceMonitor.",
     )
     min_draft_tokens: int = Field(
-        le=MAX_EXACT_INTEGER,
         default=500,
         ge=1,
+        le=MAX_EXACT_INTEGER,
         description="Fewer drafted tokens in a window is inconclusive.",
     )
     min_requests: int = Field(
-        le=MAX_EXACT_INTEGER,
         default=20,
         ge=1,
+        le=MAX_EXACT_INTEGER,
         description="Fewer requests in a window is inconclusive.",
     )
     consecutive_breaches: int = Field(
@@ -511,15 +516,15 @@ class GuardSpec(ApiModel):
         "at least minSpeedup + releaseMargin.",
     )
     cooldown_seconds: int = Field(
-        le=MAX_DURATION_SECONDS,
         default=60,
         ge=0,
+        le=MAX_DURATION_SECONDS,
         description="Wait before a trial (speculation on a canary pod) after the kill switch.",
     )
     max_cooldown_seconds: int = Field(
-        le=MAX_DURATION_SECONDS,
         default=1800,
         ge=0,
+        le=MAX_DURATION_SECONDS,
         description="Cap of the cooldown as it doubles on failed trials: every trial starts a "
         "GPU pod that loads the model's weights, so on a drafter that never fits about "
         "3600 / maxCooldownSeconds trials an hour.",
@@ -559,8 +564,9 @@ class GpuSpec(ApiModel):
         default=None,
         max_length=LABEL_VALUE_MAX_LENGTH,
         description="GPU product to schedule on (node label `nvidia.com/gpu.product`, e.g. "
-        "`NVIDIA-H100-80GB-HBM3`). Checked against the weights format and the engine (FP4 "
-        "weights need a recent enough GPU).",
+        "`NVIDIA-H100-80GB-HBM3`), as the node label has it. Checked against the weights: vllm "
+        "serves nvfp4 and mxfp4 from Ampere on, tensorrt-llm nvfp4 on Blackwell and mxfp4 from "
+        "Hopper on.",
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel(
