@@ -9,6 +9,7 @@ walks it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ def load_manifests(path: Path) -> list[dict[str, Any]]:
     """Every non-empty document of a YAML file; each must be a mapping."""
     try:
         text = _read(path)
-        measure(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        _refuse_alias_bombs(yaml.compose_all(text, Loader=yaml.SafeLoader))
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except RecursionError:
         raise YamlError(f"{path}: nested too deeply") from None
@@ -46,21 +47,18 @@ def _read(path: Path) -> str:
     return data.decode()
 
 
-def measure(documents: Any) -> int:
-    """Values in the composed documents with aliases expanded; YamlError past MAX_NODES or on
-    an alias that contains itself."""
+def _refuse_alias_bombs(documents: Iterable[yaml.Node]) -> None:
+    """YamlError when the documents hold more than MAX_NODES values with their aliases
+    expanded, or an alias inside the node it names."""
     sizes: dict[int, int] = {}
     total = 0
     for document in documents:
         total += _size(document, sizes, set())
         if total > MAX_NODES:
-            break
-    if total > MAX_NODES:
-        raise YamlError(
-            f"more than {MAX_NODES} values once its aliases (*name) are expanded; "
-            "write the manifest out without nested aliases"
-        )
-    return total
+            raise YamlError(
+                f"more than {MAX_NODES} values once its aliases (*name) are expanded; "
+                "write the manifest out without nested aliases"
+            )
 
 
 def _size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
