@@ -3,10 +3,11 @@
 A *shape* keeps what a client or our gateway depends on and drops what varies from run to run:
 every key of every object, the JSON type of every value (`"str"`, `"int"`, `"float"`,
 `"bool"`, `"null"`), and the values of the keys that say what a message *is* (`object`,
-`role`, `type`, `param`, `code`, error messages). Ids keep their prefix and length
-(`chatcmpl-<16 hex>`), the fingerprint its form (`vllm-<version>-<hash>`). A stream becomes
-its chunk shapes with consecutive repeats collapsed, so the number of content chunks (which
-depends on the text) does not count but which chunk carries which keys does. A `/metrics`
+`role`, `type`, `param`, `code`, error messages, `finish_reason`). Ids keep their prefix and
+length (`chatcmpl-<16 hex>`), the fingerprint its form (`vllm-<version>-<hash>`). A stream
+becomes its distinct chunk shapes in the order they first appear, so neither the number of
+content chunks (which depends on the text) nor how the choices of `n > 1` interleave counts,
+but which chunk carries which keys, and what comes first and last, does. A `/metrics`
 page becomes its `vllm:*` families with their type and label names.
 
 `CASES` are the requests, `exchange` sends one to an engine; `hack/record_real_vllm.py`
@@ -69,11 +70,12 @@ def shape(value: Any, key: str = "") -> Any:
 
 
 def stream_shape(events: list[Any]) -> list[Any]:
-    """Chunk shapes of an SSE stream (`[DONE]` included), consecutive repeats collapsed."""
+    """The distinct chunk shapes of an SSE stream (`[DONE]` included), in order of first
+    appearance."""
     out: list[Any] = []
     for event in events:
         s = event if event == "[DONE]" else shape(event)
-        if not out or out[-1] != s:
+        if s not in out:
             out.append(s)
     return out
 
@@ -178,11 +180,24 @@ CASES: tuple[Case, ...] = (
         _CHAT | {"tools": [_TOOL], "tool_choice": _NAMED, "max_tokens": 200},
     ),
     Case(
+        "chat-tool-named-stream",
+        "/v1/chat/completions",
+        _stream(_CHAT, include_usage=True)
+        | {"tools": [_TOOL], "tool_choice": _NAMED, "max_tokens": 200},
+        stream=True,
+    ),
+    Case(
         "chat-json-schema",
         "/v1/chat/completions",
         _CHAT | {"response_format": _SCHEMA, "max_tokens": 200},
     ),
     Case("chat-n2-sampled", "/v1/chat/completions", _CHAT | {"n": 2, "temperature": 0.8}),
+    Case(
+        "chat-n2-sampled-stream",
+        "/v1/chat/completions",
+        _stream(_CHAT, include_usage=True) | {"n": 2, "temperature": 0.8},
+        stream=True,
+    ),
     Case("error-n2-greedy", "/v1/chat/completions", _CHAT | {"n": 2}),
     Case("error-max-tokens", "/v1/completions", _COMPLETION | {"max_tokens": 100_000}),
     Case("error-unknown-model", "/v1/chat/completions", _CHAT | {"model": "no-such-model"}),

@@ -785,15 +785,20 @@ class _ChunkWriter:
         )  # fmt: skip
 
     def _tool_deltas(self, event: Event, piece: str) -> list[dict[str, Any]]:
-        """vLLM: a name delta, then argument deltas; TensorRT-LLM also repeats `type`."""
+        """vLLM: the first delta names the function and starts its arguments, later ones carry
+        arguments; TensorRT-LLM: a name delta (empty arguments), then argument deltas that
+        repeat `type`."""
         i = event.index
         deltas: list[dict[str, Any]] = []
         if event.start == 0:
-            function: dict[str, Any] = {"name": self.plans[i].tool_name}
-            if not self.vllm:
-                function["arguments"] = ""
+            function: dict[str, Any] = {
+                "name": self.plans[i].tool_name,
+                "arguments": piece if self.vllm else "",
+            }
             call = {"id": self.tool_ids[i], "type": "function", "index": 0, "function": function}
             deltas.append({"tool_calls": [call]})
+            if self.vllm:
+                return deltas
         args: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
         if not self.vllm:
             args = {"type": "function", **args}
