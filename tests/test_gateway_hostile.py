@@ -10,7 +10,7 @@ import json
 import logging
 import time
 import tracemalloc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specfleet.api.gateway import GatewayConfig
 from specfleet.gateway import proxy as proxy_module
+from specfleet.gateway import schemas
 from specfleet.gateway.quality import (
     ToolCall,
     judge,
@@ -79,6 +80,13 @@ class Engine:
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
+
+
+@pytest.fixture(autouse=True)
+def refilled_allowance() -> Iterator[None]:
+    """Tests here spend the checks' CPU allowance on purpose: give it back for what follows."""
+    yield
+    schemas._BUDGET.allowance = schemas.CHECK_BURST
 
 
 @asynccontextmanager
@@ -324,16 +332,32 @@ def test_a_backtracking_pattern_is_matched_in_linear_time() -> None:
     assert time.perf_counter() - started < 0.05  # Python's re would take minutes
 
 
-def test_exponential_local_refs_run_out_of_budget_fast() -> None:
-    depth = 24
+def exponential_refs(depth: int) -> dict[str, Any]:
+    """Two references to the next level, `depth` times: 2**depth paths, none matching a string."""
     defs = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(depth)}
-    defs[f"d{depth}"] = {"type": "integer"}  # never matches a string: every branch is tried
-    schema = {"$defs": defs, "$ref": "#/$defs/d0"}
+    return {"$defs": {**defs, f"d{depth}": {"type": "integer"}}, "$ref": "#/$defs/d0"}
+
+
+def test_exponential_local_refs_run_out_of_budget_fast() -> None:
+    schema = exponential_refs(24)
     started = time.perf_counter()
     assert structured_output_valid('"x"', schema) == "budget"
     assert time.perf_counter() - started < 0.5
     loop = {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
     assert structured_output_valid("{}", loop) == "budget"
+
+
+def test_all_checks_share_one_cpu_allowance(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(schemas, "CHECK_SHARE", 0.0)  # no refill
+    exponential = exponential_refs(30)
+    verdicts = [structured_output_valid('"x"', exponential) for _ in range(6)]
+    assert set(verdicts) == {"budget"}
+    started = time.perf_counter()
+    cheap = {"type": "object", "properties": {"n": {"type": "integer"}}, "title": "allowance"}
+    assert structured_output_valid('{"n": 1}', cheap) == "budget"  # spent: not even screened
+    assert time.perf_counter() - started < 0.01
+    monkeypatch.setattr(schemas, "CHECK_SHARE", 1000.0)  # refilled at once
+    assert structured_output_valid('{"n": 1}', cheap) is True  # "budget" was not cached
 
 
 def test_schema_bounds() -> None:
@@ -344,7 +368,11 @@ def test_schema_bounds() -> None:
     assert tool_call_valid(ToolCall("f", "{}"), {"f": {"type": "string"}}) == "unsatisfiable"
 
 
-def test_the_schema_cache_is_bounded_in_bytes_whatever_clients_send() -> None:
+def test_the_schema_cache_is_bounded_in_bytes_whatever_clients_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for limit in ("CHECK_SECONDS", "CHECK_BURST", "CHECK_SHARE"):  # tracemalloc slows checks
+        monkeypatch.setattr(schemas, limit, 1000.0)
     cache = SchemaCache(max_bytes=16 * 1024)
 
     def schema(i: int) -> dict[str, Any]:  # distinct, all sane: each is kept until evicted

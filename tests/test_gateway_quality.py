@@ -52,8 +52,10 @@ def test_an_unusable_schema_is_not_judged_and_says_why() -> None:
     assert structured_output_valid('{"a": 1}', {"type": "no-such-type"}) == "invalid"
     remote_ref = {"$ref": "https://example.invalid/schema.json"}
     assert structured_output_valid('{"a": 1}', remote_ref) == "remote_ref"
-    # not being JSON at all is the model's fault, whatever the schema
-    assert structured_output_valid("{", {"type": "no-such-type"}) is False
+    # not even JSON: the schema may be why (a model constrained by it), so not judged either
+    assert structured_output_valid("{", {"type": "no-such-type"}) == "invalid"
+    assert tool_call_valid(ToolCall("f", "{"), {"f": remote_ref}) == "remote_ref"
+    assert tool_call_valid(ToolCall("g", "{}"), {"f": remote_ref}) is False  # not offered
 
 
 def test_judge_counts_every_call_and_json_choice() -> None:

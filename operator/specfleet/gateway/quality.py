@@ -68,27 +68,36 @@ def output_schema(body: Mapping[str, Any]) -> tuple[bool, Any]:
 
 def tool_call_valid(call: ToolCall, schemas: Mapping[str, Any] | None) -> Judgement:
     """Arguments parse as a JSON object and match the offered tool's parameters schema. A call
-    to a tool the request did not offer is invalid."""
+    to a tool the request did not offer is invalid; a call to one whose schema is not sane is
+    not judged, whatever its arguments (the schema may be why they are what they are)."""
+    checker: Checker | None = None
+    if schemas is not None:
+        if call.name is None or call.name not in schemas:
+            return False
+        screened = _checker(schemas[call.name], want_object=True)
+        if isinstance(screened, str):
+            return screened
+        checker = screened
     parsed = _parse(call.arguments)
     if parsed is _TOO_DEEP:
         return "budget"
     if not isinstance(parsed, dict):
         return False
-    if schemas is None:
-        return True
-    if call.name is None or call.name not in schemas:
-        return False
-    return _matches(parsed, schemas[call.name], want_object=True)
+    return checker.check(parsed) if checker is not None else True
 
 
 def structured_output_valid(content: str, schema: Any) -> Judgement:
-    """json_object: the content is a JSON object; json_schema: it also matches the schema."""
+    """json_object: the content is a JSON object; json_schema: it also matches the schema (not
+    judged when the schema is not sane)."""
+    checker = _checker(schema, want_object=False) if schema is not None else None
+    if isinstance(checker, str):
+        return checker
     parsed = _parse(content)
     if parsed is _TOO_DEEP:
         return "budget"
-    if schema is None:
-        return isinstance(parsed, dict)
-    return parsed is not _INVALID and _matches(parsed, schema, want_object=False)
+    if checker is None:
+        return isinstance(parsed, dict) if schema is None else parsed is not _INVALID
+    return parsed is not _INVALID and checker.check(parsed)
 
 
 def judge(
@@ -129,8 +138,9 @@ def _parse(text: str) -> Any:
         return _TOO_DEEP
 
 
-def _matches(instance: Any, schema: Any, want_object: bool) -> Judgement:
+def _checker(schema: Any, want_object: bool) -> Checker | Reason | None:
+    """The schema's checker, why outputs are not judged against it, or None when it allows
+    anything (absent or `{}`)."""
     if schema is None or schema == {}:
-        return True
-    screened = SCHEMAS.get(schema, want_object)
-    return screened.check(instance) if isinstance(screened, Checker) else screened
+        return None
+    return SCHEMAS.get(schema, want_object)

@@ -39,8 +39,14 @@ VALIDATION_BUDGET = 100_000
 `$ref`s can fan out exponentially. A reference costs REF_COST (it is that much slower)."""
 REF_COST = 10
 CHECK_SECONDS = 0.02
-"""And a check stops after this long, whatever it has spent: the event loop waits meanwhile.
+"""And a check stops after this much CPU time, whatever it has spent: the event loop waits
+meanwhile. (CPU time, so that neighbours on the node do not turn checks into "budget".)
 Checking a schema against the metaschema is one check too."""
+CHECK_SHARE = 0.2
+"""Of one CPU, the most all checks together may take over time; past it, checks are not made
+(reason "budget") until the allowance refills: many clients at once cannot stall the loop
+for longer than CHECK_BURST either."""
+CHECK_BURST = 0.05
 CACHE_BYTES = 1024 * 1024
 """Of schema JSON; a compiled schema holds several times its JSON's size in objects."""
 CACHE_ENTRIES = 512
@@ -54,19 +60,32 @@ class OutOfBudget(Exception):
 
 
 class _Budget:
-    """What the running validation may still spend. One for the process: validations run one
-    at a time on the event loop."""
+    """What the running validation may still spend, and the CPU allowance of all checks (a
+    token bucket in CPU seconds, refilled at CHECK_SHARE of wall time). One for the process:
+    validations run one at a time on the event loop."""
 
     left = 0
     until = 0.0
+    allowance = CHECK_BURST
+    started = 0.0
+    refilled = 0.0
 
     def start(self) -> None:
+        now = time.monotonic()
+        self.allowance = min(CHECK_BURST, self.allowance + (now - self.refilled) * CHECK_SHARE)
+        self.refilled = now
+        if self.allowance <= 0.0:
+            raise OutOfBudget
         self.left = VALIDATION_BUDGET
-        self.until = time.perf_counter() + CHECK_SECONDS
+        self.started = time.process_time()
+        self.until = self.started + min(CHECK_SECONDS, self.allowance)
+
+    def stop(self) -> None:
+        self.allowance -= time.process_time() - self.started
 
     def spend(self, cost: int = 1) -> None:
         self.left -= cost
-        if self.left < 0 or time.perf_counter() > self.until:
+        if self.left < 0 or time.process_time() > self.until:
             raise OutOfBudget
 
 
@@ -85,13 +104,18 @@ class Checker:
 
 
 def _metered_check(validator: Validator, instance: Any, too_costly: Reason) -> bool | Reason:
-    _BUDGET.start()
+    try:
+        _BUDGET.start()
+    except OutOfBudget:
+        return "budget"  # not this check's cost: the allowance of all checks is spent
     try:
         return validator.is_valid(instance)
     except (OutOfBudget, RecursionError):
         return too_costly
     except Exception:  # e.g. a `$ref` into a nested `$id` the empty registry cannot resolve
         return "invalid"
+    finally:
+        _BUDGET.stop()
 
 
 Screened = Checker | Reason
@@ -369,6 +393,8 @@ class SchemaCache:
             return entry[0]
         self.misses += 1
         screened = screen(schema, want_object)
+        if screened == "budget":  # the checks' allowance was spent: screen it again next time
+            return screened
         # A screened-out schema keeps only its key; a checker keeps the schema itself.
         cost = len(text) if isinstance(screened, Checker) else len(key[0])
         self._entries[key] = (screened, cost)
