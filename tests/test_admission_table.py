@@ -69,6 +69,15 @@ def test_every_cel_rule_of_the_crd_has_a_case_that_breaks_it() -> None:
     assert set(rules(crd())) - broken == set()
 
 
+def test_an_integer_past_int64_in_a_free_form_field_is_named_not_a_crash() -> None:
+    doc = specmodel_doc(speculative={"method": "ngram", "engineOptions": {"x": [2**64]}})
+    with pytest.raises(InvalidSpecModel) as raised:
+        parse_specmodel(doc)
+    [error] = raised.value.errors
+    assert error.path == "spec.speculative.engineOptions.x[0]"
+    assert "beyond int64" in error.message
+
+
 def test_the_tables_have_distinct_names() -> None:
     names = [case["name"] for case in INVALID_CASES + WRONGLY_REFUSED]
     assert len(names) == len(set(names))

@@ -21,6 +21,8 @@ from pydantic import ValidationError
 from specfleet.api.crd import NAME_RULES, Schema, spec_schema
 from specfleet.api.model import SpecModel
 
+INT64 = range(-(2**63), 2**63)
+
 
 @dataclass(frozen=True)
 class FieldError:
@@ -67,7 +69,23 @@ def _pydantic_error(error: Any) -> FieldError:
 # name).
 @lru_cache(maxsize=4096)
 def _spec_cel_errors(spec_json: str) -> tuple[FieldError, ...]:
-    return tuple(cel_errors(spec_schema(), json.loads(spec_json), "spec"))
+    spec = json.loads(spec_json)
+    return tuple(_integers_past_int64(spec, "spec")) or tuple(
+        cel_errors(spec_schema(), spec, "spec")
+    )
+
+
+def _integers_past_int64(value: Any, path: str) -> Iterator[FieldError]:
+    """CEL's integers are int64 (cel-python raises on larger ones, even in free-form fields its
+    rules never read), and so are the API server's: name the field instead."""
+    if isinstance(value, int) and not isinstance(value, bool) and value not in INT64:
+        yield FieldError(path, "an integer beyond int64, which Kubernetes cannot store as one")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _integers_past_int64(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _integers_past_int64(item, f"{path}[{index}]")
 
 
 @lru_cache(maxsize=4096)
