@@ -13,11 +13,12 @@ from specfleet.api import parse_specmodel
 from specfleet.api.status import GuardStatus, KillSwitchStatus, QualityBaseline, RevisionRecord
 from specfleet.guard import Policy, Situation, decide
 from specfleet.guard.speedup import (
+    decode_steps,
     expected_speedup,
     expected_tokens_per_step,
     load_factor,
     paying_batch,
-    speedup_from_length,
+    speedup,
     wilson_interval,
 )
 from specfleet.telemetry.model import ClassWindow, Observation
@@ -45,14 +46,17 @@ def policy(
 
 
 def window(alpha: float, requests: float = 200, **extra: Any) -> ClassWindow:
-    draft = requests * 100.0
+    """200 output tokens a request from EAGLE-3 drafting 4 tokens on every decode step, 1 + 4α
+    tokens a step: output = steps + accepted."""
+    output = requests * 200.0
+    steps = output / (1 + 4 * alpha)
     fields: dict[str, Any] = {
         "requests": requests,
         "errors": 0.0,
-        "draft_tokens": draft,
-        "accepted_tokens": draft * alpha,
-        "steps": draft / 4,
-        "output_tokens": requests * 200,
+        "draft_tokens": steps * 4,
+        "accepted_tokens": steps * 4 * alpha,
+        "steps": steps,
+        "output_tokens": output,
         "mean_tpot_seconds": 0.02,
     }
     return ClassWindow(**(fields | extra))
@@ -126,6 +130,67 @@ def test_speedup_formula() -> None:
     assert expected_speedup(0.05, 4, 0.1) < 1  # α below c: speculation cannot pay
 
 
+def test_speedup_counts_the_decode_steps_that_drafted_nothing() -> None:
+    # 10 decode steps, 4 of them drafting 3 tokens and accepting 2: 18 tokens for 10 forwards
+    # and 12 draft tokens; the drafting steps alone show E = 3
+    output, accepted, drafted = 18, 8, 12
+    steps = decode_steps(output, accepted)
+    assert steps == 10
+    assert speedup(output / steps, drafted / steps, 0.1) == pytest.approx(18 / (10 + 1.2))
+    # every step drafting k: E / (1 + k·c), whatever E
+    assert speedup(3.3616, 4, 0.05) == pytest.approx(expected_speedup(0.8, 4, 0.05))
+    assert decode_steps(5, 5) is None
+
+
+def ngram_observation(drafted: float, accepted: float, output: float) -> Observation:
+    counts = {"draft_tokens": drafted, "accepted_tokens": accepted, "output_tokens": output}
+    classes = {
+        name: window(0.0, steps=drafted / 3, **counts, mean_tpot_seconds=None)
+        for name in ("code", "chat")
+    }
+    return Observation(at=T0, window_seconds=60, revision=1, speculation=True, classes=classes)
+
+
+def ngram_policy() -> Policy:
+    doc = specmodel_doc(
+        speculative={"method": "ngram", "numSpeculativeTokens": 5},
+        classes=FLOORS,
+        defaultClass="chat",
+        guard={"minSpeedup": 1.3},
+    )
+    return Policy.of(parse_specmodel(doc), None)
+
+
+def test_ngram_drafting_on_few_steps_is_judged_by_every_step() -> None:
+    """vLLM's n-gram drafts only where the lookup matches: here 72% of the output comes from
+    steps that drafted nothing. The drafting steps' E = 2.83 would say 2.83 / 1.05 = 2.7x;
+    the target ran 32 758 forwards for 40 000 tokens."""
+    drafting_steps, drafted = 3958.0, 11874.0
+    accepted = 11200 - drafting_steps
+    observed = ngram_observation(drafted, accepted, 40000)
+    decision = decide(situation(observed, policy=ngram_policy()))
+    evaluation = decision.evaluation
+    assert evaluation is not None and evaluation.speculation_bad
+    assert evaluation.speedup == pytest.approx(40000 / (40000 - accepted + 0.01 * drafted))
+    code = next(v for v in evaluation.classes if v.name == "code")
+    evidence = code.evidence()
+    assert evidence["meanAcceptanceLength"] == pytest.approx(2.83, abs=0.01)
+    assert evidence["draftsPerStep"] == pytest.approx(drafted / (40000 - accepted), abs=1e-4)
+    # acceptance is judged on the drafting steps: 0.61 clears the 0.5 floor
+    assert code.speculation_breaches == ["speedup 1.22 < 1.30"]
+
+
+def test_a_drafter_that_drafted_nothing_is_no_collapse() -> None:
+    """TensorRT-LLM above max_concurrency, a depth schedule at k = 0, n-gram finding no match:
+    output but no drafts is no acceptance evidence, so no breach and no action."""
+    idle = ngram_observation(0.0, 0.0, 40000)
+    state, actions = run(situation(idle, policy=ngram_policy()), [idle] * 5)
+    assert actions == [] and state.kill_switch.state != "engaged"
+    evaluation = decide(situation(idle, policy=ngram_policy())).evaluation
+    assert evaluation is not None and evaluation.speculation_bad is None
+    assert {v.verdict for v in evaluation.classes} == {"inconclusive"}
+
+
 def test_load_factor_and_the_batch_where_speculation_stops_paying() -> None:
     assert load_factor(0, 4, 0.01) == 1.0
     assert load_factor(100, 4, 0.01) == pytest.approx(2 / 6)  # verify 5 tokens per request
@@ -135,6 +200,10 @@ def test_load_factor_and_the_batch_where_speculation_stops_paying() -> None:
     assert paying_batch(1.0, 4, 0.01, 1.1) == 0.0  # does not pay even without load
     assert paying_batch(2.5, 4, 0.0, 1.1) == float("inf")
     assert paying_batch(20.0, 4, 0.01, 1.1) == float("inf")  # k + 1 tokens cost at most 5x
+    # a decode step verifies 1 + δ tokens a request, δ the drafts per step over all steps
+    assert load_factor(100, 0.5, 0.01) == pytest.approx(2 / 2.5)
+    assert paying_batch(2.5, 0.5, 0.01, 1.1) == float("inf")  # 1.5 tokens cost at most 1.5x
+    assert 1.3 * load_factor(paying_batch(1.3, 0.5, 0.01, 1.1), 0.5, 0.01) == pytest.approx(1.1)
 
 
 def loaded(alpha: float, in_flight: float, speculation: bool = True) -> Observation:
@@ -226,7 +295,8 @@ def test_engage_decision_carries_its_evidence() -> None:
     assert action.reason == "SpeculationNotPaying"
     evidence = action.evidence
     assert evidence["classes"]["code"]["acceptanceRate"] == 0.1
-    assert evidence["classes"]["code"]["draftTokens"] == 20000
+    assert evidence["classes"]["code"]["draftTokens"] == pytest.approx(200 * 200 / 1.4 * 4)
+    assert evidence["classes"]["code"]["draftsPerStep"] == 4  # every decode step drafted
     assert evidence["minSpeedup"] == 1.0 and evidence["windowSeconds"] == 60
     # E = 1 + accepted / steps = 1.4: the model says 1.4 / 1.2; the critical floor decided
     assert evidence["speedup"] == pytest.approx(1.4 / 1.2, abs=1e-3)
@@ -568,7 +638,7 @@ def test_status_classes_and_acceptance_summary() -> None:
     classes = {c.name: c for c in decision.classes}
     assert classes["code"].acceptance_rate == 0.8 and classes["code"].verdict == "good"
     assert classes["code"].expected_speedup == pytest.approx(
-        speedup_from_length(1 + 4 * 0.8, 4, 0.05), abs=1e-3
+        speedup(1 + 4 * 0.8, 4, 0.05), abs=1e-3
     )
     assert decision.acceptance == "0.70"
 

@@ -521,7 +521,7 @@ def _lost_to_load(situation: Situation, evaluation: Evaluation) -> float | None:
     guard, policy = situation.policy.guard, situation.policy
     threshold = guard.min_speedup + guard.release_margin
     unloaded = evaluation.speedup / evaluation.load
-    batch = paying_batch(unloaded, policy.k, policy.per_token_compute, threshold)
+    batch = paying_batch(unloaded, evaluation.drafts_per_step, policy.per_token_compute, threshold)
     return round(batch, 1) if 0.0 < batch < evaluation.in_flight else None
 
 

@@ -1,15 +1,30 @@
 """Does speculation pay? The expected speedup of speculative decoding over plain decoding.
 
-With acceptance rate α, k draft tokens per verify step and draft cost c (one draft forward over
-one target forward), a verify step yields E = (1 - α^(k+1)) / (1 - α) tokens on average and
-costs 1 + k·c target-forward times, so the speedup is E / (1 + k·c) (Leviathan et al. 2023).
-Speculation can pay only if α > c, and only while the batch is small enough that verifying
-k + 1 tokens per request costs little more than one (`load_factor`).
+A decode step runs one target forward and yields 1 + accepted tokens; a step that drafted d
+tokens also pays d draft forwards of cost c each (one draft forward over one target forward).
+Plain decoding yields one token per target forward, so over many steps
 
-Engines report E directly (mean acceptance length = 1 + accepted / verify steps), so the guard
-uses E / (1 + k·c) and needs no i.i.d. assumption. Note that the engines' "acceptance rate"
-(accepted / drafted tokens = (E - 1) / k) is not the α of the formula: α = 0.4 at k = 4 reads
-as an acceptance rate of 0.16.
+    speedup = tokens per step / (1 + δ·c),    δ = draft tokens per decode step,
+
+counting every decode step, those that drafted nothing too. Prompt-lookup drafters (n-gram,
+suffix) draft only on steps whose context holds a match, a depth schedule at k = 0 and
+TensorRT-LLM above max_concurrency not at all: those steps yield one token at the cost of one
+forward and pull the speedup towards 1.
+
+From the engines' counters: every decode step makes one token of its own plus the drafts it
+accepted, so decode steps = output - accepted tokens (the prefill's token counted as one: it
+is one forward too), tokens per step = output / (output - accepted) and δ = drafted /
+(output - accepted). At acceptance rate p (accepted / drafted, a property of the drafting
+steps alone) the tokens per step are 1 + δ·p, so
+
+    speedup = (1 + δ·p) / (1 + δ·c) = output / (output - accepted + c·drafted).
+
+When every step drafts k tokens δ = k and 1 + k·p is the engines' mean acceptance length E
+(1 + accepted / verify steps): E / (1 + k·c), the formula of Leviathan et al. (2023), who
+also give E = (1 - α^(k+1)) / (1 - α) for i.i.d. acceptance α per draft position. Note that
+the engines' acceptance rate (E - 1) / k is not that α: α = 0.4 at k = 4 reads as 0.16.
+Speculation can pay only if p > c, and only while the batch is small enough that verifying
+1 + δ tokens per request costs little more than one (`load_factor`).
 """
 
 from __future__ import annotations
@@ -17,39 +32,53 @@ from __future__ import annotations
 import math
 
 
+def speedup(tokens_per_step: float, drafts_per_step: float, draft_cost: float) -> float:
+    """Tokens a decode step yields over what it costs in target forwards."""
+    return tokens_per_step / (1.0 + drafts_per_step * draft_cost)
+
+
+def decode_steps(output: float, accepted: float) -> float | None:
+    """Decode steps from the counters, those that drafted nothing included (each made one token
+    of its own plus the drafts it accepted); None when the counts describe none."""
+    steps = output - accepted
+    return steps if steps > 0 else None
+
+
 def expected_tokens_per_step(alpha: float, k: int) -> float:
+    """E at i.i.d. acceptance α when every step drafts k tokens."""
     if alpha >= 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
 def expected_speedup(alpha: float, k: int, draft_cost: float) -> float:
-    return expected_tokens_per_step(alpha, k) / (1.0 + k * draft_cost)
+    """Every step drafting k tokens at i.i.d. acceptance α."""
+    return speedup(expected_tokens_per_step(alpha, k), k, draft_cost)
 
 
-def speedup_from_length(mean_acceptance_length: float, k: int, draft_cost: float) -> float:
-    return mean_acceptance_length / (1.0 + k * draft_cost)
-
-
-def load_factor(batch: float, k: int, per_token_compute: float) -> float:
+def load_factor(batch: float, drafts_per_step: float, per_token_compute: float) -> float:
     """Plain step time over verify step time at `batch` requests per replica, draft cost aside.
 
     A forward over n tokens costs 1 + g·n one-token forwards: memory-bound at small n, compute
-    grows with n. A verify step runs B·(k+1) tokens, a plain step B, so the speedup above is
-    multiplied by (1 + g·B) / (1 + g·B·(k+1)): about 1 at low load, far below it at high load.
+    grows with n. A verify step runs B·(1 + δ) tokens, a plain step B, so the speedup above is
+    multiplied by (1 + g·B) / (1 + g·B·(1 + δ)): about 1 at low load, far below it at high load.
     """
-    return (1.0 + per_token_compute * batch) / (1.0 + per_token_compute * batch * (k + 1))
+    g = per_token_compute
+    return (1.0 + g * batch) / (1.0 + g * batch * (1.0 + drafts_per_step))
 
 
-def paying_batch(unloaded: float, k: int, per_token_compute: float, threshold: float) -> float:
+def paying_batch(
+    unloaded: float, drafts_per_step: float, per_token_compute: float, threshold: float
+) -> float:
     """The largest batch at which `unloaded · load_factor(batch)` still reaches `threshold`:
     0 when it does not even at batch 0, infinite when load can never push it below."""
     r = threshold / unloaded if unloaded > 0 else math.inf
     if r > 1.0:
         return 0.0
-    if per_token_compute <= 0.0 or r * (k + 1) <= 1.0:
+    verified = 1.0 + drafts_per_step
+    if per_token_compute <= 0.0 or r * verified <= 1.0:
         return math.inf
-    return (1.0 - r) / (per_token_compute * (r * (k + 1) - 1.0))
+    return (1.0 - r) / (per_token_compute * (r * verified - 1.0))
 
 
 def wilson_interval(successes: float, trials: float, z: float = 1.96) -> tuple[float, float]:

@@ -19,9 +19,10 @@ from specfleet.guard.policy import (
     Policy,
 )
 from specfleet.guard.speedup import (
+    decode_steps,
     expected_tokens_per_step,
     load_factor,
-    speedup_from_length,
+    speedup,
     wilson_interval,
 )
 from specfleet.telemetry.model import ClassWindow, Observation
@@ -62,6 +63,9 @@ class ClassVerdict(NamedTuple):
     """The speedup's 95% interval, from the acceptance rate's."""
     acceptance_bounds: Bounds | None = None
     """The acceptance rate's 95% interval (Wilson, over the window's requests)."""
+    drafts_per_step: float | None = None
+    """δ: draft tokens per decode step, steps that drafted nothing included (None: unknown,
+    the acceptance rate was read as an i.i.d. α at depth k)."""
 
     @property
     def below_acceptance_floor(self) -> bool:
@@ -111,6 +115,7 @@ class ClassVerdict(NamedTuple):
             evidence["acceptanceRate"] = _round(window.acceptance_rate)
             evidence["meanAcceptanceLength"] = _round(window.mean_acceptance_length)
             evidence["k"] = self.policy.k
+            evidence["draftsPerStep"] = _round(self.drafts_per_step)
             evidence["draftCost"] = self.policy.draft_cost
             evidence["loadFactor"] = round(self.load, 4)
             evidence["speedup"] = round(self.speedup, 4)
@@ -139,6 +144,9 @@ class Evaluation(NamedTuple):
     """Mean requests in flight per replica over the window."""
     load: float = 1.0
     """The speedup model's load factor at `in_flight` (1 with speculation off)."""
+    drafts_per_step: float = 0.0
+    """δ over every class's window (k when none says): the tokens a decode step verifies per
+    request beyond its own, which the load factor charges."""
     critical_breach: bool = False
     """A critical class breached its speculation floors (acceptance rate or speedup)."""
     below_acceptance_floor: bool = False
@@ -189,8 +197,9 @@ def evaluate(
     in_flight = _in_flight_per_replica(policy, observation)
     speculation = observation.speculation
     load = 1.0
+    drafting = _fleet_drafts_per_step(observation, policy.k)
     if in_flight is not None and speculation:
-        load = load_factor(in_flight, policy.k, policy.per_token_compute)
+        load = load_factor(in_flight, drafting, policy.per_token_compute)
     windows = observation.classes
     verdicts = [
         judge(
@@ -220,6 +229,7 @@ def evaluate(
         speculation_bad,
         in_flight,
         load,
+        drafting,
         critical_breach,
         below_floor,
         bounds,
@@ -282,10 +292,11 @@ def judge(
     if speculation and policy.k:
         judged = _judge_speculation(policy, klass, window, threshold, tpot_off, load)
         conclusive = judged is not None
-    speedup, source, breaches, speedup_bounds, acceptance_bounds = judged or (
+    speedup, source, breaches, speedup_bounds, acceptance_bounds, drafting = judged or (
         None,
         None,
         (),
+        None,
         None,
         None,
     )
@@ -304,6 +315,7 @@ def judge(
         load,
         speedup_bounds,
         acceptance_bounds,
+        drafting,
     )
 
 
@@ -314,26 +326,29 @@ def _judge_speculation(
     threshold: float,
     tpot_off: float | None,
     load: float,
-) -> tuple[float, str, list[str], Bounds, Bounds] | None:
-    """The class's speedup, its source, the breaches, and the 95% bounds of the speedup and the
-    acceptance rate; None when too little was drafted."""
+) -> tuple[float, str, list[str], Bounds, Bounds, float | None] | None:
+    """The class's speedup, its source, the breaches, the 95% bounds of the speedup and the
+    acceptance rate, and δ; None when too little was drafted (a drafter that drafted nothing,
+    matching nothing or told not to, is no evidence of a collapse)."""
     alpha = window.acceptance_rate
     if alpha is None or (window.draft_tokens or 0.0) < policy.guard.min_draft_tokens:
         return None
-    length = _tokens_per_step(window, policy.k, alpha)
-    speedup = speedup_from_length(length, policy.k, policy.draft_cost) * load
-    # Without verify-step counts the rate is read as an i.i.d. α: an underestimate.
-    source = "model" if window.steps else "model (rate)"
+    drafting = _drafts_per_step(window)
+    per_step = policy.k if drafting is None else drafting
+    tokens = _tokens_per_step(drafting, policy.k, alpha)
+    modelled = speedup(tokens, per_step, policy.draft_cost) * load
+    # Without step counts the rate is read as an i.i.d. α: an underestimate.
+    source = "model" if drafting is not None else "model (rate)"
     if tpot_off and window.mean_tpot_seconds:
-        speedup, source = tpot_off / window.mean_tpot_seconds, "measured"
+        modelled, source = tpot_off / window.mean_tpot_seconds, "measured"
     # A request's own rate lies in [0, 1], so its variance is at most α(1-α): counting requests
     # as trials is a conservative bound (tokens of one request are not independent). Sampling
-    # noise in TPOT is the acceptance length's, so every source scales with its bounds.
+    # noise in TPOT is the tokens per step's, so every source scales with its bounds.
     requests = window.requests or 0.0
     low, high = wilson_interval(alpha * requests, requests)
     speedup_bounds = (
-        speedup * _tokens_per_step(window, policy.k, low) / length,
-        speedup * _tokens_per_step(window, policy.k, high) / length,
+        modelled * _tokens_per_step(drafting, policy.k, low) / tokens,
+        modelled * _tokens_per_step(drafting, policy.k, high) / tokens,
     )
     breaches = []
     floor = klass.slo.min_acceptance_rate
@@ -341,17 +356,42 @@ def _judge_speculation(
         breaches.append(
             f"acceptance {alpha:.2f} < {floor:.2f} (95% upper bound {high:.2f}, n={requests:.0f})"
         )
-    if speedup < threshold:
-        breaches.append(f"speedup {speedup:.2f} < {threshold:.2f}")
-    return speedup, source, breaches, speedup_bounds, (low, high)
+    if modelled < threshold:
+        breaches.append(f"speedup {modelled:.2f} < {threshold:.2f}")
+    return modelled, source, breaches, speedup_bounds, (low, high), drafting
 
 
-def _tokens_per_step(window: ClassWindow, k: int, p: float) -> float:
-    """Tokens per verify step at acceptance rate p: 1 + p x the window's drafts per step (the
-    engines' mean acceptance length at p itself), or from p as an i.i.d. α without step counts."""
-    if not window.steps:
+def _drafts_per_step(window: ClassWindow) -> float | None:
+    """δ from the output tokens, or from the verify steps (as if every decode step drafted)
+    where the window has no output tokens; None with neither."""
+    steps = _decode_steps(window)
+    return (window.draft_tokens or 0.0) / steps if steps else None
+
+
+def _decode_steps(window: ClassWindow) -> float | None:
+    """From the output tokens; the verify steps where the window has none (exact when every
+    decode step drafted)."""
+    output, accepted = window.output_tokens, window.accepted_tokens
+    steps = decode_steps(output, accepted) if output and accepted is not None else None
+    return steps or window.steps or None
+
+
+def _fleet_drafts_per_step(observation: Observation, k: int) -> float:
+    """δ over every class (they share the batch); k when no window says."""
+    drafted = steps = 0.0
+    for window in observation.classes.values():
+        if found := _decode_steps(window):
+            drafted += window.draft_tokens or 0.0
+            steps += found
+    return drafted / steps if steps else float(k)
+
+
+def _tokens_per_step(drafting: float | None, k: int, p: float) -> float:
+    """Tokens per decode step at acceptance rate p: 1 + δ·p, or from p as an i.i.d. α at depth
+    k when δ is unknown."""
+    if drafting is None:
         return expected_tokens_per_step(p, k)
-    return 1.0 + (window.draft_tokens or 0.0) / window.steps * p
+    return 1.0 + drafting * p
 
 
 def _judge_quality(
