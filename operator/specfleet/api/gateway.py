@@ -15,6 +15,23 @@ from specfleet.api.spec import Engine, PromptClass, SpeculativeSpec
 CLASS_HEADER = "x-specfleet-class"
 
 
+class Drafting(ApiModel):
+    """How the engine drafts, as rendered. TensorRT-LLM reports a mean acceptance length per
+    request, not counts: the gateway derives them, and needs this to tell a step the engine did
+    not draft on (above max_concurrency, a depth-0 step) from a rejected draft."""
+
+    depth_by_batch_size: dict[int, int] = Field(
+        default_factory=dict,
+        description="Draft tokens per step from each batch size on (0: no drafting); empty: "
+        "numSpeculativeTokens at every batch size.",
+    )
+    every_step: bool = Field(
+        default=True,
+        description="False when the drafter proposes only where it finds a match (n-gram): "
+        "how many steps drafted is then unknown.",
+    )
+
+
 class GatewayConfig(ApiModel):
     specmodel: str = Field(description="SpecModel name, for logs.")
     engine: Engine = Field(description="Which engine's response format to read.")
@@ -29,10 +46,19 @@ class GatewayConfig(ApiModel):
         description="k of the speculation the engine runs now; None when it runs without. "
         "Only TensorRT-LLM needs it: its responses carry a mean acceptance length, not counts.",
     )
+    drafting: Drafting | None = Field(
+        default=None, description="TensorRT-LLM: how the running speculation drafts."
+    )
 
     @classmethod
-    def from_specmodel(cls, specmodel: SpecModel, running: SpeculativeSpec | None) -> GatewayConfig:
-        """`running` is the speculation the engine runs now (None with speculation off)."""
+    def from_specmodel(
+        cls,
+        specmodel: SpecModel,
+        running: SpeculativeSpec | None,
+        drafting: Drafting | None = None,
+    ) -> GatewayConfig:
+        """`running` is the speculation the engine runs now (None with speculation off);
+        `drafting` how the rendered engine drafts it, where the gateway needs that."""
         spec = specmodel.spec
         return cls(
             specmodel=specmodel.metadata.name,
@@ -41,4 +67,5 @@ class GatewayConfig(ApiModel):
             classes=spec.classes,
             default_class=spec.default_class,
             num_speculative_tokens=running.num_speculative_tokens if running else None,
+            drafting=drafting if running else None,
         )

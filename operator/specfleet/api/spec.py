@@ -324,8 +324,10 @@ class SpeculativeSpec(ApiModel):
     depth_schedule: list[DepthStep] | None = Field(
         default=None,
         max_length=16,
-        description="vLLM: load-dependent depth, k per batch-size range "
-        "(`num_speculative_tokens_per_batch_size`).",
+        description="Load-dependent depth, k per batch-size range. vLLM: "
+        "`num_speculative_tokens_per_batch_size`. tensorrt-llm: `draft_len_schedule`, with "
+        "maxConcurrency folded in, on the two-model paths only; batch size 1 must draft the "
+        "most there, so deeper steps are cut to its depth.",
     )
     max_concurrency: int | None = Field(
         default=None,
@@ -692,9 +694,14 @@ class SpecModelSpec(ApiModel):
                 ),
                 cel(
                     "self.engine.name == 'vllm' || !has(self.speculative) || "
-                    "!has(self.speculative.depthSchedule)",
-                    "speculative.depthSchedule is a vllm setting; on tensorrt-llm use "
-                    "speculative.maxConcurrency",
+                    "!has(self.speculative.depthSchedule) || "
+                    "self.speculative.method in ['draft_model', 'ngram'] || "
+                    "(self.speculative.method == 'eagle3' && has(self.speculative.engineOptions) "
+                    "&& 'eagle3_one_model' in self.speculative.engineOptions && "
+                    "self.speculative.engineOptions.eagle3_one_model == false)",
+                    "speculative.depthSchedule on tensorrt-llm acts only with a separate drafter "
+                    "(draft_model, ngram, or eagle3 with engineOptions.eagle3_one_model: false); "
+                    "one-model eagle3 and mtp ignore it in 1.2.1: use speculative.maxConcurrency",
                     ".speculative.depthSchedule",
                 ),
                 cel(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specfleet.api.gateway import Drafting
+
 ENGINE_PORT = 8000
 MODEL_CACHE_PATH = "/models-cache"
 ENGINE_CONFIG_PATH = "/etc/specfleet/engine"
@@ -19,3 +21,5 @@ class EngineLaunch:
     """Files for the `<name>-engine` ConfigMap, mounted at ENGINE_CONFIG_PATH."""
     readiness_path: str = "/health"
     metrics_path: str = "/metrics"
+    drafting: Drafting | None = None
+    """How the engine drafts, when the gateway must know it to count drafts (TensorRT-LLM)."""

@@ -7,18 +7,22 @@ from typing import Any
 
 import yaml
 
+from specfleet.api.gateway import Drafting
 from specfleet.api.model import EngineConfig
 from specfleet.api.spec import TRTLLM_IMAGE, SpeculativeSpec
 from specfleet.render.engine import ENGINE_CONFIG_PATH, ENGINE_PORT, EngineLaunch
 
 OPTIONS_FILE = "llm_api.yaml"
-# `Eagle` with `eagle3_one_model` is EAGLE-3 on the PyTorch backend in 1.1 and 1.2 alike (newer
-# builds also spell it `Eagle3`); `speculative_model_dir` is accepted by both parsers.
+# 1.2.1's DecodingBaseConfig.from_dict knows `Eagle` (EAGLE-3 on the PyTorch backend, one- or
+# two-model by `eagle3_one_model`) and refuses `Eagle3`; `speculative_model_dir` is an alias of
+# `speculative_model` there.
 DECODING_TYPE = {"eagle3": "Eagle", "mtp": "MTP", "ngram": "NGram", "draft_model": "DraftTarget"}
+ACCEPTANCE_GATE = ("acceptance_window", "acceptance_length_threshold")
 
 
 def launch(config: EngineConfig, served_name: str, speculation: bool) -> EngineLaunch:
     options = llm_api_options(config, speculation)
+    running = config.speculative if speculation else None
     return EngineLaunch(
         image=config.engine.image or TRTLLM_IMAGE,
         command=["trtllm-serve"],
@@ -27,6 +31,7 @@ def launch(config: EngineConfig, served_name: str, speculation: bool) -> EngineL
         config_files={OPTIONS_FILE: yaml.safe_dump(options, sort_keys=True)},
         readiness_path="/health_generate",
         metrics_path="/prometheus/metrics",
+        drafting=drafting_of(running) if running else None,
     )
 
 
@@ -77,4 +82,55 @@ def speculative_config(spec: SpeculativeSpec) -> dict[str, Any]:
         out["num_nextn_predict_layers"] = spec.num_speculative_tokens
     if spec.method == "ngram":
         out["max_matching_ngram_size"] = spec.ngram.max_match if spec.ngram else 4
-    return out | (spec.engine_options or {})
+    out |= spec.engine_options or {}
+    if one_model(out):
+        for key in ACCEPTANCE_GATE:
+            out.pop(key, None)
+    elif spec.depth_schedule:
+        depths = depth_by_batch_size(spec, out)
+        out.pop("max_concurrency", None)  # 1.2.1 refuses both; the schedule carries it
+        out["max_draft_len"] = depths[1]
+        out["draft_len_schedule"] = depths
+    return out
+
+
+def drafting_of(spec: SpeculativeSpec) -> Drafting:
+    """How the engine rendered from `spec` drafts, for the gateway: it reads a mean acceptance
+    length per request and must not take a step the engine did not draft on for a rejection."""
+    options = speculative_config(spec)
+    depths = depth_by_batch_size(spec, options)
+    return Drafting(
+        depth_by_batch_size=depths if set(depths.values()) != {spec.num_speculative_tokens} else {},
+        every_step=spec.method != "ngram",
+    )
+
+
+def one_model(options: dict[str, Any]) -> bool:
+    """The draft runs inside the target's forward (EAGLE-3 one-model, MTP). In 1.2.1 only the
+    two-model path (a separate drafter: Eagle with eagle3_one_model false, DraftTarget, NGram)
+    applies the acceptance gate and draft_len_schedule."""
+    decoding_type = options.get("decoding_type")
+    return decoding_type == "MTP" or (
+        decoding_type == "Eagle" and options.get("eagle3_one_model", True) is not False
+    )
+
+
+def depth_by_batch_size(spec: SpeculativeSpec, options: dict[str, Any]) -> dict[int, int]:
+    """Draft tokens per step from each batch size on, as the engine applies them: the depth
+    schedule where it acts (two-model paths), then 0 above max_concurrency. Batch size 1 must
+    draft the most (1.2.1's rule for draft_len_schedule), so deeper steps are cut to its depth."""
+    k = spec.num_speculative_tokens
+    depths = {1: k}
+    steps = [] if one_model(options) else (spec.depth_schedule or [])
+    for step in sorted(steps, key=lambda s: s.min_batch_size):
+        depths[step.min_batch_size] = step.num_speculative_tokens
+        depths.setdefault(step.max_batch_size + 1, k)
+    if spec.max_concurrency:
+        depths = {b: d for b, d in depths.items() if b <= spec.max_concurrency}
+        depths[spec.max_concurrency + 1] = 0
+    ceiling = depths[1]
+    out: dict[int, int] = {}
+    for batch, depth in sorted(depths.items()):
+        if not out or min(depth, ceiling) != list(out.values())[-1]:
+            out[batch] = min(depth, ceiling)
+    return out

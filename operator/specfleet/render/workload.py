@@ -140,7 +140,8 @@ def deployment_and_configs(workload: Workload) -> list[Manifest]:
 
 def gateway_configmap(workload: Workload) -> Manifest:
     running = workload.config.speculative if workload.plan.speculation else None
-    wire = GatewayConfig.from_specmodel(workload.specmodel, running).to_wire()
+    drafting = workload.launch.drafting
+    wire = GatewayConfig.from_specmodel(workload.specmodel, running, drafting).to_wire()
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
