@@ -30,7 +30,8 @@ from specfleet.gateway.quality import (
     structured_output_valid,
     tool_call_valid,
 )
-from specfleet.gateway.schemas import Checker, SchemaCache, screen, unsatisfiable
+from specfleet.gateway.satisfiable import unsatisfiable
+from specfleet.gateway.schemas import Checker, SchemaCache, screen
 from specfleet.gateway.server import GatewayServer, running
 from specfleet.gateway.wire import MAX_BODY_DEPTH, BadRequest, parse_request
 
@@ -326,10 +327,10 @@ async def test_crafted_schemas_are_unjudged_not_invalid() -> None:
 
 def test_a_backtracking_pattern_is_matched_in_linear_time() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^(a+)+$"}}}
-    started = time.perf_counter()
+    started = time.process_time()
     verdict = structured_output_valid(json.dumps({"a": "a" * 40 + "!"}), schema)
     assert verdict is False  # judged: RE2 takes the pattern, and it does not match
-    assert time.perf_counter() - started < 0.05  # Python's re would take minutes
+    assert time.process_time() - started < 0.05  # CPU seconds; Python's re would take minutes
 
 
 def exponential_refs(depth: int) -> dict[str, Any]:
@@ -340,9 +341,9 @@ def exponential_refs(depth: int) -> dict[str, Any]:
 
 def test_exponential_local_refs_run_out_of_budget_fast() -> None:
     schema = exponential_refs(24)
-    started = time.perf_counter()
+    started = time.process_time()
     assert structured_output_valid('"x"', schema) == "budget"
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 0.2
     loop = {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
     assert structured_output_valid("{}", loop) == "budget"
 
@@ -352,10 +353,10 @@ def test_all_checks_share_one_cpu_allowance(monkeypatch: pytest.MonkeyPatch) -> 
     exponential = exponential_refs(30)
     verdicts = [structured_output_valid('"x"', exponential) for _ in range(6)]
     assert set(verdicts) == {"budget"}
-    started = time.perf_counter()
+    started = time.process_time()
     cheap = {"type": "object", "properties": {"n": {"type": "integer"}}, "title": "allowance"}
     assert structured_output_valid('{"n": 1}', cheap) == "budget"  # spent: not even screened
-    assert time.perf_counter() - started < 0.01
+    assert time.process_time() - started < 0.01
     monkeypatch.setattr(schemas, "CHECK_SHARE", 1000.0)  # refilled at once
     assert structured_output_valid('{"n": 1}', cheap) is True  # "budget" was not cached
 
@@ -423,9 +424,9 @@ SCHEMAS = st.recursive(
 def test_any_schema_and_output_give_a_verdict_or_a_known_reason(schema: Any, output: Any) -> None:
     text = json.dumps(output)
     body = with_schema(schema)
-    started = time.perf_counter()
+    started = time.process_time()
     verdicts = judge(body, [text], [ToolCall("f", text)])
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 0.5
     checks = len(verdicts.tool_calls) + len(verdicts.structured_outputs) + len(verdicts.unjudged)
     assert checks == 2
     if unsatisfiable(schema):

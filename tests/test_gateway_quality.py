@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from specfleet.gateway import quality
 from specfleet.gateway.quality import ToolCall, judge, structured_output_valid, tool_call_valid
+from specfleet.gateway.satisfiable import admits, unsatisfiable
 
 WEATHER = {
     "type": "object",
@@ -102,3 +105,29 @@ def test_validators_are_compiled_once_per_schema() -> None:
     for _ in range(5):
         tool_call_valid(ToolCall("weather", '{"city": "x"}'), {"weather": dict(schema)})
     assert (cache.misses - before[0], cache.hits - before[1]) == (1, 4)
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        (False, True), ({"not": {}}, True), ({"not": True}, True), ({"enum": []}, True),
+        ({"type": []}, True), ({"type": "string", "const": 3}, True),
+        ({"type": "integer", "enum": ["a", 1.5]}, True), ({"minimum": 5, "maximum": 1}, True),
+        ({"allOf": [{}, False]}, True), ({"anyOf": [False, {"not": {}}]}, True),
+        ({"required": ["a"], "properties": {"a": False}}, True),
+        ({"required": ["b"], "properties": {"a": {}}, "additionalProperties": False}, True),
+        ({"const": 1.0, "type": "integer"}, False), ({"anyOf": [False, {}]}, False),
+        ({"required": ["b"], "additionalProperties": False, "patternProperties": {"b": {}}},
+         False),
+        (True, False), ({}, False), ({"type": "number", "enum": [1]}, False),
+    ],
+)  # fmt: skip
+def test_trivially_unsatisfiable_schemas(schema: Any, expected: bool) -> None:
+    assert unsatisfiable(schema) is expected
+
+
+def test_tool_call_schemas_must_admit_an_object() -> None:
+    assert admits({"type": ["string", "object"]}, "object")
+    assert not admits({"type": "object", "const": [1]}, "object")
+    assert not admits({"enum": [1, "a"]}, "object")
+    assert admits({"enum": [1, {"a": 1}]}, "object")
