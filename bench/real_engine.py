@@ -39,6 +39,8 @@ sys.path.insert(0, str(ROOT))
 from e2e import real_engine  # noqa: E402
 
 from specfleet.api.validation import parse_specmodel  # noqa: E402
+from specfleet.guard import Policy  # noqa: E402
+from specfleet.guard.speedup import decode_steps, speedup  # noqa: E402
 
 K = 5
 SPECMODEL = real_engine.tiny_specmodel(
@@ -163,6 +165,23 @@ def predictions(counts: dict[str, float]) -> dict[str, float]:
         "accepted_per_output_token": accepted_share,
         "predicted_speedup_from_E": mean_acceptance_length,
         "predicted_speedup_from_accepted_share": 1 / (1 - accepted_share),
+        **guard_model(counts),
+    }
+
+
+def guard_model(counts: dict[str, float]) -> dict[str, float]:
+    """What the guard's speedup model (guard/speedup.py) makes of the same counters, at the
+    SpecModel's draft cost: every decode step counted, those that drafted nothing included."""
+    policy = Policy.of(parse_specmodel(SPECMODEL), None)
+    steps = decode_steps(counts["output"], counts["accepted"]) or 1.0
+    return {
+        "decode_steps": steps,
+        "drafting_step_share": counts["steps"] / steps,
+        "drafts_per_decode_step": counts["drafted"] / steps,
+        "draft_cost": policy.draft_cost,
+        "predicted_speedup_guard_model": speedup(
+            counts["output"] / steps, counts["drafted"] / steps, policy.draft_cost
+        ),
     }
 
 
@@ -174,6 +193,7 @@ async def measure(engines: list[Engine], args: argparse.Namespace) -> dict[str, 
             levels[name][c] = rate
     tpots, counts = await tpot_rounds(engines, args.rounds, args.max_tokens)
     p50 = {name: statistics.median(values) for name, values in tpots.items()}
+    mean = {name: statistics.fmean(values) for name, values in tpots.items()}
     return {
         "engines": {
             e.name: {
@@ -186,6 +206,7 @@ async def measure(engines: list[Engine], args: argparse.Namespace) -> dict[str, 
         },
         "ngram_counts": counts,
         "measured_speedup": p50["off"] / p50["ngram"],
+        "measured_speedup_of_mean_tpot": mean["off"] / mean["ngram"],
         **predictions(counts),
     }
 
@@ -227,6 +248,13 @@ def main() -> None:
         f"{result['predicted_speedup_from_accepted_share']:.2f}x from accepted/output "
         f"({result['accepted_per_output_token']:.2f}); acceptance rate "
         f"{result['acceptance_rate']:.2f}"
+    )
+    model = result["predicted_speedup_guard_model"]
+    print(
+        f"guard model: {model:.2f}x at c = {result['draft_cost']} "
+        f"({result['drafting_step_share']:.0%} of decode steps drafted); measured / model "
+        f"{result['measured_speedup'] / model:.2f} (p50 TPOT), "
+        f"{result['measured_speedup_of_mean_tpot'] / model:.2f} (mean TPOT)"
     )
     out = ROOT / "bench" / "results" / "real_engine.json"
     out.parent.mkdir(exist_ok=True)
