@@ -87,9 +87,14 @@ class Background(threading.Thread):
 
 @contextmanager
 def simulated_pods(
-    cluster: LocalCluster, namespace: str, scenario: dict[str, Any], workdir: Path
+    cluster: LocalCluster,
+    namespace: str,
+    scenario: dict[str, Any],
+    workdir: Path,
+    options: tuple[str, ...] = (),
 ) -> Iterator[Fleet]:
-    """`specfleet sim pods` for one namespace, sharing the scenario clock with the traffic."""
+    """`specfleet sim pods` for one namespace, sharing the scenario clock with the traffic;
+    `options` are more of its command-line options."""
     path = workdir / "scenario.yaml"
     path.write_text(yaml.safe_dump(scenario))
     epoch = time.time()
@@ -105,6 +110,7 @@ def simulated_pods(
         str(epoch),
         "--workdir",
         str(workdir / "pods"),
+        *options,
     ]
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
     with (workdir / "sim-pods.log").open("w") as log:

@@ -106,15 +106,23 @@ def engine_args(
     speculation: bool = True,
     draft: Path | None = None,
 ) -> list[str]:
-    """The renderer's `vllm serve` args for `specmodel`, mapped to the local tiny model on CPU.
+    """The renderer's `vllm serve` args for `specmodel`, mapped by `local_args` to serve on
+    127.0.0.1:`port`."""
+    rendered = vllm.args(specmodel.engine_config(), specmodel.served_name(), speculation)
+    return local_args(rendered, build, "127.0.0.1", port, draft=draft)
 
-    The model becomes the local target; `--port` the given one on 127.0.0.1; `--max-model-len`
+
+def local_args(
+    rendered: list[str], build: Build, host: str, port: int, *, draft: Path | None = None
+) -> list[str]:
+    """A pod's `vllm serve` args (the model first), mapped to the local tiny model on CPU.
+
+    The model becomes the local target; `--host` and `--port` the given ones; `--max-model-len`
     at most the tiny model's; `--dtype float32`; the speculative config's draft `model` becomes
     `draft` (default: the target drafting for itself) and its draft TP is dropped. GPU-only or
     hub-only flags are dropped (DROPPED_FLAGS says why); every other flag passes unchanged.
     """
-    rendered = vllm.args(specmodel.engine_config(), specmodel.served_name(), speculation)
-    out = [str(build.target), "--host", "127.0.0.1", "--dtype", CPU_DTYPE]
+    out = [str(build.target), "--host", host, "--dtype", CPU_DTYPE]
     out += ["--tensor-parallel-size", "1"]
     flags = iter(rendered[1:])
     for flag in flags:

@@ -108,17 +108,22 @@ class Traffic:
                 self.ready.set()
             await asyncio.sleep(0.3)
 
-    async def _one(self, openai: AsyncOpenAI, klass: str, stream: bool) -> None:
-        self.report.sent[klass] += 1
-        profile = self.scenario.classes[klass]
+    def request(self, klass: str) -> dict[str, Any]:
+        """The chat completion request a client of `klass` sends (the simulator decides the
+        answer's length)."""
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": [{"role": "user", "content": f"a {klass} request " * 20}],
             "max_tokens": 4096,
             "extra_headers": {"x-specfleet-class": klass},
         }
-        if profile.tool_call_rate > 0:
+        if self.scenario.classes[klass].tool_call_rate > 0:
             kwargs["tools"] = TOOLS
+        return kwargs
+
+    async def _one(self, openai: AsyncOpenAI, klass: str, stream: bool) -> None:
+        self.report.sent[klass] += 1
+        kwargs = self.request(klass)
         try:
             if stream:
                 async for _ in await openai.chat.completions.create(stream=True, **kwargs):

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from pathlib import Path
 
-from specfleet.sim.pods import PodProcesses
+from kubernetes import client
+
+from specfleet.sim.pods import PodProcesses, PodRuntime, SimSettings
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -33,3 +36,57 @@ def test_a_pod_stopped_before_it_launched_starts_nothing(tmp_path: Path) -> None
     assert not pod.launch([(SLEEPER, tmp_path / "gone.log")])
 
     assert pod.processes == [] and not pod.alive()
+
+
+def test_stopping_a_pod_stops_the_children_of_its_processes(tmp_path: Path) -> None:
+    """A real engine runs its engine core as a child: a pod's stop reaches the whole group."""
+    pid_file = tmp_path / "child.pid"
+    parent = [
+        sys.executable,
+        "-c",
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+        f"child = subprocess.Popen({SLEEPER!r})\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n",
+    ]
+    pod = PodProcesses("ns/engine", "127.0.0.9")
+    assert pod.launch([(parent, tmp_path / "engine.log")])
+    deadline = time.monotonic() + 10
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the child never started"
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+
+    pod.stop(5.0, pre_stop=False)
+
+    assert not _running(child), "the child outlived its pod"
+
+
+def test_an_engine_command_replaces_the_simulator_with_the_pods_own_args(tmp_path: Path) -> None:
+    settings = SimSettings(tmp_path, engine_command=("real-engine", "--flag"))
+    runtime = PodRuntime(client.ApiClient(), settings)
+    engine = {"args": ["org/model", "--port", "8000", "--chat-template", "/etc/t/chat.jinja"]}
+
+    argv = runtime._engine_argv(engine, "127.10.0.5", {"/etc/t": tmp_path / "t"})
+
+    assert argv == [
+        "real-engine",
+        "--flag",
+        "--listen",
+        "127.10.0.5:8000",
+        "--",
+        "org/model",
+        "--port",
+        "8000",
+        "--chat-template",
+        f"{tmp_path}/t/chat.jinja",
+    ]
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -180,14 +181,30 @@ async def _run(sim_: EngineSimulator, host: str, port: int) -> None:
     default=Path("/tmp/specfleet-sim-pods"),
     show_default=True,
 )
+@click.option(
+    "--engine-command",
+    default="",
+    help="Run this (split like a shell) instead of the simulator, as `ENGINE_COMMAND --listen "
+    "IP:PORT -- ENGINE_ARGS`: a real engine behind each pod's gateway.",
+)
+@click.option(
+    "--ready-timeout",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds a pod's engine gets to answer /health before the pod is left not Ready.",
+)
 def pods_cmd(
     namespace: str | None,
     scenario: Path | None,
     time_scale: float,
     epoch: float | None,
     workdir: Path,
+    engine_command: str,
+    ready_timeout: float,
 ) -> None:
-    """Run the simulator and gateway for every Running kwok pod of a SpecModel, at its IP."""
+    """Run the simulator (or a given engine) and gateway for every Running kwok pod of a
+    SpecModel, at its IP."""
     from kubernetes import client, config  # only this command talks to a cluster
 
     from specfleet.sim.pods import PodRuntime, SimSettings
@@ -197,6 +214,12 @@ def pods_cmd(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     settings = SimSettings(
-        workdir, scenario, time_scale, epoch if epoch is not None else time.time(), namespace
+        workdir,
+        scenario,
+        time_scale,
+        epoch if epoch is not None else time.time(),
+        namespace,
+        engine_command=tuple(shlex.split(engine_command)),
+        ready_timeout=ready_timeout,
     )
     PodRuntime(client.ApiClient(), settings).run(stop)

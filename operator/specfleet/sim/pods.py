@@ -1,7 +1,8 @@
 """`specfleet sim pods`: a stand-in kubelet for kwok's fake GPU pods.
 
 kwok pods run no containers. For every Running SpecModel pod with an IP, this starts the engine
-simulator with the pod's own engine command line and the gateway with the pod's own arguments,
+simulator (or, given an engine command, that program: a real engine) with the pod's own engine
+command line and the gateway with the pod's own arguments,
 both bound to the pod's IP (kwok gives pods loopback addresses), with the pod's ConfigMap volumes
 written to a local directory. Prometheus then scrapes real gateways found through the real API
 server, and a kill-switch flip (new pods, new args) really changes what is measured. When a pod
@@ -10,6 +11,7 @@ terminates, both processes get SIGTERM and drain, like a kubelet would do.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -30,7 +32,6 @@ log = logging.getLogger(__name__)
 MANAGED = "app.kubernetes.io/managed-by=specfleet"
 ENGINE_PORT = 8000
 GATEWAY_PORT = 8080
-READY_TIMEOUT_SECONDS = 60
 Pod = dict[str, Any]
 
 
@@ -42,6 +43,11 @@ class SimSettings:
     epoch: float | None = None
     namespace: str | None = None
     drain_seconds: float = 10.0
+    engine_command: tuple[str, ...] = ()
+    """Run instead of the simulator, as `ENGINE_COMMAND --listen IP:PORT -- ENGINE_ARGS`, the
+    simulator's own interface (empty: the simulator)."""
+    ready_timeout: float = 60.0
+    """Seconds a pod's engine gets to answer /health before the pod is left not Ready."""
 
 
 Command = tuple[list[str], Path]
@@ -73,20 +79,19 @@ class PodProcesses:
         return bool(self.processes) and all(p.poll() is None for p in self.processes)
 
     def stop(self, drain_seconds: float, pre_stop: bool = True) -> None:
-        """Like a kubelet: the preStop pause, SIGTERM, then SIGKILL after the drain."""
+        """Like a kubelet: the preStop pause, SIGTERM, then SIGKILL after the drain, each to the
+        process's whole group (a real engine runs its engine core as a child process)."""
         with self._lock:
             self._stopped = True
         if pre_stop:
             time.sleep(self.pre_stop_seconds)
         for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
+            _signal_group(process, signal.SIGTERM)
         for process in self.processes:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(drain_seconds)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            _signal_group(process, signal.SIGKILL)
+            process.wait()
 
 
 class PodRuntime:
@@ -174,14 +179,14 @@ class PodRuntime:
         self, pod: PodProcesses, commands: list[Command], previous: threading.Thread | None
     ) -> None:
         if pod.launch(commands, after=previous):
-            log.info("started simulator and gateway for pod %s at %s", pod.name, pod.ip)
+            log.info("started engine and gateway for pod %s at %s", pod.name, pod.ip)
             self._mark_ready(pod)
 
     def _mark_ready(self, pod: PodProcesses) -> None:
         """The readiness probe: once the engine answers /health through the pod's own gateway,
         the pod is Ready (kwok starts specfleet's pods not Ready, so rollouts wait for this)."""
         namespace, name = pod.name.split("/", 1)
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        deadline = time.monotonic() + self.settings.ready_timeout
         while time.monotonic() < deadline and pod.alive():
             try:
                 with urllib.request.urlopen(f"http://{pod.ip}:{GATEWAY_PORT}/health", timeout=1):
@@ -197,6 +202,9 @@ class PodRuntime:
             log.info("pod %s/%s not marked Ready: %s", namespace, name, exc.reason)
 
     def _engine_argv(self, engine: Pod, ip: str, mounts: dict[str, Path]) -> list[str]:
+        args = _local_paths(engine.get("args") or [], mounts)
+        if self.settings.engine_command:
+            return [*self.settings.engine_command, "--listen", f"{ip}:{ENGINE_PORT}", "--", *args]
         kind = "tensorrt-llm" if (engine.get("command") or [""])[0] == "trtllm-serve" else "vllm"
         argv = [*_specfleet(), "sim", "engine", "--engine", kind, "--listen", f"{ip}:{ENGINE_PORT}"]
         argv += ["--time-scale", str(self.settings.time_scale)]
@@ -204,7 +212,7 @@ class PodRuntime:
             argv += ["--epoch", str(self.settings.epoch)]
         if self.settings.scenario is not None:
             argv += ["--scenario", str(self.settings.scenario)]
-        return [*argv, "--", *_local_paths(engine.get("args") or [], mounts)]
+        return [*argv, "--", *args]
 
     def _write_config_maps(self, pod: Pod, workdir: Path) -> dict[str, Path]:
         """ConfigMap volumes as local directories; returns mount path -> local directory."""
@@ -267,5 +275,17 @@ def _specfleet() -> list[str]:
 
 
 def _spawn(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """The process leads its own group, so that stopping it reaches its children too."""
     with log_path.open("ab") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+        return subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ),
+            start_new_session=True,
+        )
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, sig)
