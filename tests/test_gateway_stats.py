@@ -7,11 +7,14 @@ from typing import Any
 
 import pytest
 
+from specfleet.api.gateway import Drafting
+from specfleet.gateway.batch import BatchSpan, InFlight
 from specfleet.gateway.exchange import worth_parsing
 from specfleet.gateway.sse import SseSplitter, data_payload
 from specfleet.gateway.stats import (
     SpecCounts,
     StreamTally,
+    depths_seen,
     derive_counts,
     spec_counts,
     summarize_body,
@@ -120,22 +123,6 @@ def trt_body(*choices: dict[str, Any], completion_tokens: int = 100) -> dict[str
     return {"choices": list(choices), "usage": {"completion_tokens": completion_tokens}}
 
 
-def test_trtllm_per_choice_speculative_decoding_is_exact_and_summed() -> None:
-    spec = {
-        "acceptance_rate": 0.5,
-        "total_accepted_draft_tokens": 30,
-        "total_draft_tokens": 60,
-        "num_spec_steps": 20,
-        "acceptance_histogram": [5, 5, 5, 5],
-        "num_spec_tokens": 3,
-    }
-    body = trt_body(
-        trt_choice(avg_decoded_tokens_per_iter=2.4, speculative_decoding=spec),
-        trt_choice(index=1, speculative_decoding=spec),
-    )
-    assert spec_counts(summarize_body(body), k=3) == SpecCounts(120, 60, 40)
-
-
 def test_trtllm_counts_are_derived_from_the_mean_acceptance_length() -> None:
     # 100 tokens in 40 iterations: 1 prefill + 39 verify steps, 60 accepted drafts.
     body = trt_body(trt_choice(avg_decoded_tokens_per_iter=2.5))
@@ -153,18 +140,81 @@ def test_trtllm_derivation_needs_k_and_a_single_choice() -> None:
 @pytest.mark.parametrize(
     ("avg", "tokens", "k", "expected"),
     [
-        (1.0, 10, 4, SpecCounts(36, 0, 9)),  # nothing accepted
+        (1.0, 10, 4, SpecCounts(36, 0, 9)),  # drafting on every step, nothing accepted
         (4.2, 21, 4, SpecCounts(16, 16, 4)),  # everything accepted: 1 + 4 x 5 tokens
         (1.0, 1, 4, SpecCounts(0, 0, 0)),  # a single token: prefill only
         (None, 10, 4, None),
         (0.0, 10, 4, None),
         (5.0, 10, 2, SpecCounts(2, 2, 1)),  # inconsistent with k: accepted capped
+        (1.0, 10, 0, SpecCounts(0, 0, 0)),  # not asked to draft: no drafts, no steps
+        (2.0, 10, 0, None),  # yet drafts were accepted: the batch estimate was wrong
     ],
 )
 def test_derive_counts_edges(
     avg: float | None, tokens: int, k: int, expected: SpecCounts | None
 ) -> None:
-    assert derive_counts(avg, tokens, k) == expected
+    assert derive_counts(avg, tokens, {k}, every_step=True) == expected
+
+
+@pytest.mark.parametrize("avg", [1.0, 1.5])
+def test_steps_of_unknown_depth_count_nothing(avg: float) -> None:
+    """The batch crossed a depth boundary, or n-gram drafts only where it finds a match: how
+    many tokens were drafted is unknown, and k x steps would read as a collapse."""
+    assert derive_counts(avg, 30, {4, 0}, every_step=True) is None
+    assert derive_counts(avg, 30, {4}, every_step=False) is None
+
+
+MAX_CONCURRENCY_8 = Drafting(depthByBatchSize={1: 4, 9: 0})
+SCHEDULE = Drafting(depthByBatchSize={1: 4, 5: 2, 17: 4, 33: 0})
+
+
+@pytest.mark.parametrize(
+    ("drafting", "smallest", "largest", "depths"),
+    [
+        (None, 1, 100, {4}),  # no table: k at every batch size
+        (MAX_CONCURRENCY_8, 1, 8, {4}),
+        (MAX_CONCURRENCY_8, 8, 9, {4, 0}),
+        (MAX_CONCURRENCY_8, 9, 500, {0}),
+        (SCHEDULE, 5, 16, {2}),
+        (SCHEDULE, 4, 5, {4, 2}),
+        (SCHEDULE, 16, 40, {2, 4, 0}),
+        (SCHEDULE, 33, 33, {0}),
+    ],
+)
+def test_depths_seen_between_the_smallest_and_largest_batch(
+    drafting: Drafting | None, smallest: int, largest: int, depths: set[int]
+) -> None:
+    span = BatchSpan(smallest)
+    span.see(largest)
+    assert depths_seen(drafting, 4, span) == depths
+    assert depths_seen(drafting, 4, None) == (
+        set(drafting.depth_by_batch_size.values()) if drafting else {4}
+    )
+
+
+def test_above_max_concurrency_a_request_counts_no_drafts_below_it_as_before() -> None:
+    body = summarize_body(
+        trt_body(trt_choice(avg_decoded_tokens_per_iter=1.0), completion_tokens=40)
+    )
+    crowded, alone = BatchSpan(9), BatchSpan(1)
+    crowded.see(12)
+    assert spec_counts(body, 4, MAX_CONCURRENCY_8, crowded) == SpecCounts(0, 0, 0)
+    assert spec_counts(body, 4, MAX_CONCURRENCY_8, alone) == SpecCounts(156, 0, 39)  # a collapse
+    assert spec_counts(body, 4) == SpecCounts(156, 0, 39)  # no table: k on every step
+
+
+def test_in_flight_spans_see_every_batch_size_while_open() -> None:
+    flight = InFlight()
+    first = flight.enter()
+    second, third = flight.enter(), flight.enter()
+    flight.leave(second)
+    flight.leave(first)
+    late = flight.enter()
+    assert (first.smallest, first.largest) == (1, 3)
+    assert (second.smallest, second.largest) == (2, 3)
+    assert (third.smallest, third.largest) == (1, 3)
+    assert (late.smallest, late.largest) == (2, 2)
+    assert len(flight) == 2
 
 
 def test_trtllm_stream_keeps_the_last_mean_per_choice() -> None:

@@ -14,6 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from specfleet.api.gateway import Drafting
+from specfleet.gateway.batch import BatchSpan
 from specfleet.gateway.classify import has_tools, wants_json
 from specfleet.gateway.metrics import GatewayMetrics, RequestRecord
 from specfleet.gateway.quality import judge
@@ -32,6 +34,9 @@ class Exchange:
     record: RequestRecord
     started: float
     k: int | None = None
+    drafting: Drafting | None = None
+    batch: BatchSpan | None = None
+    """The engine's batch while this request was in flight."""
     strip_usage: bool = False
     """The gateway asked for the usage chunk on the client's behalf: remove it."""
     response: web.StreamResponse | None = None
@@ -42,7 +47,7 @@ def account(exchange: Exchange, summary: ResponseSummary) -> None:
     record = exchange.record
     record.output_tokens = summary.output_tokens
     record.finish_reasons = summary.finish_reasons()
-    record.spec = spec_counts(summary, exchange.k)
+    record.spec = spec_counts(summary, exchange.k, exchange.drafting, exchange.batch)
     if exchange.body is not None:
         record.verdicts = judge(exchange.body, summary.contents(), summary.tool_calls())
 

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from specfleet.api.gateway import GatewayConfig
 from specfleet.api.spec import Engine
+from specfleet.gateway.batch import InFlight
 from specfleet.gateway.classify import Classifier, RequestView
 from specfleet.gateway.exchange import Exchange, StreamReader, account
 from specfleet.gateway.metrics import GatewayMetrics, RequestRecord
@@ -87,6 +88,7 @@ class Proxy:
         self.routing = Routing(config, Classifier(config))
         metrics.ensure_classes(self.routing.classifier.names)
         self._session: aiohttp.ClientSession | None = None
+        self.in_flight = InFlight()
 
     def apply(self, config: GatewayConfig) -> None:
         self.metrics.ensure_classes(c.name for c in config.classes)
@@ -176,8 +178,15 @@ class Proxy:
         routing = self.routing
         # Until the engine has answered, a failure is the gateway's own.
         record = RequestRecord(class_name=routing.config.default_class, outcome="gateway_error")
+        batch = self.in_flight.enter()
         exchange = Exchange(
-            request, None, record, time.perf_counter(), k=routing.config.num_speculative_tokens
+            request,
+            None,
+            record,
+            time.perf_counter(),
+            k=routing.config.num_speculative_tokens,
+            drafting=routing.config.drafting,
+            batch=batch,
         )
         try:
             return await self._exchange(exchange, routing)
@@ -200,6 +209,7 @@ class Proxy:
             if exchange.response is None:
                 return openai_error(500, "the gateway failed", "InternalServerError")
         finally:
+            self.in_flight.leave(batch)
             record.seconds = time.perf_counter() - exchange.started
             # Classified once the client has its answer: nothing on the way to the engine or
             # back waits for it.

@@ -3,9 +3,10 @@ summary out; nothing here does I/O or reads a clock.
 
 - vLLM (`--per-request-spec-decode-metrics summary`): a top-level `metrics.speculative_decoding`
   with exact counts; streaming: on the final usage chunk (`choices: []`). Null for n > 1.
-- TensorRT-LLM: `avg_decoded_tokens_per_iter` on every choice (the mean acceptance length,
-  prefill iteration included); newer builds add `choices[i].speculative_decoding` with exact
-  counts. Without those, counts are derived from the mean, the output tokens and k.
+- TensorRT-LLM (1.2.1; per-choice counts exist in no release): only
+  `avg_decoded_tokens_per_iter` on every choice and chunk, output tokens / (decode iterations
+  + 1). Counts are derived from it, the output tokens and how the engine drafts at the batch
+  sizes the request saw (it drafts nothing above max_concurrency or at a depth-0 step).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specfleet.api.gateway import Drafting
+from specfleet.gateway.batch import BatchSpan
 from specfleet.gateway.quality import ToolCall
 
 
@@ -37,7 +40,6 @@ class ChoiceOutput:
     tool_calls: dict[int, _ToolCallParts] = field(default_factory=dict)
     finish_reason: str | None = None
     avg_decoded_tokens_per_iter: float | None = None
-    speculative_decoding: dict[str, Any] | None = None
 
     def text(self) -> str | None:
         """The content; None when there is none (a tool call's empty content is none)."""
@@ -164,9 +166,6 @@ def _read_choice_tail(out: ChoiceOutput, raw: dict[str, Any]) -> None:
     avg = raw.get("avg_decoded_tokens_per_iter")
     if isinstance(avg, int | float):
         out.avg_decoded_tokens_per_iter = float(avg)
-    spec = raw.get("speculative_decoding")
-    if isinstance(spec, dict):
-        out.speculative_decoding = spec
 
 
 def _read_root(summary: ResponseSummary, body: dict[str, Any]) -> None:
@@ -178,33 +177,66 @@ def _read_root(summary: ResponseSummary, body: dict[str, Any]) -> None:
         summary.vllm_spec = metrics["speculative_decoding"]
 
 
-def spec_counts(summary: ResponseSummary, k: int | None) -> SpecCounts | None:
-    """Exact counts when the engine reports them, else derived from TensorRT-LLM's mean
-    acceptance length (needs k, n == 1); None when the response says nothing usable."""
+def spec_counts(
+    summary: ResponseSummary,
+    k: int | None,
+    drafting: Drafting | None = None,
+    batch: BatchSpan | None = None,
+) -> SpecCounts | None:
+    """vLLM's exact counts, else counts derived from TensorRT-LLM's mean acceptance length
+    (needs k and n == 1); None when the response says nothing usable."""
     if summary.vllm_spec is not None:
         return _vllm_counts(summary.vllm_spec)
     choices = list(summary.choices.values())
-    if choices and all(c.speculative_decoding is not None for c in choices):
-        return _sum(_trtllm_counts(c.speculative_decoding or {}) for c in choices)
-    if len(choices) == 1 and k and summary.output_tokens:
-        return derive_counts(choices[0].avg_decoded_tokens_per_iter, summary.output_tokens, k)
-    return None
+    if len(choices) != 1 or not k or not summary.output_tokens:
+        return None
+    every_step = drafting.every_step if drafting else True
+    return derive_counts(
+        choices[0].avg_decoded_tokens_per_iter,
+        summary.output_tokens,
+        depths_seen(drafting, k, batch),
+        every_step,
+    )
+
+
+def depths_seen(drafting: Drafting | None, k: int, batch: BatchSpan | None) -> set[int]:
+    """The draft depths the engine may have used while the request was in flight: those of
+    every batch size between the smallest and largest batch it saw (all, when unknown)."""
+    table = drafting.depth_by_batch_size if drafting else {}
+    if not table:
+        return {k}
+    if batch is None:
+        return set(table.values())
+    starts = sorted(table)
+    ends = [*(start - 1 for start in starts[1:]), batch.largest]
+    return {
+        table[start]
+        for start, end in zip(starts, ends, strict=True)
+        if start <= batch.largest and end >= batch.smallest
+    }
 
 
 def derive_counts(
-    avg_tokens_per_iter: float | None, output_tokens: int, k: int
+    avg_tokens_per_iter: float | None, output_tokens: int, depths: set[int], every_step: bool
 ) -> SpecCounts | None:
     """TensorRT-LLM counts its prefill iteration (one token, no drafts) in the mean, so
     iterations = output / mean, verify steps = iterations - 1, and every token beyond one per
-    iteration was an accepted draft. Drafted assumes k drafts per step (exact unless the engine
-    shortened drafts near max_tokens or above max_concurrency)."""
+    iteration was an accepted draft. Drafted is depth x steps only when the engine drafted the
+    same depth on every step. A step it did not draft on (depth 0) is no rejection: a request
+    that saw only depth 0 drafted nothing. Where steps may have drafted differently (the batch
+    crossed a depth boundary, or n-gram found no match) drafted is unknown, so the request
+    counts nothing rather than a guess that would read as a collapse."""
     if not avg_tokens_per_iter or avg_tokens_per_iter < 1.0 or output_tokens < 1:
         return None
     iterations = min(max(round(output_tokens / avg_tokens_per_iter), 1), output_tokens)
     steps = iterations - 1
-    drafted = steps * k
-    accepted = min(output_tokens - iterations, drafted)
-    return SpecCounts(drafted=drafted, accepted=accepted, steps=steps)
+    accepted = output_tokens - iterations
+    if depths == {0}:
+        return SpecCounts(drafted=0, accepted=0, steps=0) if accepted == 0 else None
+    if len(depths) > 1 or not every_step:
+        return None
+    drafted = steps * next(iter(depths))
+    return SpecCounts(drafted=drafted, accepted=min(accepted, drafted), steps=steps)
 
 
 def tpot(first_token_t: float, last_token_t: float, output_tokens: int | None) -> float | None:
@@ -223,30 +255,6 @@ def _vllm_counts(spec: dict[str, Any]) -> SpecCounts | None:
         accepted=spec["num_accepted_draft_tokens"],
         steps=_int(spec.get("num_spec_steps"), 0),
     )
-
-
-def _trtllm_counts(spec: dict[str, Any]) -> SpecCounts | None:
-    values = (spec.get("total_draft_tokens"), spec.get("total_accepted_draft_tokens"))
-    if not all(isinstance(v, int) for v in values):
-        return None
-    return SpecCounts(
-        drafted=spec["total_draft_tokens"],
-        accepted=spec["total_accepted_draft_tokens"],
-        steps=_int(spec.get("num_spec_steps"), 0),
-    )
-
-
-def _sum(parts: Any) -> SpecCounts | None:
-    drafted = accepted = steps = 0
-    for part in parts:
-        if part is None:
-            return None
-        drafted, accepted, steps = (
-            drafted + part.drafted,
-            accepted + part.accepted,
-            steps + part.steps,
-        )
-    return SpecCounts(drafted, accepted, steps)
 
 
 def _list(value: Any) -> list[Any]:
