@@ -1,7 +1,9 @@
-"""The Helm chart installs on a real API server, and its operator Deployment rolls out."""
+"""The Helm chart installs on a real API server, its operator Deployment rolls out, and the
+API server grants its ServiceAccount what the operator needs and no Secret beyond the named."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -22,6 +24,18 @@ def helm(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
 
+def allowed(cluster: LocalCluster, user: str, attributes: dict[str, str]) -> bool:
+    """The API server's RBAC verdict, asked for an explicit API group (a resource type the
+    cluster does not serve, such as PodMonitor here, is not resolvable by `kubectl auth can-i`)."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {"user": user, "resourceAttributes": attributes},
+    }
+    answer = cluster.kubectl("create", "-o", "json", "-f", "-", stdin=json.dumps(review))
+    return bool(json.loads(answer)["status"].get("allowed"))
+
+
 def test_chart_installs_and_its_operator_becomes_available(
     local_cluster: LocalCluster, namespace: str
 ) -> None:
@@ -36,5 +50,15 @@ def test_chart_installs_and_its_operator_becomes_available(
         )["items"]
         assert deployment["status"]["availableReplicas"] == 1
         local_cluster.kubectl("get", "crd", "specmodels.specfleet.dev")
+        account = f"system:serviceaccount:{namespace}:{RELEASE}-specfleet"
+        for expected, verb, group, resource, name in [
+            (True, "get", "", "secrets", "specfleet-alerts"),
+            (False, "get", "", "secrets", "db-password"),
+            (False, "list", "", "secrets", ""),
+            (True, "create", "monitoring.coreos.com", "podmonitors", ""),
+        ]:
+            attributes = {"namespace": "default", "verb": verb, "group": group}
+            attributes |= {"resource": resource, "name": name}
+            assert allowed(local_cluster, account, attributes) is expected, attributes
     finally:
         helm(local_cluster, "uninstall", RELEASE, "-n", namespace, "--wait")
