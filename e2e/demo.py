@@ -25,16 +25,21 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 
+from e2e import demo_waits
 from e2e.cluster import harness
 from e2e.cluster.harness import LocalCluster
+from e2e.demo_waits import Budgets
 from e2e.fleet import Fleet, simulated_pods
 from e2e.operator_runner import as_process, service_account_kubeconfig
+from specfleet.api.spec import GuardSpec
+from specfleet.render.workload import STARTUP_BUDGET_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "out/demo"
@@ -67,14 +72,15 @@ def specmodel() -> dict[str, Any]:
     return example
 
 
-def scenario(collapse: float, recover: float) -> dict[str, Any]:
+def scenario(collapse: float, recover: float | None) -> dict[str, Any]:
+    code = [[0, 0.85], [collapse, 0.1]] + ([[recover, 0.85]] if recover is not None else [])
     return {
         "duration_s": 3600,
         "traffic_rps": [[0, 10]],
         "classes": {
             "code": {
                 "share": 0.4,
-                "acceptance": [[0, 0.85], [collapse, 0.1], [recover, 0.85]],
+                "acceptance": code,
                 "output_tokens": 48,
             },
             "chat": {"share": 0.4, "acceptance": [[0, 0.65]], "output_tokens": 48},
@@ -128,11 +134,6 @@ def install(cluster: LocalCluster, workdir: Path) -> Path:
     )
 
 
-def _built_helm() -> str:
-    tools = subprocess.check_output([str(ROOT / "hack/tools.sh"), "helm"], text=True)
-    return str(Path(tools.strip()) / "helm")
-
-
 def status(cluster: LocalCluster) -> dict[str, Any]:
     result: dict[str, Any] = cluster.kubectl_json("get", "sm", NAME, "-n", NAMESPACE).get(
         "status", {}
@@ -171,14 +172,36 @@ class Watcher(threading.Thread):
                     )
 
 
-def wait_for(cluster: LocalCluster, action: str, timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [d for d in decisions(cluster) if d["action"] == action]
-        if found:
-            return found[-1]
-        time.sleep(1)
-    raise TimeoutError(f"no {action} within {timeout:.0f}s")
+def wait_for(cluster: LocalCluster, action: str, budget_s: float) -> dict[str, Any]:
+    def check() -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        current = status(cluster)
+        found = [d for d in current.get("decisions", []) if d["action"] == action]
+        return (found[-1] if found else None), current
+
+    return demo_waits.wait(action, budget_s, check)
+
+
+def wait_for_pods(cluster: LocalCluster) -> float:
+    """Waits (as long as the pods' startup probes would) until the fleet's pods are Ready;
+    returns how long that took."""
+    started = time.monotonic()
+
+    def check() -> tuple[bool | None, dict[str, Any]]:
+        current = status(cluster)
+        replicas = current.get("replicas") or {}
+        ready = replicas.get("desired", 0) > 0 and replicas.get("ready") == replicas["desired"]
+        return (True if ready else None), current
+
+    demo_waits.wait("the pods to be Ready", STARTUP_BUDGET_SECONDS, check)
+    return time.monotonic() - started
+
+
+def since_collapse(fleet: Fleet, decision: dict[str, Any], collapse: float) -> float:
+    return at(decision) - fleet.epoch - collapse
+
+
+def at(decision: dict[str, Any]) -> float:
+    return datetime.fromisoformat(decision["time"]).timestamp()
 
 
 def apply(cluster: LocalCluster, manifest: dict[str, Any]) -> None:
@@ -194,27 +217,45 @@ def apply(cluster: LocalCluster, manifest: dict[str, Any]) -> None:
     )
 
 
-def story(cluster: LocalCluster, fleet: Fleet, collapse: float, short: bool) -> None:
+def story(
+    cluster: LocalCluster, fleet: Fleet, guard: GuardSpec, times: tuple[float, float], short: bool
+) -> None:
+    collapse, recover = times
     say("Step 1: revision 1 serves; the guard holds it on probation")
-    wait_for(cluster, "revision_promoted", 120)
+    budgets = Budgets(guard, wait_for_pods(cluster))
+    print(f"  the waits below are derived from the guard's settings: {budgets.describe()}")
+    wait_for(cluster, "revision_promoted", budgets.promotion())
     say(f"Step 2: at t={collapse:.0f}s the code class's acceptance collapses from 0.85 to 0.10")
-    engaged = wait_for(cluster, "kill_switch_engaged", collapse + 120)
+    until_collapse = max(0.0, collapse - fleet.scenario_time())
+    engaged = wait_for(cluster, "kill_switch_engaged", until_collapse + budgets.kill_switch())
     code = engaged["evidence"]["classes"].get("code", {})
     say(
-        f"Kill switch engaged {fleet.scenario_time() - collapse:.0f}s after the collapse: "
+        f"Kill switch engaged {since_collapse(fleet, engaged, collapse):.0f}s after the collapse: "
         "code acceptance "
         f"{code.get('acceptanceRate')}, speedup {engaged['evidence'].get('speedup')}"
     )
     if not short:
-        say("Step 3: acceptance recovers; a trial on a canary pod re-enables speculation")
-        wait_for(cluster, "kill_switch_released", 400)
+        say(
+            f"Step 3: at t={recover:.0f}s acceptance recovers; after the cooldown, a trial on a "
+            "canary pod re-enables speculation"
+        )
+        engaged_to_recovery = fleet.epoch + recover - at(engaged)
+        released = wait_for(cluster, "kill_switch_released", budgets.release(engaged_to_recovery))
+        say(f"Speculation back on: {released['message']}")
     say(f"Step 4: Git changes the weights to AWQ ({AWQ}); tool calls break")
     bad = specmodel()
     bad["spec"]["model"]["source"] = AWQ
     bad["spec"]["quantization"] = {"weights": "awq"}
     apply(cluster, bad)
-    rolled = wait_for(cluster, "rolled_back", 180)
+    rolled = wait_for(cluster, "rolled_back", budgets.rollback())
     say(f"Rolled back: {rolled['message']}")
+
+
+def explain_stuck(workdir: Path) -> None:
+    print(f"  the operator's log:     {workdir / 'operator.log'}")
+    print(f"  the stand-in kubelet's: {workdir / 'sim-pods.log'}; the pods': {workdir / 'pods'}")
+    for line in (workdir / "sim-pods.log").read_text().splitlines()[-10:]:
+        print(f"    {line}")
 
 
 def write_outputs(cluster: LocalCluster, started: float) -> None:
@@ -250,19 +291,15 @@ def draw_timeline(cluster: LocalCluster, started: float, path: Path) -> None:
     bottom.set_ylabel("p95 TPOT (ms)")
     bottom.set_xlabel("seconds since the demo started")
     for decision in decisions(cluster):
-        at = (
-            time.mktime(time.strptime(decision["time"][:19], "%Y-%m-%dT%H:%M:%S"))
-            - time.timezone
-            - started
-        )
+        when = at(decision) - started
         for axis in (top, bottom):
             axis.axvline(
-                at,
+                when,
                 color="red" if decision["action"] != "revision_promoted" else "green",
                 linestyle="--",
                 linewidth=0.8,
             )
-        top.annotate(decision["action"], (at, 0.95), rotation=90, fontsize=7, va="top")
+        top.annotate(decision["action"], (when, 0.95), rotation=90, fontsize=7, va="top")
     top.legend(loc="lower left")
     top.set_title(f"specfleet demo: {NAME} (live, from Prometheus)")
     figure.tight_layout()
@@ -290,8 +327,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="specfleet's guard, live on a local cluster")
     parser.add_argument("--short", action="store_true", help="CI mode: skip the trial re-enable")
     args = parser.parse_args()
-    collapse = 60.0
-    recover = 1e9 if args.short else collapse + 90
+    guard = GuardSpec.model_validate(specmodel()["spec"]["guard"])
+    collapse, recover = demo_waits.story_times(guard)
     started = time.time()
     say("Starting the local cluster (first run builds Kubernetes from the Go module proxy)")
     cluster = harness.running() or harness.up()
@@ -315,11 +352,18 @@ def main() -> int:
         say(f"Applying examples/llama-3.1-8b-eagle3-fp8.yaml as {NAMESPACE}/{NAME}")
         apply(cluster, specmodel())
         fleet = stack.enter_context(
-            simulated_pods(cluster, NAMESPACE, scenario(collapse, recover), workdir)
+            simulated_pods(
+                cluster, NAMESPACE, scenario(collapse, None if args.short else recover), workdir
+            )
         )
-        fleet.traffic_in_background(NAME, "llama-3.1-8b", 900)
+        fleet.traffic_in_background(NAME, "llama-3.1-8b", fleet.scenario.duration_s)
         watcher.start()
-        story(cluster, fleet, collapse, args.short)
+        try:
+            story(cluster, fleet, guard, (collapse, recover), args.short)
+        except demo_waits.StepTimeout as stuck:
+            say(f"Stuck: {stuck}")
+            explain_stuck(workdir)
+            return 1
         watcher.stop.set()
         write_outputs(cluster, started)
     say("Done.")

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from e2e.cluster.harness import LocalCluster
+from e2e.demo_waits import LOAD_FACTOR, Budgets, StepTimeout, story_times, wait
+from specfleet.api.spec import GuardSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,8 +29,54 @@ def test_demo_short(local_cluster: LocalCluster) -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Kill switch engaged" in done.stdout and "Rolled back" in done.stdout
+    assert "derived from the guard's settings" in done.stdout
+    assert "waiting for revision_promoted: " in done.stdout  # probation alone outlasts a line
     timeline = ROOT / "out/demo/timeline.png"
     assert timeline.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and timeline.stat().st_size > 20_000
     alerts = json.loads((ROOT / "out/demo/alerts.json").read_text())
     names = {a["labels"]["alertname"] for a in alerts}
     assert {"SpecfleetKillSwitchEngaged", "SpecfleetRolledBack"} & names, names
+
+
+GUARD = GuardSpec(
+    interval_seconds=5,
+    window_seconds=15,
+    consecutive_breaches=2,
+    cooldown_seconds=40,
+    probation_seconds=30,
+)
+
+
+def test_the_story_happens_after_promotion_and_recovers_after_the_first_trial() -> None:
+    collapse, recover = story_times(GUARD)
+    assert collapse == 15 + 5 + 30 + 15
+    assert recover - collapse == 2 * (15 + 2 * 5) + 40
+
+
+def test_budgets_grow_with_the_guard_settings_and_the_measured_pod_start() -> None:
+    brisk, slow = Budgets(GUARD, 10), Budgets(GUARD.model_copy(update={"window_seconds": 60}), 10)
+    later = Budgets(GUARD, 60)
+    for step in ("promotion", "kill_switch", "rollback"):
+        assert getattr(slow, step)() > getattr(brisk, step)() < getattr(later, step)(), step
+    assert brisk.kill_switch() == LOAD_FACTOR * (15 + 2 * 5) + 2 * 10
+
+
+def test_release_waits_out_the_doubled_cooldown_of_each_trial_before_recovery() -> None:
+    budgets = Budgets(GUARD, 10)
+    trial = 10 + 15 + 2 * 5
+    assert budgets.release(0) == 40 + LOAD_FACTOR * trial + 20
+    # the first trial (canary Ready at 50s) fails; the second comes 80s after it is judged
+    assert budgets.release(60) == 40 + 80 + LOAD_FACTOR * 2 * trial + 20
+    capped = Budgets(GUARD.model_copy(update={"max_cooldown_seconds": 50}), 10)
+    assert capped.release(60) == 40 + 50 + LOAD_FACTOR * 2 * trial + 20
+
+
+def test_a_wait_says_what_it_waits_for_and_gives_up_with_the_status() -> None:
+    said: list[str] = []
+    status = {"phase": "Ready", "replicas": {"ready": 2, "desired": 2}, "acceptance": "0.81"}
+    with pytest.raises(StepTimeout, match="no rolled_back within 2s; phase Ready; pods 2/2"):
+        wait("rolled_back", 2.5, lambda: (None, status), said.append, every_s=1)
+    assert said and all(
+        "waiting for rolled_back" in line and "acceptance 0.81" in line for line in said
+    )
+    assert wait("x", 10, lambda: ("found", status), said.append) == "found"

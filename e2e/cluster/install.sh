@@ -14,6 +14,36 @@ apt_packages=(prometheus-alertmanager)
 
 log() { echo "install: $*" >&2; }
 
+# timed WHAT COMMAND...: runs COMMAND, saying that WHAT started, that it is still going once a
+# minute (go build is silent for minutes), and how long it took.
+timed() {
+  local what="$1" start=$SECONDS ticker rc=0
+  shift
+  log "$what"
+  (
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    while :; do
+      sleep 60 &
+      nap=$!
+      wait "$nap"
+      log "  still $what ($(elapsed "$start"))"
+    done
+  ) >/dev/null &
+  ticker=$!
+  "$@" || rc=$?
+  kill "$ticker" && wait "$ticker" 2>/dev/null || true
+  if [ "$rc" -ne 0 ]; then
+    log "  failed after $(elapsed "$start"): $what"
+    return "$rc"
+  fi
+  log "  done in $(elapsed "$start")"
+}
+
+elapsed() {
+  local s=$((SECONDS - $1))
+  printf '%dm%02ds' $((s / 60)) $((s % 60))
+}
+
 # module_version DIR MODULE: the version DIR/go.mod requires of MODULE.
 module_version() {
   sed -n "s|^\t$2 \(v[^ ]*\).*|\1|p" "$here/$1/go.mod"
@@ -47,13 +77,25 @@ prometheus_ldflags() {
 build_module() {
   local dir="$cache/bin/$2-$(module_key "$1")" tmp
   if [ ! -d "$dir" ]; then
-    log "building the tools of e2e/cluster/$1/go.mod from the Go module proxy (once: $dir)"
     tmp="$(mktemp -d "$cache/bin/.build.XXXXXX")"
-    (cd "$here/$1" && GOFLAGS=-buildvcs=false go build -trimpath -tags "$3" -ldflags "$4" \
-      -o "$tmp/" tool "${@:5}")
+    timed "building $2 ($(tools "$1" "${@:5}")) from the Go module proxy, once, into $dir" \
+      build_tools "$1" "$tmp" "$3" "$4" "${@:5}"
     mv "$tmp" "$dir"
   fi
   echo "$dir"
+}
+
+# build_tools DIR OUT TAGS LDFLAGS [PACKAGE...]
+build_tools() {
+  (cd "$here/$1" && GOFLAGS=-buildvcs=false go build -trimpath -tags "$3" -ldflags "$4" \
+    -o "$2/" tool "${@:5}")
+}
+
+# tools DIR [PACKAGE...]: the names of the binaries DIR/go.mod's tools and PACKAGEs build.
+tools() {
+  local names
+  names="$(sed -n 's|^tool \([^(].*\)|\1|p; /^tool (/,/^)/s|^\t\([^ )]*\)$|\1|p' "$here/$1/go.mod")"
+  for name in $names "${@:2}"; do basename "$name"; done | paste -sd, - | sed 's/,/, /g'
 }
 
 # kwok_stages FILE: kwok's "fast" stages, from the kwok module k8s/go.mod pins.
@@ -80,8 +122,7 @@ install_apt_packages() {
     log "missing Debian packages; as root: apt-get install --no-install-recommends ${missing[*]}"
     exit 1
   fi
-  log "installing Debian packages: ${missing[*]}"
-  with_services_blocked apt_install "${missing[@]}"
+  timed "installing Debian packages: ${missing[*]}" with_services_blocked apt_install "${missing[@]}"
   if [ -d /run/systemd/system ]; then
     systemctl disable --now prometheus-alertmanager >/dev/null 2>&1 || true
   fi
@@ -118,7 +159,8 @@ main() {
   prometheus="$(build_module prometheus \
     "prometheus-$(module_version prometheus github.com/prometheus/prometheus)" \
     remove_all_sd,enable_kubernetes_sd "$(prometheus_ldflags)")"
-  [ -s "$k8s/kwok-stages.yaml" ] || kwok_stages "$k8s/kwok-stages.yaml"
+  [ -s "$k8s/kwok-stages.yaml" ] \
+    || timed "reading kwok's default stages" kwok_stages "$k8s/kwok-stages.yaml"
   bin="$cache/bin/e2e-cluster-$(basename "$k8s")-$(basename "$prometheus")"
   if [ ! -d "$bin" ]; then
     mkdir -p "$bin.tmp"
