@@ -1,15 +1,24 @@
-"""Per-request statistics from engine responses (pure), and SSE splitting."""
+"""Per-request statistics from engine responses (pure), SSE splitting, and the gateway's
+TensorRT-LLM counts in front of the simulator configured as the renderer configures it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
+import httpx
 import pytest
+import yaml
+from openai import AsyncOpenAI
+from prometheus_client.parser import text_string_to_metric_families
 
-from specfleet.api.gateway import Drafting
+from conftest import specmodel_doc
+from specfleet.api import parse_specmodel
+from specfleet.api.gateway import Drafting, GatewayConfig
 from specfleet.gateway.batch import BatchSpan, InFlight
 from specfleet.gateway.exchange import worth_parsing
+from specfleet.gateway.server import running
 from specfleet.gateway.sse import SseSplitter, data_payload
 from specfleet.gateway.stats import (
     SpecCounts,
@@ -20,6 +29,10 @@ from specfleet.gateway.stats import (
     summarize_body,
     tpot,
 )
+from specfleet.render import render
+from specfleet.sim.engine_args import parse_trtllm
+from specfleet.sim.scenario import parse_scenario
+from specfleet.sim.server import SimOptions, serve
 
 VLLM_SPEC = {
     "mean_acceptance_length": 2.5,
@@ -295,3 +308,79 @@ def test_only_chunks_that_can_carry_needed_fields_are_parsed_after_the_first_tok
     payload: bytes, expected: bool
 ) -> None:
     assert worth_parsing(payload) is expected
+
+
+# ------------------------------------------------------- the gateway in front of the engine
+
+SCENARIO = parse_scenario(
+    {
+        "duration_s": 60,
+        "traffic_rps": 1,
+        "classes": {"chat": {"share": 1.0, "acceptance": 0.7, "output_tokens": 30}},
+    }
+)
+
+
+def rendered_trtllm(**speculative: Any) -> tuple[Any, GatewayConfig]:
+    """The engine and the gateway as the renderer configures them for TensorRT-LLM."""
+    doc = specmodel_doc(engine={"name": "tensorrt-llm"}, speculative=speculative)
+    files = {
+        name: text
+        for m in render(parse_specmodel(doc))
+        if m["kind"] == "ConfigMap"
+        for name, text in m["data"].items()
+    }
+    argv = ["trtllm-serve", "org/model", "--backend", "pytorch", "--config", "/c.yaml"]
+    engine = parse_trtllm(argv, read_file=lambda _: files["llm_api.yaml"])
+    return engine, GatewayConfig.model_validate(yaml.safe_load(files["gateway.yaml"]))
+
+
+async def gateway_counts(url: str) -> SpecCounts:
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(url + "/metrics")).text
+    total = dict.fromkeys(("drafted", "accepted", "steps"), 0)
+    names = {
+        "specfleet_spec_draft_tokens_total": "drafted",
+        "specfleet_spec_accepted_tokens_total": "accepted",
+        "specfleet_spec_steps_total": "steps",
+    }
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in names:
+                total[names[sample.name]] += int(sample.value)
+    return SpecCounts(**total)
+
+
+async def test_the_gateway_counts_no_drafts_where_the_engine_stopped_drafting() -> None:
+    """Above max_concurrency the simulator, like TensorRT-LLM 1.2.1, stops drafting and its
+    mean acceptance length falls to about 1: read as k drafts a step, that is a collapse."""
+    engine, config = rendered_trtllm(
+        method="eagle3", draftModel="d/eagle3", numSpeculativeTokens=3, maxConcurrency=1
+    )
+    messages: Any = [{"role": "user", "content": "Explain draft acceptance."}]
+    async with (
+        serve(engine, SimOptions(time_scale=1.0, scenario=SCENARIO)) as sim,
+        running(config, sim.url) as gateway,
+    ):
+        oai = AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="x", max_retries=0)
+
+        async def ask() -> tuple[float, int]:
+            raw = await oai.chat.completions.with_raw_response.create(
+                model=config.served_name, messages=messages
+            )
+            body = json.loads(raw.text)
+            avg = body["choices"][0]["avg_decoded_tokens_per_iter"]
+            return float(avg), int(body["usage"]["completion_tokens"])
+
+        await ask()
+        alone = await gateway_counts(gateway.metrics_url)
+        crowded = await asyncio.gather(*(ask() for _ in range(4)))
+        after = await gateway_counts(gateway.metrics_url)
+    # Alone (batch 1 <= max_concurrency): k drafts on every verify step, as before.
+    assert alone.steps > 0 and alone.drafted == 3 * alone.steps
+    assert alone.accepted / alone.drafted > 0.3
+    # Crowded: read as k drafts a step, the same responses say the drafter collapsed...
+    old = [derive_counts(avg, tokens, {3}, every_step=True) for avg, tokens in crowded]
+    assert sum(c.accepted for c in old if c) / sum(c.drafted for c in old if c) < 0.15
+    # ... but the engine was not asked to draft: nothing is counted as a rejected draft.
+    assert after == alone

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import EXAMPLES, ROOT, specmodel_doc
-from specfleet.api import EngineConfig, parse_specmodel
+from specfleet.api import EngineConfig, InvalidSpecModel, parse_specmodel
 from specfleet.render import ServingPlan, render, revision_hash
 from specfleet.render.trtllm import OPTIONS_FILE
 from specfleet.sim.engine_args import vllm_known_flags
@@ -168,6 +168,10 @@ def test_trtllm_yaml_keys_are_accepted_by_1_2_1(speculation: bool) -> None:
         speculative: dict[str, Any] = {"method": method, "maxConcurrency": 16}
         if method in ("eagle3", "draft_model"):
             speculative["draftModel"] = "d"
+        if method in ("ngram", "draft_model"):
+            speculative["depthSchedule"] = [
+                {"minBatchSize": 4, "maxBatchSize": 8, "numSpeculativeTokens": 2}
+            ]
         doc = specmodel_doc(
             engine={"name": "tensorrt-llm"},
             quantization={"kvCacheDtype": "fp8"},
@@ -178,6 +182,93 @@ def test_trtllm_yaml_keys_are_accepted_by_1_2_1(speculation: bool) -> None:
         allowed["speculative_config"] = TRTLLM_KEYS["speculative_config"][method]
         _keys_allowed(options, allowed)
         assert ("speculative_config" in options) == speculation
+
+
+GATE = {"acceptance_window": 128, "acceptance_length_threshold": 1.5}
+TWO_MODEL = {"eagle3_one_model": False}
+
+
+def trtllm_speculative_config(**speculative: Any) -> dict[str, Any]:
+    doc = specmodel_doc(engine={"name": "tensorrt-llm"}, speculative=speculative)
+    config: dict[str, Any] = trtllm_options(render(parse_specmodel(doc)))["speculative_config"]
+    return config
+
+
+@pytest.mark.parametrize(
+    ("speculative", "gated"),
+    [
+        ({"method": "eagle3", "draftModel": "d"}, False),  # one-model by default
+        ({"method": "mtp"}, False),
+        ({"method": "eagle3", "draftModel": "d", "engineOptions": TWO_MODEL}, True),
+        ({"method": "draft_model", "draftModel": "d"}, True),
+        ({"method": "ngram"}, True),
+    ],
+)  # fmt: skip
+def test_trtllm_acceptance_gate_only_where_1_2_1_applies_it(
+    speculative: dict[str, Any], gated: bool
+) -> None:
+    options = {**speculative.get("engineOptions", {}), **GATE}
+    config = trtllm_speculative_config(**{**speculative, "engineOptions": options})
+    assert (config.get("acceptance_window"), config.get("acceptance_length_threshold")) == (
+        (128, 1.5) if gated else (None, None)
+    )
+
+
+def test_trtllm_depth_schedule_is_draft_len_schedule_with_max_concurrency_folded_in() -> None:
+    config = trtllm_speculative_config(
+        method="draft_model",
+        draftModel="d",
+        numSpeculativeTokens=5,
+        maxConcurrency=48,
+        depthSchedule=[
+            {"minBatchSize": 9, "maxBatchSize": 32, "numSpeculativeTokens": 2},
+            {"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 5},
+            {"minBatchSize": 60, "maxBatchSize": 80, "numSpeculativeTokens": 1},
+        ],
+    )
+    # Batch sizes no step covers draft k; above max_concurrency nothing (1.2.1 refuses both).
+    assert config["draft_len_schedule"] == {1: 5, 9: 2, 33: 5, 49: 0}
+    assert config["max_draft_len"] == 5 and "max_concurrency" not in config
+
+
+def test_trtllm_batch_size_1_drafts_the_most() -> None:
+    """1.2.1 wants draft_len_schedule[1] == max_draft_len and no deeper step."""
+    config = trtllm_speculative_config(
+        method="ngram",
+        numSpeculativeTokens=6,
+        depthSchedule=[
+            {"minBatchSize": 1, "maxBatchSize": 4, "numSpeculativeTokens": 3},
+            {"minBatchSize": 5, "maxBatchSize": 8, "numSpeculativeTokens": 0},
+        ],
+    )
+    assert config["max_draft_len"] == 3
+    assert config["draft_len_schedule"] == {1: 3, 5: 0, 9: 3}
+
+
+def test_trtllm_depth_schedule_refused_where_1_2_1_ignores_it() -> None:
+    step = [{"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 2}]
+    for speculative in ({"method": "eagle3", "draftModel": "d"}, {"method": "mtp"}):
+        doc = specmodel_doc(
+            engine={"name": "tensorrt-llm"}, speculative={**speculative, "depthSchedule": step}
+        )
+        with pytest.raises(InvalidSpecModel, match="acts only with a separate drafter"):
+            parse_specmodel(doc)
+
+
+def test_trtllm_gateway_knows_how_the_engine_drafts() -> None:
+    def drafting(**speculative: Any) -> Any:
+        doc = specmodel_doc(engine={"name": "tensorrt-llm"}, speculative=speculative)
+        [configmap] = [
+            m for m in render(parse_specmodel(doc)) if m["metadata"]["name"].endswith("-gateway")
+        ]
+        return yaml.safe_load(configmap["data"]["gateway.yaml"]).get("drafting")
+
+    assert drafting(method="eagle3", draftModel="d") is None  # k on every step
+    assert drafting(method="eagle3", draftModel="d", maxConcurrency=16) == {
+        "depthByBatchSize": {"1": 4, "17": 0},
+        "everyStep": True,
+    }
+    assert drafting(method="ngram") == {"depthByBatchSize": {}, "everyStep": False}
 
 
 def test_trtllm_kv_cache_fp8() -> None:

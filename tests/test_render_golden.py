@@ -82,7 +82,30 @@ def cases() -> list[tuple[str, dict[str, Any], ServingPlan]]:
             out.append((f"{engine}-{quant}-{methods[0]}-on", spec, ServingPlan()))
     online = {"engine": {"name": "vllm"}, "quantization": {"weights": "fp8", "online": True}}
     out.append(("vllm-fp8online-none", online, ServingPlan()))
+    for name, speculative in TRTLLM_DRAFTING.items():
+        spec = {"engine": {"name": "tensorrt-llm"}, "speculative": speculative}
+        out.append((f"tensorrt-llm-bf16-{name}", spec, ServingPlan()))
     return out
+
+
+GATE = {"acceptance_window": 128, "acceptance_length_threshold": 1.5}
+TRTLLM_DRAFTING: dict[str, dict[str, Any]] = {
+    # 1.2.1 applies the acceptance gate and draft_len_schedule on the two-model path only.
+    "eagle3-one-model-gate-dropped": {**METHODS["eagle3"], "engineOptions": GATE},
+    "eagle3-two-model-gate": {
+        **METHODS["eagle3"],
+        "maxConcurrency": 64,
+        "engineOptions": {**GATE, "eagle3_one_model": False},
+    },
+    "draft_model-depth-schedule": {
+        **METHODS["draft_model"],
+        "maxConcurrency": 48,
+        "depthSchedule": [
+            {"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 5},
+            {"minBatchSize": 9, "maxBatchSize": 32, "numSpeculativeTokens": 2},
+        ],
+    },
+}
 
 
 @pytest.mark.parametrize(("name", "spec", "plan"), cases(), ids=[c[0] for c in cases()])

@@ -94,14 +94,18 @@ def speculative_config(spec: SpeculativeSpec) -> dict[str, Any]:
     return out
 
 
-def drafting_of(spec: SpeculativeSpec) -> Drafting:
+def drafting_of(spec: SpeculativeSpec) -> Drafting | None:
     """How the engine rendered from `spec` drafts, for the gateway: it reads a mean acceptance
-    length per request and must not take a step the engine did not draft on for a rejection."""
-    options = speculative_config(spec)
-    depths = depth_by_batch_size(spec, options)
-    return Drafting(
-        depth_by_batch_size=depths if set(depths.values()) != {spec.num_speculative_tokens} else {},
-        every_step=spec.method != "ngram",
+    length per request and must not take a step the engine did not draft on for a rejection.
+    None: k drafts on every step."""
+    depths = depth_by_batch_size(spec, speculative_config(spec))
+    if set(depths.values()) == {spec.num_speculative_tokens}:
+        depths = {}
+    every_step = spec.method != "ngram"
+    return (
+        Drafting(depth_by_batch_size=depths, every_step=every_step)
+        if depths or not every_step
+        else None
     )
 
 
