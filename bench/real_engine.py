@@ -6,8 +6,9 @@ and one without, and the rounds alternate between them so drift on a shared mach
 alike. Per engine: seconds from spawn to a healthy `/health`, RSS of its process group (pages
 its processes share count once per process), output tokens/s at each concurrency. Then TPOT
 (client side, streamed, per request: time from the first to the last token over the tokens
-after the first) on a copy-heavy prompt set at concurrency 1, n-gram on vs off, beside the
-speedup two readings of the engine's counters predict (free drafts, c = 0):
+after the first; and the engine's own mean, `vllm:request_time_per_output_token_seconds`) on a
+copy-heavy prompt set at concurrency 1, n-gram on vs off, beside the speedup two readings of
+the engine's counters predict (free drafts, c = 0):
 - from E = 1 + accepted / steps (mean acceptance length): as if every step drafted;
 - from accepted / output tokens: n-gram drafts only on steps where the lookup matches, so the
   target runs output - accepted forwards for `output` tokens: speedup 1 / (1 - accepted/output).
@@ -53,11 +54,14 @@ COPY_HEAVY = [
     'Copy the JSON: {"model": "tiny", "tokens": [1, 2, 3], "model": "tiny", "tokens": [1, 2, 3]}',
     "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(i)\nfor i in range(10):",
 ]
-SPEC_COUNTERS = {
+COUNTERS = {
     "steps": "vllm:spec_decode_num_drafts_total",
     "drafted": "vllm:spec_decode_num_draft_tokens_total",
     "accepted": "vllm:spec_decode_num_accepted_tokens_total",
     "output": "vllm:generation_tokens_total",
+    # the engine's own per-request TPOT histogram
+    "tpot_sum": "vllm:request_time_per_output_token_seconds_sum",
+    "tpot_count": "vllm:request_time_per_output_token_seconds_count",
 }
 
 
@@ -73,7 +77,7 @@ class Engine:
 
     def counters(self) -> dict[str, float]:
         totals = real_engine.samples(self.engine.metrics())
-        return {key: sum(totals.get(name, {}).values()) for key, name in SPEC_COUNTERS.items()}
+        return {key: sum(totals.get(name, {}).values()) for key, name in COUNTERS.items()}
 
 
 def group_rss_mib(leader: int) -> float:
@@ -142,18 +146,21 @@ async def throughput(
 
 async def tpot_rounds(
     engines: list[Engine], rounds: int, max_tokens: int
-) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """TPOT of every copy-heavy prompt, alternating engines; the n-gram engine's counter deltas."""
+) -> tuple[dict[str, list[float]], dict[str, dict[str, float]]]:
+    """Client-side TPOT of every copy-heavy prompt, alternating engines; each engine's counter
+    deltas over the same requests."""
     tpots: dict[str, list[float]] = {e.name: [] for e in engines}
-    spec = next(e for e in engines if e.name == "ngram")
-    before = spec.counters()
+    before = {e.name: e.counters() for e in engines}
     for _ in range(rounds):
         for prompt in COPY_HEAVY:
             for engine in engines:
                 _, tpot = await stream_one(engine.client, prompt, max_tokens)
                 tpots[engine.name].append(tpot)
-    after = spec.counters()
-    return tpots, {key: after[key] - before[key] for key in after}
+    deltas = {}
+    for engine in engines:
+        after = engine.counters()
+        deltas[engine.name] = {key: after[key] - before[engine.name][key] for key in after}
+    return tpots, deltas
 
 
 def predictions(counts: dict[str, float]) -> dict[str, float]:
@@ -191,8 +198,10 @@ async def measure(engines: list[Engine], args: argparse.Namespace) -> dict[str, 
         rates = await throughput(engines, c, args.rounds, args.requests, args.max_tokens)
         for name, rate in rates.items():
             levels[name][c] = rate
-    tpots, counts = await tpot_rounds(engines, args.rounds, args.max_tokens)
+    tpots, deltas = await tpot_rounds(engines, args.rounds, args.max_tokens)
     p50 = {name: statistics.median(values) for name, values in tpots.items()}
+    engine_tpot = {name: d["tpot_sum"] / d["tpot_count"] for name, d in deltas.items()}
+    counts = deltas["ngram"]
     mean = {name: statistics.fmean(values) for name, values in tpots.items()}
     return {
         "engines": {
@@ -201,11 +210,13 @@ async def measure(engines: list[Engine], args: argparse.Namespace) -> dict[str, 
                 "rss_mib": group_rss_mib(e.engine.process.pid),
                 "tokens_per_s": levels[e.name],
                 "tpot_p50_ms": 1000 * p50[e.name],
+                "engine_tpot_mean_ms": 1000 * engine_tpot[e.name],
             }
             for e in engines
         },
         "ngram_counts": counts,
         "measured_speedup": p50["off"] / p50["ngram"],
+        "measured_speedup_engine_side": engine_tpot["off"] / engine_tpot["ngram"],
         "measured_speedup_of_mean_tpot": mean["off"] / mean["ngram"],
         **predictions(counts),
     }
@@ -240,10 +251,11 @@ def main() -> None:
         rates = ", ".join(f"c={c} {v:.0f} tok/s" for c, v in e["tokens_per_s"].items())
         print(
             f"{name:<6} start {e['start_s']:.1f} s  RSS {e['rss_mib']:.0f} MiB  {rates}  "
-            f"TPOT p50 {e['tpot_p50_ms']:.2f} ms"
+            f"TPOT p50 {e['tpot_p50_ms']:.2f} ms (engine's mean {e['engine_tpot_mean_ms']:.2f})"
         )
     print(
-        f"n-gram k={K}: measured speedup {result['measured_speedup']:.2f}x; predicted "
+        f"n-gram k={K}: measured speedup {result['measured_speedup']:.2f}x "
+        f"(engine side {result['measured_speedup_engine_side']:.2f}x); predicted "
         f"{result['predicted_speedup_from_E']:.2f}x from E = 1 + accepted/steps, "
         f"{result['predicted_speedup_from_accepted_share']:.2f}x from accepted/output "
         f"({result['accepted_per_output_token']:.2f}); acceptance rate "
