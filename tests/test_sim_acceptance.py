@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from specfleet.sim.acceptance import SpecStats, draw, expected_acceptance_length, expected_speedup
+from specfleet.guard.speedup import expected_speedup, expected_tokens_per_step
+from specfleet.sim.acceptance import SpecStats, draw
 from specfleet.sim.timing import TimingModel, simulate_tpot
 
 
@@ -23,7 +24,7 @@ def test_draws_converge_to_alpha(alpha: float) -> None:
         assert abs(stats.acceptance_histogram[j] / n - p) < 0.015, j
     # the engines' mean acceptance length converges to (1 - a^(k+1)) / (1 - a)
     assert stats.mean_acceptance_length == pytest.approx(
-        expected_acceptance_length(alpha, k), abs=0.03
+        expected_tokens_per_step(alpha, k), abs=0.03
     )
     assert sum(stats.acceptance_histogram) == stats.num_spec_steps == n
     assert stats.num_draft_tokens == n * k
@@ -102,8 +103,18 @@ def test_load_erodes_the_gain() -> None:
 
 def test_iteration_time() -> None:
     t = TimingModel(target_forward_ms=10, per_token_compute=0.0, prefill_ms_per_token=0.1)
-    assert t.iteration_seconds(decode_batch=0, k=0, c=0, prefill_tokens=100) == pytest.approx(0.02)
-    assert t.iteration_seconds(decode_batch=1, k=4, c=0.25, prefill_tokens=0) == pytest.approx(0.02)
-    assert t.iteration_seconds(decode_batch=1, k=0, c=0, prefill_tokens=0, tpot_factor=2) == 0.02
+
+    def seconds(batch: int, drafted: int, c: float, prefill: int = 0, factor: float = 1) -> float:
+        return t.iteration_seconds(
+            decode_batch=batch, drafted=drafted, c=c, prefill_tokens=prefill, tpot_factor=factor
+        )
+
+    assert seconds(0, 0, 0, prefill=100) == pytest.approx(0.02)
+    assert seconds(1, 4, 0.25) == pytest.approx(0.02)
+    assert seconds(1, 0, 0, factor=2) == pytest.approx(0.02)
+    # four requests, one drafting 4 tokens: the step pays for one draft token a request
+    assert seconds(4, 4, 0.25) == pytest.approx(0.0125)
+    # a step in which nothing drafted costs what plain decoding costs
+    assert seconds(4, 0, 0.25) == pytest.approx(0.01)
     assert t.with_overrides(draft_cost={"eagle3": 0.5}).cost("eagle3") == 0.5
     assert t.cost("something-new") == 0.1 and t.cost(None) == 0.0

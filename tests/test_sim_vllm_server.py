@@ -14,9 +14,11 @@ import pytest
 from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
+from specfleet.guard.speedup import decode_steps, load_factor, speedup
 from specfleet.sim.engine_args import parse_vllm
 from specfleet.sim.scenario import Effects, parse_scenario
 from specfleet.sim.server import SimOptions, serve
+from specfleet.sim.timing import TimingModel
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 EAGLE3 = json.dumps(
@@ -548,6 +550,33 @@ async def test_prompt_lookup_drafts_only_on_steps_with_a_match(
     else:  # a 0.3 match rate: most steps draft nothing, and drafts may be shorter than k
         assert no_draft_steps > spec["num_spec_steps"]
         assert set(spec["per_step_drafted"]) <= {1, 2, 3, 4} and min(spec["per_step_drafted"]) < 4
+
+
+async def test_ngram_tpot_speedup_is_what_the_guard_makes_of_its_counters() -> None:
+    """Steps without a draft cost a plain step: the TPOT speedup of n-gram at a 0.3 match rate
+    is the guard's model of the request's counters (every decode step counted), not what the
+    drafting steps' mean acceptance length E suggests."""
+    ngram = json.dumps({"method": "ngram", "num_speculative_tokens": 4})
+    profile = scenario(acceptance=0.8, output_tokens=600, draft_match_rate=0.3)
+
+    async def served(*args: str) -> Any:
+        opts = SimOptions(time_scale=FAST, scenario=profile, seed=3)
+        async with serve(vllm("--enable-per-request-metrics", *args), opts) as sim:
+            return await client(sim.url).chat.completions.create(model="llama", messages=MESSAGES)
+
+    plain = extra(await served())["metrics"]
+    spec = await served(
+        "--speculative-config", ngram, "--per-request-spec-decode-metrics", "summary"
+    )
+    counts, output = extra(spec)["metrics"]["speculative_decoding"], spec.usage.completion_tokens
+    steps = decode_steps(output, counts["num_accepted_draft_tokens"])
+    assert steps is not None
+    drafts, timing = counts["num_draft_tokens"] / steps, TimingModel()
+    model = speedup(output / steps, drafts, timing.cost("ngram"))
+    model *= load_factor(1, drafts, timing.per_token_compute)
+    measured = plain["mean_itl_ms"] / extra(spec)["metrics"]["mean_itl_ms"]
+    assert measured == pytest.approx(model, rel=0.1)
+    assert counts["mean_acceptance_length"] > 1.5 * measured
 
 
 async def test_speculation_helps_tpot_at_high_acceptance_and_hurts_at_low() -> None:

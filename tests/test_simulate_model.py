@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from specfleet.api.status import KillSwitchState, KillSwitchStatus
-from specfleet.sim.acceptance import draw, expected_acceptance_length
+from specfleet.guard.speedup import decode_steps, expected_tokens_per_step, speedup
+from specfleet.sim.acceptance import draw
 from specfleet.sim.scenario import parse_scenario
 from specfleet.sim.timing import TimingModel
 from specfleet.simulate import physics
@@ -26,6 +27,7 @@ from specfleet.simulate.world import Setting, World
 from specfleet.telemetry.model import Observation
 
 LLAMA = Path(__file__).resolve().parent.parent / "examples/llama-3.1-8b-eagle3-fp8.yaml"
+QWEN_NGRAM = LLAMA.parent / "qwen2.5-coder-7b-ngram.yaml"
 
 
 def world(**scenario: Any) -> World:
@@ -40,11 +42,52 @@ def world(**scenario: Any) -> World:
 def test_tokens_per_step_match_the_simulator() -> None:
     for alpha in (0.0, 0.3, 0.8, 1.0):
         assert physics.tokens_per_step(alpha, 4) == pytest.approx(
-            expected_acceptance_length(alpha, 4)
+            expected_tokens_per_step(alpha, 4)
         )
     rng = random.Random(1)
     sampled = sum(1 + draw(0.7, 5, rng, 0.9) for _ in range(40_000)) / 40_000
     assert physics.tokens_per_step(0.7, 5, 0.9) == pytest.approx(sampled, rel=0.01)
+
+
+def test_prompt_lookup_steps_match_the_engine_simulator() -> None:
+    """n-gram drafts only on a match, 1 to k tokens alike (the engine simulator's rule): the
+    moments over every decode step agree with sampling that rule."""
+    rng, n = random.Random(3), 40_000
+    tokens = drafted = verify = 0
+    for _ in range(n):
+        tokens += 1
+        if rng.random() < 0.3:
+            length = rng.randint(1, 4)
+            tokens += draw(0.8, length, rng)
+            drafted, verify = drafted + length, verify + 1
+    assert physics.tokens_per_step(0.8, 4, match=0.3) == pytest.approx(tokens / n, rel=0.01)
+    assert physics.drafts_per_step(4, 0.3) == pytest.approx(0.75)
+    assert physics.drafting_share(4, 0.3) == pytest.approx(0.3)
+    rate = physics.engine_acceptance_rate(0.8, 4, match=0.3)
+    assert rate == pytest.approx((tokens - n) / drafted, rel=0.02)
+    modelled = physics.modelled_speedup(0.8, 4, 0.01, match=0.3)
+    assert modelled == pytest.approx(speedup(tokens / n, drafted / n, 0.01), rel=0.01)
+    drafting_steps_only = (1 + (tokens - n) / verify) / (1 + 4 * 0.01)
+    assert modelled < 0.6 * drafting_steps_only
+
+
+def test_a_prompt_lookup_slice_counts_like_the_engines() -> None:
+    """Verify steps are the drafting share of the decode steps; the guard's model of the
+    slice's counters is the true speedup, not the drafting steps' E / (1 + k·c)."""
+    classes = {"chat": {"share": 1.0, "acceptance": 0.8, "output_tokens": 300}}
+    classes["chat"]["draft_match_rate"] = 0.3
+    scenario = {"duration_s": 600, "traffic_rps": 1, "classes": classes}
+    w = build_world(load_specmodel_document(QWEN_NGRAM), parse_scenario(scenario))
+    on = w.conditions(0, Setting(w.changes[0].config, True))
+    served = realize(on, on.classes[0], ClassDraw(400, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5))
+    steps = decode_steps(served.output_tokens, served.accepted_tokens)
+    assert steps is not None
+    assert served.steps == pytest.approx(0.3 * (steps - 400), rel=0.01)  # 400 prefills
+    assert served.draft_tokens / served.steps == pytest.approx(3.0, rel=0.01)  # 1..5 alike
+    observed = speedup(served.output_tokens / steps, served.draft_tokens / steps, 0.01)
+    assert observed == pytest.approx(physics.modelled_speedup(0.8, 5, 0.01, 1.0, 0.3), rel=0.03)
+    engines_length = 1 + served.accepted_tokens / served.steps
+    assert observed < 0.6 * engines_length / 1.05
 
 
 def test_engine_acceptance_rate_is_accepted_over_drafted_not_alpha() -> None:

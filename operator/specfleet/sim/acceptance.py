@@ -14,12 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = [
-    "SpecStats",
-    "draw",
-    "expected_acceptance_length",
-    "expected_speedup",
-]
+__all__ = ["SpecStats", "draw"]
 
 
 def draw(alpha: float, k: int, rng: random.Random, decay: float = 1.0) -> int:
@@ -30,18 +25,6 @@ def draw(alpha: float, k: int, rng: random.Random, decay: float = 1.0) -> int:
         accepted += 1
         p *= decay
     return accepted
-
-
-def expected_acceptance_length(alpha: float, k: int) -> float:
-    """E[tokens per verify step] = (1 - alpha^(k+1)) / (1 - alpha), bonus token included."""
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
-
-
-def expected_speedup(alpha: float, k: int, c: float) -> float:
-    """Leviathan et al. (2023): E / (1 + k·c), c = draft cost relative to a target forward."""
-    return expected_acceptance_length(alpha, k) / (1.0 + k * c)
 
 
 @dataclass

@@ -256,9 +256,11 @@ class EngineCore:
         k = spec.k_for_batch(len(self.running)) if spec and decoding else 0
         start = self.vt
         prefill_tokens = sum(s.request.prompt_tokens for s in new)
+        # decided before the step: what it verifies is what it costs
+        drafts = {seq: self._draft_length(seq, k) for seq in decoding}
         seconds = self.timing.iteration_seconds(
             decode_batch=len(decoding),
-            k=k,
+            drafted=sum(drafts.values()),
             c=self._c,
             prefill_tokens=prefill_tokens,
             tpot_factor=self.tpot_factor(),
@@ -280,7 +282,7 @@ class EngineCore:
             if seq.cancelled or seq.finish_reason is not None:
                 continue
             accepted = 0
-            drafted = self._draft_length(seq, k)
+            drafted = drafts[seq]
             if drafted and seq.stats is not None:
                 accepted = draw(seq.request.alpha, drafted, self.rng, seq.request.decay)
                 seq.stats.observe(drafted, accepted)
@@ -294,7 +296,8 @@ class EngineCore:
             self.running.remove(seq)
             completed += 1
         self.iterations += 1
-        overhead = k * self._c / (1.0 + k * self._c) if k else 0.0
+        per_request = sum(drafts.values()) / len(decoding) if decoding else 0.0
+        overhead = per_request * self._c / (1.0 + per_request * self._c)
         record = IterationRecord(
             iteration=self.iterations,
             start=start,

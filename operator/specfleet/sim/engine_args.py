@@ -32,6 +32,7 @@ from typing import Any, Literal
 import yaml
 
 __all__ = [
+    "PROMPT_LOOKUP",
     "EngineArgsError",
     "EngineConfig",
     "Speculation",
@@ -42,6 +43,8 @@ __all__ = [
 ]
 
 Engine = Literal["vllm", "tensorrt-llm"]
+PROMPT_LOOKUP = frozenset({"ngram", "ngram_gpu", "suffix"})
+"""Methods that draft only where the context holds a match (vLLM spelling)."""
 
 
 class EngineArgsError(ValueError):
@@ -63,7 +66,7 @@ class Speculation:
     def drafts_on_match(self) -> bool:
         """Prompt-lookup drafters propose only where the context holds a match, so some
         verify steps carry no draft at all (vLLM's ngram, ngram_gpu, suffix)."""
-        return self.method in ("ngram", "ngram_gpu", "suffix")
+        return self.method in PROMPT_LOOKUP
 
     def k_for_batch(self, batch: int) -> int:
         if self.max_concurrency is not None and batch > self.max_concurrency:

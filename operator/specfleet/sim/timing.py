@@ -1,26 +1,33 @@
 """How long an engine iteration takes (simulated seconds).
 
 The simulator runs continuous batching: each iteration prefills the newly
-admitted requests and runs one verify step for every decoding request.
+admitted requests and runs one decode step for every decoding request, which
+verifies the draft tokens proposed for it, if any.
 
-    decode  = T0 · (1 + g · B · (k + 1)) · (1 + k · c) · tpot_factor     (B > 0)
+    decode  = T0 · (1 + g · B · (1 + δ)) · (1 + δ · c) · tpot_factor     (B > 0)
     prefill = p · P · ttft_factor
     iteration = decode + prefill          (a prefill-only iteration costs T0 + prefill)
+
+- `δ`: draft tokens per decoding request in this iteration (drafted / B). Draft
+  models and EAGLE draft `k` on every step (δ = k); prompt-lookup drafters only
+  where the context holds a match, so δ < k, and a step where nothing drafts
+  costs what plain decoding costs. The guard's model (`guard/speedup.py`) is
+  the same: tokens per step / (1 + δ·c), load aside.
 
 - `T0` (`target_forward_ms`, default 15 ms): one target forward at batch 1,
   dominated by reading the weights.
 - `g` (`per_token_compute`, default 0.01): the extra cost per token verified in
   the batch; `B` requests each verify `k + 1` tokens, so the concurrency factor
-  grows with in-flight requests *and* with depth - speculation turns into a
-  loss at high load even when acceptance holds.
+  grows with in-flight requests *and* with the drafts verified - speculation
+  turns into a loss at high load even when acceptance holds.
 - `c` (`draft_cost`): one draft forward relative to a target forward, by method
   (`DRAFT_COST`).
 - `p` (`prefill_ms_per_token`, default 0.05 ms): prefill cost per prompt token.
 - `tpot_factor`, `ttft_factor`: a revision's effects (see `scenario.Effects`).
 
-Without speculation `k = 0` and every step yields one token; with it a step
+Without speculation `δ = 0` and every step yields one token; with it a step
 yields `1 + accepted` tokens (see `acceptance.draw`), so per-token time is
-roughly `T0 (1 + gB(k+1)) (1 + kc) / E[1 + accepted]`: at alpha = 0.8, k = 4 that
+roughly `T0 (1 + gB(1+δ)) (1 + δc) / E[1 + accepted]`: at alpha = 0.8, k = 4 that
 beats plain decoding, at alpha = 0.1 it loses.
 
 Wall time = simulated time x `time_scale` (the CLI's `--time-scale`).
@@ -64,16 +71,17 @@ class TimingModel:
             return 0.0
         return self.draft_cost.get(method, DRAFT_COST.get(method, DEFAULT_DRAFT_COST))
 
-    def decode_seconds(self, batch: int, k: int, c: float) -> float:
-        """One verify step for `batch` decoding requests at depth `k`."""
+    def decode_seconds(self, batch: float, drafts: float, c: float) -> float:
+        """One decode step for `batch` requests verifying `drafts` draft tokens each on
+        average (0: plain decoding, k: every request drafted k)."""
         t0 = self.target_forward_ms / 1000.0
-        return t0 * (1.0 + self.per_token_compute * batch * (k + 1)) * (1.0 + k * c)
+        return t0 * (1.0 + self.per_token_compute * batch * (1 + drafts)) * (1.0 + drafts * c)
 
     def iteration_seconds(
         self,
         *,
         decode_batch: int,
-        k: int,
+        drafted: int,
         c: float,
         prefill_tokens: int,
         tpot_factor: float = 1.0,
@@ -82,7 +90,8 @@ class TimingModel:
         prefill = self.prefill_ms_per_token * prefill_tokens / 1000.0 * ttft_factor
         if decode_batch == 0:
             return self.target_forward_ms / 1000.0 + prefill
-        return self.decode_seconds(decode_batch, k, c) * tpot_factor + prefill
+        drafts = drafted / decode_batch
+        return self.decode_seconds(decode_batch, drafts, c) * tpot_factor + prefill
 
     def with_overrides(
         self,
@@ -118,7 +127,8 @@ def simulate_tpot(
     decay: float = 1.0,
 ) -> float:
     """Mean simulated seconds per output token after the first, for one request
-    decoding alongside `batch - 1` others (k = 0: no speculation).
+    decoding alongside `batch - 1` others, every one drafting k tokens on every
+    step (k = 0: no speculation).
 
     The same step rule the server's engine loop uses, without the event loop:
     for the offline `specfleet simulate` and for tests.

@@ -45,7 +45,7 @@ def expected_goodput(conditions: Conditions) -> float:
         seconds += (
             tokens
             * conditions.step_seconds
-            / physics.tokens_per_step(c.alpha, conditions.k, c.decay)
+            / physics.tokens_per_step(c.alpha, conditions.k, c.decay, c.match_rate)
         )
     return valid / seconds if seconds else 0.0
 

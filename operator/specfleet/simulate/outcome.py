@@ -2,8 +2,9 @@
 windows the guard sees, summed from slices the way Prometheus sums counter increases.
 
 Noise: the slice's requests drafted with acceptance α + spread·z/√n (prompts differ: one
-request's α varies around the class's with standard deviation `spread`); the number of verify
-steps for the slice's decoded tokens has renewal noise; errors, tool calls and invalid outputs
+request's α varies around the class's with standard deviation `spread`); the number of decode
+steps for the slice's decoded tokens has renewal noise (of them, prompt-lookup drafters verify
+drafts on their match rate's share); errors, tool calls and invalid outputs
 are binomial. TPOT follows from the realised steps and the step time at the current load.
 """
 
@@ -63,12 +64,12 @@ def realize(
     structured = ok if klass.structured else 0
     structured_bad = binomial(structured, 1.0 - klass.validity, draw.invalid_structured)
     tokens = ok * klass.output_tokens
-    steps, accepted, tpot, p95 = _decode(conditions, klass, draw, ok, spread)
+    steps, drafted, accepted, tpot, p95 = _decode(conditions, klass, draw, ok, spread)
     return ClassSlice(
         requests=n,
         errors=errors,
         output_tokens=tokens,
-        draft_tokens=steps * conditions.k,
+        draft_tokens=drafted,
         accepted_tokens=accepted,
         steps=steps,
         tpot_seconds_total=tpot * tokens,
@@ -90,20 +91,23 @@ def _valid(requests: int, klass: ClassConditions) -> int:
 
 def _decode(
     conditions: Conditions, klass: ClassConditions, draw: ClassDraw, ok: int, spread: float
-) -> tuple[int, int, float, float]:
-    """Verify steps, accepted drafts, mean and p95 TPOT of the slice's successful requests."""
-    k, step = conditions.k, conditions.step_seconds
+) -> tuple[int, int, int, float, float]:
+    """Verify (drafting) steps, draft tokens, accepted drafts, mean and p95 TPOT of the
+    slice's successful requests."""
+    k, step, match = conditions.k, conditions.step_seconds, klass.match_rate
     if not k:
-        return 0, 0, step, step * PLAIN_TPOT_P95
+        return 0, 0, 0, step, step * PLAIN_TPOT_P95
     alpha = _clamp(klass.alpha + spread * draw.alpha_noise / math.sqrt(max(ok, 1)))
-    mean, variance = physics.step_moments(alpha, k, klass.decay)
+    mean, variance = physics.step_moments(alpha, k, klass.decay, match)
+    drafts = physics.drafts_per_step(k, match)
     decoded = ok * max(klass.output_tokens - 1, 0)
     expected = decoded / mean
     noise = draw.steps_noise * math.sqrt(decoded * variance / mean**3)
-    steps = min(max(round(expected + noise), math.ceil(decoded / (k + 1))), decoded)
+    steps = min(max(round(expected + noise), math.ceil(decoded / (1 + drafts))), decoded)
     tpot = step * steps / decoded if decoded else step / mean
-    slow = physics.tokens_per_step(_clamp(alpha - physics.Z95 * spread), k, klass.decay)
-    return steps, decoded - steps, tpot, step / slow
+    slow = physics.tokens_per_step(_clamp(alpha - physics.Z95 * spread), k, klass.decay, match)
+    verify = round(steps * physics.drafting_share(k, match))
+    return verify, round(steps * drafts), decoded - steps, tpot, step / slow
 
 
 def _clamp(alpha: float) -> float:

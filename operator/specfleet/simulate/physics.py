@@ -1,23 +1,38 @@
-"""The simulated fleet in expectation: verify steps, the engines' acceptance rate, load, TPOT.
+"""The simulated fleet in expectation: decode steps, the engines' acceptance rate, load, TPOT.
 
-Acceptance follows the engine simulator (`specfleet.sim.acceptance.draw`): a verify step
-proposes k drafts and draft j is accepted with probability α·decay^j if every earlier one was.
-Engines report `accepted / drafted` as their acceptance rate, which is (E - 1) / k for a mean
-of E tokens per step, not α. Step time comes from the simulator's `TimingModel`, whose decode
-time is affine in the batch: requests in flight per replica follow from Little's law.
+Acceptance follows the engine simulator (`specfleet.sim.acceptance.draw`): a step that drafts
+d tokens accepts draft j with probability α·decay^j if every earlier one was. Draft models
+and EAGLE draft k on every decode step; prompt-lookup drafters (`sim.engine_args`'s
+PROMPT_LOOKUP) draft only on steps whose context holds a match (the class's
+`draft_match_rate`), 1 to k tokens alike, and the other steps yield one token for one
+forward (`draft_lengths`). Engines report
+`accepted / drafted` as their acceptance rate, a property of the drafting steps, not α. The
+speedup is the guard's (`guard.speedup.speedup`) over every decode step; step time comes
+from the simulator's `TimingModel`, affine in the batch: requests in flight per replica
+follow from Little's law.
 """
 
 from __future__ import annotations
 
-from specfleet.guard.speedup import expected_speedup
+from specfleet.guard.speedup import speedup
 from specfleet.sim.timing import TimingModel
 
 Z95 = 1.645
 """One-sided 95% quantile of the standard normal."""
 
 
+def draft_lengths(k: int, match: float | None = None) -> list[tuple[float, int]]:
+    """(probability, draft tokens) of one decode step: k on every step, or for a prompt-lookup
+    drafter (`match` = P(a step finds a match)) none, or 1 to k alike on a match."""
+    if not k:
+        return [(1.0, 0)]
+    if match is None:
+        return [(1.0, k)]
+    return [(1.0 - match, 0), *((match / k, d) for d in range(1, k + 1))]
+
+
 def step_distribution(alpha: float, k: int, decay: float = 1.0) -> list[float]:
-    """P(exactly j drafts accepted in one verify step), j = 0..k."""
+    """P(exactly j drafts accepted in one step that drafted k), j = 0..k."""
     probabilities, reach, p = [], 1.0, alpha
     for _ in range(k):
         probabilities.append(reach * (1.0 - p))
@@ -26,56 +41,76 @@ def step_distribution(alpha: float, k: int, decay: float = 1.0) -> list[float]:
     return [*probabilities, reach]
 
 
-def step_moments(alpha: float, k: int, decay: float = 1.0) -> tuple[float, float]:
-    """Mean and variance of the tokens one verify step yields (accepted drafts + 1)."""
-    distribution = step_distribution(alpha, k, decay)
-    mean = sum(j * p for j, p in enumerate(distribution))
-    variance = sum((j - mean) ** 2 * p for j, p in enumerate(distribution))
-    return 1.0 + mean, variance
+def step_moments(
+    alpha: float, k: int, decay: float = 1.0, match: float | None = None
+) -> tuple[float, float]:
+    """Mean and variance of the tokens one decode step yields (accepted drafts + 1), over
+    the steps that drafted and those that did not."""
+    mean = second = 0.0
+    for share, drafted in draft_lengths(k, match):
+        for j, p in enumerate(step_distribution(alpha, drafted, decay)):
+            mean += share * p * (1 + j)
+            second += share * p * (1 + j) ** 2
+    return mean, second - mean * mean
 
 
-def tokens_per_step(alpha: float, k: int, decay: float = 1.0) -> float:
-    return step_moments(alpha, k, decay)[0] if k else 1.0
+def tokens_per_step(alpha: float, k: int, decay: float = 1.0, match: float | None = None) -> float:
+    return step_moments(alpha, k, decay, match)[0]
 
 
-def engine_acceptance_rate(alpha: float, k: int, decay: float = 1.0) -> float:
-    """What engines report as acceptance rate: accepted / drafted = (E - 1) / k."""
-    return (tokens_per_step(alpha, k, decay) - 1.0) / k if k else 0.0
+def drafts_per_step(k: int, match: float | None = None) -> float:
+    """δ: draft tokens per decode step, steps that drafted nothing included."""
+    return sum(share * drafted for share, drafted in draft_lengths(k, match))
 
 
-def modelled_speedup(alpha: float, k: int, draft_cost: float, decay: float = 1.0) -> float:
-    """The guard's speedup function (Leviathan et al.) at the true α; with position decay the
-    same E / (1 + k·c) with the decayed E."""
-    if decay == 1.0:
-        return expected_speedup(alpha, k, draft_cost)
-    return tokens_per_step(alpha, k, decay) / (1.0 + k * draft_cost)
+def drafting_share(k: int, match: float | None = None) -> float:
+    """The share of decode steps that drafted: what engines count as verify steps."""
+    return sum(share for share, drafted in draft_lengths(k, match) if drafted)
+
+
+def engine_acceptance_rate(
+    alpha: float, k: int, decay: float = 1.0, match: float | None = None
+) -> float:
+    """What engines report as acceptance rate: accepted / drafted."""
+    drafts = drafts_per_step(k, match)
+    return (tokens_per_step(alpha, k, decay, match) - 1.0) / drafts if drafts else 0.0
+
+
+def modelled_speedup(
+    alpha: float, k: int, draft_cost: float, decay: float = 1.0, match: float | None = None
+) -> float:
+    """The guard's speedup function at the true α, over every decode step."""
+    tokens = tokens_per_step(alpha, k, decay, match)
+    return speedup(tokens, drafts_per_step(k, match), draft_cost)
 
 
 def concurrency(
     timing: TimingModel,
     demand: float,
-    k: int,
+    drafts: float,
     draft_cost: float,
     max_batch: int,
 ) -> float:
     """Requests decoding at once on one replica, B = demand · step(B), solved in closed form.
 
     `demand` is Σ rps · output tokens · tpot_factor / (E · replicas): step-seconds asked for
-    per second per replica. The timing model's step is affine in B, a + b·B, so
-    B = demand·a / (1 - demand·b); past saturation the engine runs at its max batch.
+    per second per replica; `drafts` is δ over the batch. The timing model's step is affine
+    in B, a + b·B, so B = demand·a / (1 - demand·b); past saturation the engine runs at its
+    max batch.
     """
-    a = timing.decode_seconds(0, k, draft_cost)
-    b = timing.decode_seconds(1, k, draft_cost) - a
+    a = timing.decode_seconds(0, drafts, draft_cost)
+    b = timing.decode_seconds(1, drafts, draft_cost) - a
     denominator = 1.0 - demand * b
     if denominator <= 0:
         return float(max_batch)
     return min(max(demand * a / denominator, 1.0), float(max_batch))
 
 
-def step_seconds(timing: TimingModel, batch: float, k: int, draft_cost: float) -> float:
-    """One verify step at a (fractional) batch, by interpolating the affine timing model."""
-    a = timing.decode_seconds(0, k, draft_cost)
-    b = timing.decode_seconds(1, k, draft_cost) - a
+def step_seconds(timing: TimingModel, batch: float, drafts: float, draft_cost: float) -> float:
+    """One decode step at a (fractional) batch verifying `drafts` tokens a request on average,
+    by interpolating the affine timing model."""
+    a = timing.decode_seconds(0, drafts, draft_cost)
+    b = timing.decode_seconds(1, drafts, draft_cost) - a
     return a + b * batch
 
 

@@ -39,10 +39,10 @@ def truth_at(world: World, t: float, config: str) -> Truth:
     if not on.k or not policy.k:
         return Truth({}, {}, None, None)
     rates, speedups, weights = {}, {}, {}
-    load = load_factor(on.batch, on.k, policy.per_token_compute)
+    load = load_factor(on.batch, on.drafts_per_step, policy.per_token_compute)
     for c in on.classes:
-        rates[c.name] = physics.engine_acceptance_rate(c.alpha, on.k, c.decay)
-        modelled = physics.modelled_speedup(c.alpha, on.k, policy.draft_cost, c.decay)
+        rates[c.name] = physics.engine_acceptance_rate(c.alpha, on.k, c.decay, c.match_rate)
+        modelled = physics.modelled_speedup(c.alpha, on.k, policy.draft_cost, c.decay, c.match_rate)
         speedups[c.name] = modelled * load
         weights[c.name] = c.rate * c.output_tokens
     floors = {
@@ -65,7 +65,7 @@ def _tpot_speedup(on: Conditions, off: Conditions) -> float | None:
     if not sum(weights):
         return None
     tpot_on = sum(
-        w * on.step_seconds / physics.tokens_per_step(c.alpha, on.k, c.decay)
+        w * on.step_seconds / physics.tokens_per_step(c.alpha, on.k, c.decay, c.match_rate)
         for w, c in zip(weights, on.classes, strict=True)
     )
     return sum(weights) * off.step_seconds / tpot_on

@@ -15,6 +15,7 @@ from functools import cached_property
 
 from specfleet.api import SpecModel
 from specfleet.api.spec import ClassSlo
+from specfleet.sim.engine_args import PROMPT_LOOKUP
 from specfleet.sim.scenario import Effects, Scenario
 from specfleet.sim.timing import TimingModel
 from specfleet.simulate import physics
@@ -66,6 +67,9 @@ class ClassConditions:
     meets_slo: bool = True
     """The served validity meets the class's quality SLOs (minToolCallValidity for a class
     that calls tools, minStructuredOutputValidity for one that answers JSON)."""
+    match_rate: float | None = None
+    """A prompt-lookup drafter's share of decode steps that find a match and draft (the
+    scenario's draft_match_rate); None: k drafts on every step."""
 
 
 @dataclass(frozen=True)
@@ -76,8 +80,10 @@ class Conditions:
     k: int
     """Draft tokens per step; 0 with speculation off."""
     step_seconds: float
-    """One verify step at the current load, the revision's tpot_factor included."""
+    """One decode step at the current load, the revision's tpot_factor included."""
     batch: float
+    drafts_per_step: float = 0.0
+    """δ over the batch: draft tokens per decode step and request."""
 
 
 @dataclass(frozen=True)
@@ -133,25 +139,32 @@ class World:
         effects = self.effects(t, setting.config)
         k = revision.k if setting.speculation else 0
         cost = self.timing.cost(revision.method) if k else 0.0
+        lookup = revision.method in PROMPT_LOOKUP
         specmodel = self.specmodel_at(t)
         slos = {c.name: c.slo for c in specmodel.spec.classes}
-        classes = [self._class(name, t, effects, slos.get(name)) for name in self.scenario.classes]
+        classes = [
+            self._class(name, t, effects, slos.get(name), lookup) for name in self.scenario.classes
+        ]
         replicas = max(specmodel.spec.pod.replicas, 1)
-        demand = sum(
-            c.rate * c.output_tokens / physics.tokens_per_step(c.alpha, k, c.decay) for c in classes
-        )
-        demand *= effects.tpot_factor / replicas
-        batch = physics.concurrency(self.timing, demand, k, cost, revision.max_batch)
-        step = physics.step_seconds(self.timing, batch, k, cost) * effects.tpot_factor
+        steps = [
+            c.rate * c.output_tokens / physics.tokens_per_step(c.alpha, k, c.decay, c.match_rate)
+            for c in classes
+        ]
+        drafts = [physics.drafts_per_step(k, c.match_rate) for c in classes]
+        drafting = _weighted_mean(drafts, steps)
+        demand = sum(steps) * effects.tpot_factor / replicas
+        batch = physics.concurrency(self.timing, demand, drafting, cost, revision.max_batch)
+        step = physics.step_seconds(self.timing, batch, drafting, cost) * effects.tpot_factor
         prompts = {n: p.prompt_tokens for n, p in self.scenario.classes.items()}
         ttft = {
             n: physics.ttft_seconds(self.timing, prompts[n], step, effects.ttft_factor)
             for n in prompts
         }
-        return Conditions(tuple(_with_ttft(c, ttft[c.name]) for c in classes), k, step, batch)
+        with_ttft = tuple(_with_ttft(c, ttft[c.name]) for c in classes)
+        return Conditions(with_ttft, k, step, batch, drafting)
 
     def _class(
-        self, name: str, t: float, effects: Effects, slo: ClassSlo | None
+        self, name: str, t: float, effects: Effects, slo: ClassSlo | None, lookup: bool
     ) -> ClassConditions:
         profile = self.scenario.classes[name]
         validity = effects.tool_call_validity
@@ -172,7 +185,13 @@ class World:
             error_rate=effects.error_rate,
             p95_ttft_seconds=0.0,
             meets_slo=all(validity >= f for f in floors if f is not None),
+            match_rate=profile.draft_match_rate if lookup else None,
         )
+
+
+def _weighted_mean(values: list[float], weights: list[float]) -> float:
+    total = sum(weights)
+    return sum(v * w for v, w in zip(values, weights, strict=True)) / total if total else 0.0
 
 
 def _with_ttft(conditions: ClassConditions, ttft: float) -> ClassConditions:
