@@ -51,8 +51,8 @@ clean:
 
 -include e2e/cluster/cluster.mk
 
-demo: setup helm-bin ## the guard at work on a local cluster (kill switch, trial, rollback)
+demo: setup helm-bin ## the guard at work on a local cluster (a real vLLM's collapse, kill switch, trial, rollback)
 	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m e2e.demo
 
-demo-short: setup helm-bin ## the demo without the trial re-enable (what CI runs)
+demo-short: setup helm-bin ## the demo without the real engine and the trial re-enable (what CI runs)
 	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m e2e.demo --short

