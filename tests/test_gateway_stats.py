@@ -216,6 +216,12 @@ def test_above_max_concurrency_a_request_counts_no_drafts_below_it_as_before() -
     assert spec_counts(body, 4) == SpecCounts(156, 0, 39)  # no table: k on every step
 
 
+def test_with_the_engine_gate_on_nothing_accepted_reads_as_not_drafted() -> None:
+    """Once tripped, TensorRT-LLM's acceptance gate drafts no more until restart."""
+    assert derive_counts(1.0, 30, {4}, every_step=True, gated=True) == SpecCounts(0, 0, 0)
+    assert derive_counts(2.5, 30, {4}, every_step=True, gated=True) == SpecCounts(44, 18, 11)
+
+
 def test_in_flight_spans_see_every_batch_size_while_open() -> None:
     flight = InFlight()
     first = flight.enter()

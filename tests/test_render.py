@@ -267,8 +267,16 @@ def test_trtllm_gateway_knows_how_the_engine_drafts() -> None:
     assert drafting(method="eagle3", draftModel="d", maxConcurrency=16) == {
         "depthByBatchSize": {"1": 4, "17": 0},
         "everyStep": True,
+        "gated": False,
     }
-    assert drafting(method="ngram") == {"depthByBatchSize": {}, "everyStep": False}
+    assert drafting(method="ngram") == {
+        "depthByBatchSize": {},
+        "everyStep": False,
+        "gated": False,
+    }
+    gate = {**GATE, **TWO_MODEL}
+    assert drafting(method="eagle3", draftModel="d", engineOptions=gate)["gated"] is True
+    assert drafting(method="eagle3", draftModel="d", engineOptions=GATE) is None  # one-model
 
 
 def test_trtllm_kv_cache_fp8() -> None:

@@ -30,6 +30,11 @@ class Drafting(ApiModel):
         description="False when the drafter proposes only where it finds a match (n-gram): "
         "how many steps drafted is then unknown.",
     )
+    gated: bool = Field(
+        default=False,
+        description="The engine's own acceptance gate is on: once tripped it drafts no more "
+        "until restart, so a request with nothing accepted may not have drafted at all.",
+    )
 
 
 class GatewayConfig(ApiModel):

@@ -305,8 +305,8 @@ class SpeculativeSpec(ApiModel):
 
     method: SpeculativeMethod = Field(
         description="Drafting method: `eagle3`, `eagle`, `draft_model`, `ngram`, `mtp` or "
-        "`suffix`. On tensorrt-llm: eagle3 (Eagle3), mtp (MTP), ngram (NGram), draft_model "
-        "(DraftTarget)."
+        "`suffix`. On tensorrt-llm: eagle3 (Eagle, one-model), mtp (MTP), ngram (NGram), "
+        "draft_model (DraftTarget)."
     )
     draft_model: str | None = Field(
         default=None,
@@ -356,7 +356,10 @@ class SpeculativeSpec(ApiModel):
     )
     engine_options: FreeForm | None = Field(
         default=None,
-        description="Escape hatch: keys merged as they are into the engine's speculative config.",
+        description="Escape hatch: keys merged as they are into the engine's speculative config. "
+        "tensorrt-llm 1.2.1: the acceptance gate (acceptance_window, acceptance_length_threshold; "
+        "once tripped, speculation stays off until restart) acts only with a separate drafter "
+        "(draft_model, ngram, eagle3 with eagle3_one_model: false) and is left out elsewhere.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
 
@@ -679,7 +682,7 @@ class SpecModelSpec(ApiModel):
                 cel(
                     "self.engine.name != 'tensorrt-llm' || !has(self.speculative) || "
                     "self.speculative.method in ['eagle3', 'mtp', 'ngram', 'draft_model']",
-                    "speculative.method is not available on tensorrt-llm: use eagle3 (Eagle3), "
+                    "speculative.method is not available on tensorrt-llm: use eagle3 (Eagle), "
                     "mtp (MTP), ngram (NGram) or draft_model (DraftTarget)",
                     ".speculative.method",
                 ),

@@ -190,12 +190,12 @@ def spec_counts(
     choices = list(summary.choices.values())
     if len(choices) != 1 or not k or not summary.output_tokens:
         return None
-    every_step = drafting.every_step if drafting else True
     return derive_counts(
         choices[0].avg_decoded_tokens_per_iter,
         summary.output_tokens,
         depths_seen(drafting, k, batch),
-        every_step,
+        every_step=drafting.every_step if drafting else True,
+        gated=drafting.gated if drafting else False,
     )
 
 
@@ -217,13 +217,18 @@ def depths_seen(drafting: Drafting | None, k: int, batch: BatchSpan | None) -> s
 
 
 def derive_counts(
-    avg_tokens_per_iter: float | None, output_tokens: int, depths: set[int], every_step: bool
+    avg_tokens_per_iter: float | None,
+    output_tokens: int,
+    depths: set[int],
+    every_step: bool,
+    gated: bool = False,
 ) -> SpecCounts | None:
     """TensorRT-LLM counts its prefill iteration (one token, no drafts) in the mean, so
     iterations = output / mean, verify steps = iterations - 1, and every token beyond one per
     iteration was an accepted draft. Drafted is depth x steps only when the engine drafted the
     same depth on every step. A step it did not draft on (depth 0) is no rejection: a request
-    that saw only depth 0 drafted nothing. Where steps may have drafted differently (the batch
+    that saw only depth 0 drafted nothing, and so may one with nothing accepted once the
+    engine's own gate can have tripped. Where steps may have drafted differently (the batch
     crossed a depth boundary, or n-gram found no match) drafted is unknown, so the request
     counts nothing rather than a guess that would read as a collapse."""
     if not avg_tokens_per_iter or avg_tokens_per_iter < 1.0 or output_tokens < 1:
@@ -231,9 +236,9 @@ def derive_counts(
     iterations = min(max(round(output_tokens / avg_tokens_per_iter), 1), output_tokens)
     steps = iterations - 1
     accepted = output_tokens - iterations
-    if depths == {0}:
-        return SpecCounts(drafted=0, accepted=0, steps=0) if accepted == 0 else None
-    if len(depths) > 1 or not every_step:
+    if accepted == 0 and (gated or depths == {0}):
+        return SpecCounts(drafted=0, accepted=0, steps=0)
+    if len(depths) > 1 or 0 in depths or not every_step:
         return None
     drafted = steps * next(iter(depths))
     return SpecCounts(drafted=drafted, accepted=min(accepted, drafted), steps=steps)

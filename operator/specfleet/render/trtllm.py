@@ -98,15 +98,15 @@ def drafting_of(spec: SpeculativeSpec) -> Drafting | None:
     """How the engine rendered from `spec` drafts, for the gateway: it reads a mean acceptance
     length per request and must not take a step the engine did not draft on for a rejection.
     None: k drafts on every step."""
-    depths = depth_by_batch_size(spec, speculative_config(spec))
+    options = speculative_config(spec)
+    depths = depth_by_batch_size(spec, options)
     if set(depths.values()) == {spec.num_speculative_tokens}:
         depths = {}
     every_step = spec.method != "ngram"
-    return (
-        Drafting(depth_by_batch_size=depths, every_step=every_step)
-        if depths or not every_step
-        else None
-    )
+    gated = all(options.get(key) for key in ACCEPTANCE_GATE)
+    if not depths and every_step and not gated:
+        return None
+    return Drafting(depth_by_batch_size=depths, every_step=every_step, gated=gated)
 
 
 def one_model(options: dict[str, Any]) -> bool:
