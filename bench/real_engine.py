@@ -41,7 +41,7 @@ from e2e import real_engine  # noqa: E402
 
 from specfleet.api.validation import parse_specmodel  # noqa: E402
 from specfleet.guard import Policy  # noqa: E402
-from specfleet.guard.speedup import decode_steps, speedup  # noqa: E402
+from specfleet.guard.speedup import decode_steps, load_factor, speedup  # noqa: E402
 
 K = 5
 SPECMODEL = real_engine.tiny_specmodel(
@@ -178,17 +178,20 @@ def predictions(counts: dict[str, float]) -> dict[str, float]:
 
 def guard_model(counts: dict[str, float]) -> dict[str, float]:
     """What the guard's speedup model (guard/speedup.py) makes of the same counters, at the
-    SpecModel's draft cost: every decode step counted, those that drafted nothing included."""
+    SpecModel's draft cost and per-token compute with one request in flight (the TPOT
+    rounds' concurrency): every decode step counted, those that drafted nothing included."""
     policy = Policy.of(parse_specmodel(SPECMODEL), None)
     steps = decode_steps(counts["output"], counts["accepted"]) or 1.0
+    drafts = counts["drafted"] / steps
+    unloaded = speedup(counts["output"] / steps, drafts, policy.draft_cost)
     return {
         "decode_steps": steps,
         "drafting_step_share": counts["steps"] / steps,
-        "drafts_per_decode_step": counts["drafted"] / steps,
+        "drafts_per_decode_step": drafts,
         "draft_cost": policy.draft_cost,
-        "predicted_speedup_guard_model": speedup(
-            counts["output"] / steps, counts["drafted"] / steps, policy.draft_cost
-        ),
+        "per_token_compute": policy.per_token_compute,
+        "predicted_speedup_guard_model": unloaded
+        * load_factor(1.0, drafts, policy.per_token_compute),
     }
 
 
