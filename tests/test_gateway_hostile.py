@@ -367,6 +367,9 @@ def test_schema_bounds() -> None:
         deep = {"type": "object", "properties": {"a": deep}}
     assert screen(deep, want_object=True) == "too_deep"
     assert tool_call_valid(ToolCall("f", "{}"), {"f": {"type": "string"}}) == "unsatisfiable"
+    chain = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(2000)}
+    long_chain = {"$defs": {**chain, "d2000": {}}, "$ref": "#/$defs/d0"}
+    assert screen(long_chain, want_object=True) == "too_deep"  # deeper than the stack
 
 
 def test_the_schema_cache_is_bounded_in_bytes_whatever_clients_send(

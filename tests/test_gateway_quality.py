@@ -120,6 +120,9 @@ def test_validators_are_compiled_once_per_schema() -> None:
         ({"required": ["b"], "additionalProperties": False, "patternProperties": {"b": {}}},
          False),
         (True, False), ({}, False), ({"type": "number", "enum": [1]}, False),
+        ({"$ref": "#/$defs/a", "$defs": {"a": {"not": {}}}}, True),
+        ({"anyOf": [{"$ref": "#/$defs/a~1b"}], "$defs": {"a/b": {"enum": []}}}, True),
+        ({"$ref": "#"}, False), ({"$ref": "#/$defs/missing"}, False),
     ],
 )  # fmt: skip
 def test_trivially_unsatisfiable_schemas(schema: Any, expected: bool) -> None:
@@ -131,3 +134,6 @@ def test_tool_call_schemas_must_admit_an_object() -> None:
     assert not admits({"type": "object", "const": [1]}, "object")
     assert not admits({"enum": [1, "a"]}, "object")
     assert admits({"enum": [1, {"a": 1}]}, "object")
+    assert not admits({"$ref": "#/$defs/n", "$defs": {"n": {"type": "integer"}}}, "object")
+    assert not admits({"anyOf": [{"type": "string"}, {"type": "array"}]}, "object")
+    assert not admits({"allOf": [{"type": ["object", "string"]}, {"type": "string"}]}, "object")

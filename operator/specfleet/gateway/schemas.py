@@ -140,8 +140,11 @@ def screen(schema: Any, want_object: bool) -> Screened:
         return "invalid"
     if any(not _safe_pattern(p) for p in found.patterns) or found.pattern_properties:
         return "pattern"
-    if unsatisfiable(schema) or (want_object and not admits(schema, "object")):
-        return "unsatisfiable"
+    try:
+        if unsatisfiable(schema) or (want_object and not admits(schema, "object")):
+            return "unsatisfiable"
+    except RecursionError:  # a chain of local `$ref`s longer than the stack
+        return "too_deep"
     if "$schema" in schema and not isinstance(schema["$schema"], str):
         return "invalid"
     sane = _metered_check(_SCHEMA_CHECK, schema, "too_large")
