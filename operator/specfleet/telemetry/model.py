@@ -20,8 +20,11 @@ class ClassWindow:
     draft_tokens: float | None = None
     accepted_tokens: float | None = None
     steps: float | None = None
-    """Verify steps (engine `num_drafts`)."""
+    """Verify steps (engine `num_drafts`): the decode steps that drafted, not the others (an
+    n-gram step without a match, k = 0 in a depth schedule)."""
     output_tokens: float | None = None
+    """Every decode step makes one of its own plus the drafts it accepted: decode steps =
+    output - accepted tokens."""
     request_seconds: float | None = None
     """Seconds requests spent in flight; over the window, the mean requests in flight."""
     p95_ttft_seconds: float | None = None
@@ -39,12 +42,14 @@ class ClassWindow:
 
     @property
     def acceptance_rate(self) -> float | None:
+        """The engines' accepted / drafted: evidence only where something was drafted."""
         if not self.draft_tokens or self.accepted_tokens is None:
             return None
         return self.accepted_tokens / self.draft_tokens
 
     @property
     def mean_acceptance_length(self) -> float | None:
+        """The engines' E: of the drafting steps alone."""
         if not self.steps or self.accepted_tokens is None:
             return None
         return 1 + self.accepted_tokens / self.steps
