@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 import time
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from specfleet.sim.pods import PodProcesses, PodRuntime, SimSettings
+from specfleet.sim.pods import PodProcesses, PodRuntime, SimSettings, wait_unbound
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -90,3 +91,15 @@ def _running(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+def test_a_pod_waits_for_another_stand_ins_process_to_leave_its_ip() -> None:
+    """Another namespace's stand-in may still be draining the last holder of a pod's IP."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.9", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    threading.Timer(0.5, holder.close).start()
+
+    assert not wait_unbound("127.0.0.9", (port,), timeout=0.1)
+    assert wait_unbound("127.0.0.9", (port,), timeout=10)

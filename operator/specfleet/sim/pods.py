@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 MANAGED = "app.kubernetes.io/managed-by=specfleet"
 ENGINE_PORT = 8000
 GATEWAY_PORT = 8080
+RELEASE_TIMEOUT_SECONDS = 60.0
 Pod = dict[str, Any]
 
 
@@ -178,6 +180,8 @@ class PodRuntime:
     def _run_pod(
         self, pod: PodProcesses, commands: list[Command], previous: threading.Thread | None
     ) -> None:
+        if not wait_unbound(pod.ip, (ENGINE_PORT, GATEWAY_PORT), RELEASE_TIMEOUT_SECONDS):
+            log.warning("pod %s starts while something else still listens on %s", pod.name, pod.ip)
         if pod.launch(commands, after=previous):
             log.info("started engine and gateway for pod %s at %s", pod.name, pod.ip)
             self._mark_ready(pod)
@@ -234,6 +238,27 @@ class PodRuntime:
                     (local / key).write_text(value)
                 mounts[mount["mountPath"]] = local
         return mounts
+
+
+def wait_unbound(ip: str, ports: tuple[int, ...], timeout: float) -> bool:
+    """Until nothing listens on `ip` at `ports`; False after `timeout` seconds. Another stand-in
+    (one per namespace) may still be stopping the deleted pod that last held this IP."""
+    deadline = time.monotonic() + timeout
+    while not all(_unbound(ip, port) for port in ports):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def _unbound(ip: str, port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no holder
+        try:
+            probe.bind((ip, port))
+        except OSError:
+            return False
+        return True
 
 
 def ready_patch(now: datetime) -> dict[str, Any]:
