@@ -132,9 +132,9 @@ def depth_by_batch_size(spec: SpeculativeSpec, options: dict[str, Any]) -> dict[
     if spec.max_concurrency:
         depths = {b: d for b, d in depths.items() if b <= spec.max_concurrency}
         depths[spec.max_concurrency + 1] = 0
-    ceiling = depths[1]
+    ceiling, previous = depths[1], None
     out: dict[int, int] = {}
     for batch, depth in sorted(depths.items()):
-        if not out or min(depth, ceiling) != list(out.values())[-1]:
-            out[batch] = min(depth, ceiling)
+        if min(depth, ceiling) != previous:
+            out[batch] = previous = min(depth, ceiling)
     return out
