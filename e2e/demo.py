@@ -41,13 +41,14 @@ from e2e.fleet import Fleet, simulated_pods
 from e2e.operator_runner import as_process, service_account_kubeconfig
 from specfleet.api.spec import GuardSpec
 from specfleet.api.status import MAX_DECISIONS
-from specfleet.render.workload import STARTUP_BUDGET_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "out/demo"
 NAMESPACE = "demo"
 NAME = "llama31-8b"
 AWQ = "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4"
+SIM_READY_TIMEOUT_S = 60.0
+"""How long the stand-in kubelet gives a simulated engine to answer /health."""
 GUARD = {
     "intervalSeconds": 5,
     "windowSeconds": 15,
@@ -126,7 +127,7 @@ def install(cluster: LocalCluster, workdir: Path) -> Path:
     cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/specmodel.yaml"))
     for namespace in ("specfleet-system", FLEET.namespace, REAL.namespace):
         cluster.run_kubectl("create", "namespace", namespace)
-    subprocess.run(
+    done = subprocess.run(
         [
             helm,
             "upgrade",
@@ -140,10 +141,11 @@ def install(cluster: LocalCluster, workdir: Path) -> Path:
             "--set",
             f"watchNamespaces={{{FLEET.namespace},{REAL.namespace}}}",
         ],
-        check=True,
         capture_output=True,
         text=True,
     )
+    if done.returncode != 0:
+        raise SystemExit(f"helm upgrade --install failed:\n{done.stderr}")
     return service_account_kubeconfig(
         cluster, "specfleet-system", "specfleet", workdir / "operator.kubeconfig"
     )
@@ -218,9 +220,10 @@ def wait_for(
     return demo_waits.wait(f"{action} on {ref}", budget_s, check)
 
 
-def wait_for_pods(cluster: LocalCluster, ref: Ref = FLEET) -> float:
-    """Waits (as long as the pods' startup probes would) until the SpecModel's pods are Ready;
-    returns how long that took."""
+def wait_for_pods(cluster: LocalCluster, ref: Ref, ready_timeout_s: float) -> float:
+    """Waits until a new SpecModel's pods are Ready (all start at once); returns how long that
+    took. The stand-in kubelet gives a pod's engine `ready_timeout_s` to answer, then leaves it
+    not Ready; twice that leaves room for scheduling and the stand-in's own delays."""
     started = time.monotonic()
 
     def check() -> tuple[bool | None, dict[str, Any]]:
@@ -229,7 +232,7 @@ def wait_for_pods(cluster: LocalCluster, ref: Ref = FLEET) -> float:
         ready = replicas.get("desired", 0) > 0 and replicas.get("ready") == replicas["desired"]
         return (True if ready else None), current
 
-    demo_waits.wait(f"the pods of {ref} to be Ready", STARTUP_BUDGET_SECONDS, check)
+    demo_waits.wait(f"the pods of {ref} to be Ready", 2 * ready_timeout_s, check)
     return time.monotonic() - started
 
 
@@ -276,7 +279,7 @@ def story(
 ) -> None:
     collapse, recover = times
     say("Step 1: revision 1 serves; the guard holds it on probation")
-    budgets = Budgets(guard, wait_for_pods(cluster))
+    budgets = Budgets(guard, wait_for_pods(cluster, FLEET, SIM_READY_TIMEOUT_S))
     print(f"  the waits below are derived from the guard's settings: {budgets.describe()}")
     wait_for(cluster, "revision_promoted", budgets.promotion())
     if real is not None:
@@ -315,7 +318,7 @@ def real_collapse(cluster: LocalCluster, guard: GuardSpec, clients: demo_real.Cl
         f"Step 2a, on the real engine: {REAL}'s pod runs vllm serve (CPU, tiny model drafting "
         "for itself); its code clients decode greedily"
     )
-    budgets = Budgets(guard, wait_for_pods(cluster, REAL))
+    budgets = Budgets(guard, wait_for_pods(cluster, REAL, demo_real.READY_TIMEOUT_S))
     print(f"  the real engine's pod took {budgets.rollout_s:.0f}s to be Ready")
     demo_real.send(clients)
     greedy = wait_for_acceptance(cluster, REAL, "code", budgets.promotion())
@@ -457,7 +460,11 @@ def main() -> int:
         apply(cluster, specmodel())
         fleet = stack.enter_context(
             simulated_pods(
-                cluster, NAMESPACE, scenario(collapse, None if args.short else recover), workdir
+                cluster,
+                NAMESPACE,
+                scenario(collapse, None if args.short else recover),
+                workdir,
+                ("--ready-timeout", str(SIM_READY_TIMEOUT_S)),
             )
         )
         fleet.traffic_in_background(NAME, "llama-3.1-8b", fleet.scenario.duration_s)

@@ -22,7 +22,6 @@ from e2e.cluster.harness import LocalCluster
 from e2e.fleet import Background, simulated_pods
 from e2e.real_engine_pod import COMMAND
 from e2e.traffic import Traffic
-from specfleet.render.workload import STARTUP_BUDGET_SECONDS
 from specfleet.sim.scenario import parse_scenario
 
 NAMESPACE = "demo-real"
@@ -30,6 +29,8 @@ NAME = real_engine.SERVED_NAME
 PROMPTS = {"code": "def add(a, b):", "chat": "Tell me about the weather."}
 SAMPLED = 0.7
 ANSWER_TOKENS = 24
+READY_TIMEOUT_S = real_engine.START_TIMEOUT_S
+"""How long the stand-in kubelet gives the real engine to answer /health."""
 MIN_AVAILABLE_GIB = 10.0
 """A real engine takes 3.5-4.5 GiB, and the kill switch's restart runs two for a while."""
 SCENARIO = {
@@ -85,7 +86,8 @@ class Clients(Traffic):
 def real_pod(cluster: LocalCluster, workdir: Path) -> Iterator[Clients]:
     """The real engine's pod (its SpecModel applied by the caller) and its clients, greedy;
     `send(clients)` once the pod is Ready."""
-    options = ("--engine-command", COMMAND, "--ready-timeout", str(STARTUP_BUDGET_SECONDS))
+    options = ("--engine-command", COMMAND, "--ready-timeout", str(READY_TIMEOUT_S))
+    workdir.mkdir(parents=True, exist_ok=True)
     with simulated_pods(cluster, NAMESPACE, SCENARIO, workdir, options):
         api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
         clients = Clients(api, NAMESPACE, NAME, NAME, parse_scenario(SCENARIO), time.time())

@@ -57,6 +57,8 @@ class Budgets:
     """A pod start (new pods Ready), as the demo's first rollout measured it."""
 
     def _stretched(self, ideal: float) -> float:
+        """The ideal stretched, and two pod starts: the demo's rollouts replace its two pods one
+        at a time (maxSurge 1, maxUnavailable 0)."""
         return LOAD_FACTOR * ideal + 2 * self.rollout_s
 
     def promotion(self) -> float:
