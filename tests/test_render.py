@@ -247,12 +247,26 @@ def test_trtllm_batch_size_1_drafts_the_most() -> None:
 
 def test_trtllm_depth_schedule_refused_where_1_2_1_ignores_it() -> None:
     step = [{"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 2}]
-    for speculative in ({"method": "eagle3", "draftModel": "d"}, {"method": "mtp"}):
+    refused = (
+        ({"method": "eagle3", "draftModel": "d"}, "acts on a depth schedule only as two models"),
+        ({"method": "mtp"}, "acts only with a separate drafter"),
+    )
+    for speculative, message in refused:
         doc = specmodel_doc(
             engine={"name": "tensorrt-llm"}, speculative={**speculative, "depthSchedule": step}
         )
-        with pytest.raises(InvalidSpecModel, match="acts only with a separate drafter"):
+        with pytest.raises(InvalidSpecModel, match=message):
             parse_specmodel(doc)
+    two_model = {
+        "method": "eagle3",
+        "draftModel": "d",
+        "engineOptions": {"eagle3_one_model": False},
+    }
+    parse_specmodel(
+        specmodel_doc(
+            engine={"name": "tensorrt-llm"}, speculative={**two_model, "depthSchedule": step}
+        )
+    )
 
 
 def test_trtllm_gateway_knows_how_the_engine_drafts() -> None:

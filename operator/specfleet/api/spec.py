@@ -698,10 +698,7 @@ class SpecModelSpec(ApiModel):
                 cel(
                     "self.engine.name == 'vllm' || !has(self.speculative) || "
                     "!has(self.speculative.depthSchedule) || "
-                    "self.speculative.method in ['draft_model', 'ngram'] || "
-                    "(self.speculative.method == 'eagle3' && has(self.speculative.engineOptions) "
-                    "&& 'eagle3_one_model' in self.speculative.engineOptions && "
-                    "self.speculative.engineOptions.eagle3_one_model == false)",
+                    "self.speculative.method in ['draft_model', 'ngram', 'eagle3'] ",
                     "speculative.depthSchedule on tensorrt-llm acts only with a separate drafter "
                     "(draft_model, ngram, or eagle3 with engineOptions.eagle3_one_model: false); "
                     "one-model eagle3 and mtp ignore it in 1.2.1: use speculative.maxConcurrency",

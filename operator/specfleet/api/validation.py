@@ -49,9 +49,31 @@ def parse_specmodel(document: dict[str, Any]) -> SpecModel:
         raise InvalidSpecModel([_pydantic_error(e) for e in exc.errors()]) from None
     errors = list(_spec_cel_errors(json.dumps(specmodel.spec.to_wire(), sort_keys=True)))
     errors += _name_cel_errors(specmodel.metadata.name)
+    errors += one_model_schedule_errors(specmodel)
     if errors:
         raise InvalidSpecModel(errors)
     return specmodel
+
+
+def one_model_schedule_errors(specmodel: SpecModel) -> list[FieldError]:
+    """TensorRT-LLM's one-model EAGLE-3 (its default) ignores a depth schedule. The CRD cannot
+    say this one: CEL cannot read keys of the free-form engineOptions."""
+    spec = specmodel.spec
+    speculative = spec.speculative
+    if spec.engine.name != "tensorrt-llm" or speculative is None:
+        return []
+    if speculative.method != "eagle3" or not speculative.depth_schedule:
+        return []
+    if (speculative.engine_options or {}).get("eagle3_one_model") is False:
+        return []
+    return [
+        FieldError(
+            "spec.speculative.depthSchedule",
+            "on tensorrt-llm, eagle3 acts on a depth schedule only as two models "
+            "(set speculative.engineOptions.eagle3_one_model: false); one-model eagle3 ignores "
+            "it in 1.2.1: use speculative.maxConcurrency",
+        )
+    ]
 
 
 def _pydantic_error(error: Any) -> FieldError:
