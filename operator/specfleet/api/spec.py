@@ -669,7 +669,9 @@ class PodSpec(ApiModel):
 
 class MonitoringSpec(ApiModel):
     service_monitor: bool = Field(
-        default=False, description="Render a ServiceMonitor (needs the Prometheus Operator)."
+        default=False,
+        description="Render a ServiceMonitor for the gateways and a PodMonitor for the engines "
+        "(the engine port is not on the Service; needs the Prometheus Operator).",
     )
 
 
