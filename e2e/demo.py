@@ -118,6 +118,13 @@ FLEET = Ref(NAMESPACE, NAME)
 REAL = Ref(demo_real.NAMESPACE, demo_real.NAME)
 
 
+def delete(cluster: LocalCluster, ref: Ref) -> None:
+    """A last run's SpecModel and its pods, before the operator starts: an operator that saw it
+    could write its status onto the new one of the same name."""
+    argv = ["delete", "sm", ref.name, "-n", ref.namespace, "--ignore-not-found"]
+    cluster.kubectl(*argv, "--cascade=foreground", "--wait=true")
+
+
 def install(cluster: LocalCluster, workdir: Path) -> Path:
     """The chart, installed for real; returns a kubeconfig of its ServiceAccount."""
     helm = os.environ.get("HELM") or str(
@@ -220,11 +227,11 @@ def wait_for(
     return demo_waits.wait(f"{action} on {ref}", budget_s, check)
 
 
-def wait_for_pods(cluster: LocalCluster, ref: Ref, ready_timeout_s: float) -> float:
-    """Waits until a new SpecModel's pods are Ready (all start at once); returns how long that
-    took. The stand-in kubelet gives a pod's engine `ready_timeout_s` to answer, then leaves it
-    not Ready; twice that leaves room for scheduling and the stand-in's own delays."""
-    started = time.monotonic()
+def wait_for_pods(cluster: LocalCluster, ref: Ref, ready_timeout_s: float, since: float) -> float:
+    """Waits until a new SpecModel's pods are Ready (all start at once); returns how long they
+    took from `since` (Unix time), when their stand-in kubelet started. It gives a pod's engine
+    `ready_timeout_s` to answer, then leaves it not Ready; twice that leaves room for scheduling
+    and the stand-in's own delays."""
 
     def check() -> tuple[bool | None, dict[str, Any]]:
         current = status(cluster, ref)
@@ -233,7 +240,7 @@ def wait_for_pods(cluster: LocalCluster, ref: Ref, ready_timeout_s: float) -> fl
         return (True if ready else None), current
 
     demo_waits.wait(f"the pods of {ref} to be Ready", 2 * ready_timeout_s, check)
-    return time.monotonic() - started
+    return time.time() - since
 
 
 def wait_for_acceptance(cluster: LocalCluster, ref: Ref, klass: str, budget_s: float) -> float:
@@ -279,7 +286,7 @@ def story(
 ) -> None:
     collapse, recover = times
     say("Step 1: revision 1 serves; the guard holds it on probation")
-    budgets = Budgets(guard, wait_for_pods(cluster, FLEET, SIM_READY_TIMEOUT_S))
+    budgets = Budgets(guard, wait_for_pods(cluster, FLEET, SIM_READY_TIMEOUT_S, fleet.epoch))
     print(f"  the waits below are derived from the guard's settings: {budgets.describe()}")
     wait_for(cluster, "revision_promoted", budgets.promotion())
     if real is not None:
@@ -318,7 +325,7 @@ def real_collapse(cluster: LocalCluster, guard: GuardSpec, clients: demo_real.Cl
         f"Step 2a, on the real engine: {REAL}'s pod runs vllm serve (CPU, tiny model drafting "
         "for itself); its code clients decode greedily"
     )
-    budgets = Budgets(guard, wait_for_pods(cluster, REAL, demo_real.READY_TIMEOUT_S))
+    budgets = Budgets(guard, wait_for_pods(cluster, REAL, demo_real.READY_TIMEOUT_S, clients.epoch))
     print(f"  the real engine's pod took {budgets.rollout_s:.0f}s to be Ready")
     demo_real.send(clients)
     greedy = wait_for_acceptance(cluster, REAL, "code", budgets.promotion())
@@ -441,6 +448,8 @@ def main() -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     say("Installing the chart and starting the operator with its ServiceAccount")
     kubeconfig = install(cluster, workdir)
+    for ref in (FLEET, REAL):
+        delete(cluster, ref)
     watcher = Watcher(cluster, [FLEET, REAL] if real else [FLEET])
     with ExitStack() as stack:
         stack.enter_context(
@@ -454,8 +463,6 @@ def main() -> int:
                 "--guard-tick-seconds=1",
             )
         )
-        for ref in (FLEET, REAL):
-            cluster.run_kubectl("delete", "sm", ref.name, "-n", ref.namespace, "--wait=true")
         say(f"Applying examples/llama-3.1-8b-eagle3-fp8.yaml as {NAMESPACE}/{NAME}")
         apply(cluster, specmodel())
         fleet = stack.enter_context(

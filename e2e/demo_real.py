@@ -33,6 +33,7 @@ READY_TIMEOUT_S = real_engine.START_TIMEOUT_S
 """How long the stand-in kubelet gives the real engine to answer /health."""
 MIN_AVAILABLE_GIB = 10.0
 """A real engine takes 3.5-4.5 GiB, and the kill switch's restart runs two for a while."""
+NO_TRIAL = {"cooldownSeconds": 3600, "maxCooldownSeconds": 3600}
 SCENARIO = {
     "duration_s": 3600,
     "traffic_rps": [[0, 2.0]],
@@ -50,7 +51,8 @@ def specmodel(guard: dict[str, Any]) -> dict[str, Any]:
             {"name": "chat"},
         ],
         defaultClass="chat",
-        guard={**guard, "minRequests": 5, "minDraftTokens": 50},
+        # no trial within the demo: it would start a second real engine beside the fleet's
+        guard={**guard, "minRequests": 5, "minDraftTokens": 50, **NO_TRIAL},
         pod={"replicas": 1},
     )
 
