@@ -30,7 +30,7 @@ def test_demo_short(local_cluster: LocalCluster) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Kill switch engaged" in done.stdout and "Rolled back" in done.stdout
     assert "derived from the guard's settings" in done.stdout
-    assert "waiting for revision_promoted: " in done.stdout  # probation alone outlasts a line
+    assert "waiting for revision_promoted on demo/llama31-8b: " in done.stdout  # outlasts 12 s
     timeline = ROOT / "out/demo/timeline.png"
     assert timeline.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and timeline.stat().st_size > 20_000
     alerts = json.loads((ROOT / "out/demo/alerts.json").read_text())
