@@ -136,9 +136,9 @@ def test_speedup_counts_the_decode_steps_that_drafted_nothing() -> None:
     output, accepted, drafted = 18, 8, 12
     steps = decode_steps(output, accepted)
     assert steps == 10
-    assert speedup(output / steps, drafted / steps, 0.1) == pytest.approx(18 / (10 + 1.2))
+    assert speedup(output / steps, drafted / steps, 0.1, 0.0) == pytest.approx(18 / (10 + 1.2))
     # every step drafting k: E / (1 + k·c), whatever E
-    assert speedup(3.3616, 4, 0.05) == pytest.approx(expected_speedup(0.8, 4, 0.05))
+    assert speedup(3.3616, 4, 0.05, 0.0) == pytest.approx(expected_speedup(0.8, 4, 0.05))
     assert decode_steps(5, 5) is None
 
 
@@ -151,9 +151,9 @@ def ngram_observation(drafted: float, accepted: float, output: float) -> Observa
     return Observation(at=T0, window_seconds=60, revision=1, speculation=True, classes=classes)
 
 
-def ngram_policy() -> Policy:
+def ngram_policy(**speculative: Any) -> Policy:
     doc = specmodel_doc(
-        speculative={"method": "ngram", "numSpeculativeTokens": 5},
+        speculative={"method": "ngram", "numSpeculativeTokens": 5, **speculative},
         classes=FLOORS,
         defaultClass="chat",
         guard={"minSpeedup": 1.3},
@@ -189,6 +189,55 @@ def test_a_drafter_that_drafted_nothing_is_no_collapse() -> None:
     evaluation = decide(situation(idle, policy=ngram_policy())).evaluation
     assert evaluation is not None and evaluation.speculation_bad is None
     assert {v.verdict for v in evaluation.classes} == {"inconclusive"}
+
+
+def test_speculation_being_on_costs_every_step() -> None:
+    """o = 0.35: a step with speculation on costs 1.35 forwards, drafts or none."""
+    assert speedup(1.0, 0.0, 0.01, 0.35) == pytest.approx(1 / 1.35)
+    assert speedup(18 / 10, 12 / 10, 0.1, 0.35) == pytest.approx(18 / (10 * 1.35 + 1.2))
+    assert expected_speedup(0.8, 4, 0.05, 0.35) == pytest.approx(3.3616 / 1.55)
+
+
+def test_a_drafter_that_drafted_nothing_still_pays_its_step_overhead() -> None:
+    """The real vLLM with n-gram on and sampled prose: no drafts, and every step costs more.
+    With stepOverhead set, enough decode steps are judged on speedup, 1 / (1 + o), while the
+    acceptance rate (no drafts) stays unjudged: the breach is the speedup's, no collapse."""
+    idle = ngram_observation(0.0, 0.0, 40000)
+    costly = ngram_policy(stepOverhead=0.35)
+    evaluation = decide(situation(idle, policy=costly)).evaluation
+    assert evaluation is not None and evaluation.speculation_bad
+    assert evaluation.speedup == pytest.approx(1 / 1.35)
+    assert evaluation.decisive and not evaluation.below_acceptance_floor
+    code = next(v for v in evaluation.classes if v.name == "code")
+    assert code.speculation_breaches == ["speedup 0.74 < 1.30"]
+    assert code.acceptance_bounds is None and not code.far_below_acceptance_floor
+    evidence = code.evidence()
+    assert evidence["acceptanceRate"] is None and evidence["stepOverhead"] == 0.35
+    state, actions = run(situation(idle, policy=costly), [idle])
+    assert actions == ["kill_switch_engaged"] and state.kill_switch.state == "engaged"
+
+
+def test_few_decode_steps_without_drafts_stay_inconclusive() -> None:
+    """Fewer decode steps than minDraftTokens is no evidence of the overhead either."""
+    short = ngram_observation(0.0, 0.0, 400)
+    evaluation = decide(situation(short, policy=ngram_policy(stepOverhead=0.35))).evaluation
+    assert evaluation is not None and evaluation.speculation_bad is None
+    assert {v.verdict for v in evaluation.classes} == {"inconclusive"}
+
+
+def test_few_drafts_are_judged_between_none_and_every_draft_accepted() -> None:
+    """100 drafts (under minDraftTokens) in 40 000 tokens: too few to read acceptance, not
+    too few to bound the speedup: between all rejected and all accepted."""
+    few = ngram_observation(100.0, 60.0, 40000)
+    evaluation = decide(situation(few, policy=ngram_policy(stepOverhead=0.35))).evaluation
+    assert evaluation is not None and evaluation.speculation_bad
+    steps = 40000 - 60.0
+    modelled = 40000 / (steps * 1.35 + 0.01 * 100)
+    assert evaluation.speedup == pytest.approx(modelled)
+    low, high = evaluation.speedup_bounds or (0.0, 0.0)
+    assert low == pytest.approx(modelled * steps / 40000)
+    assert high == pytest.approx(modelled * (steps + 100) / 40000)
+    assert not evaluation.below_acceptance_floor
 
 
 def test_load_factor_and_the_batch_where_speculation_stops_paying() -> None:
@@ -638,7 +687,7 @@ def test_status_classes_and_acceptance_summary() -> None:
     classes = {c.name: c for c in decision.classes}
     assert classes["code"].acceptance_rate == 0.8 and classes["code"].verdict == "good"
     assert classes["code"].expected_speedup == pytest.approx(
-        speedup(1 + 4 * 0.8, 4, 0.05), abs=1e-3
+        speedup(1 + 4 * 0.8, 4, 0.05, 0.0), abs=1e-3
     )
     assert decision.acceptance == "0.70"
 

@@ -572,7 +572,7 @@ async def test_ngram_tpot_speedup_is_what_the_guard_makes_of_its_counters() -> N
     steps = decode_steps(output, counts["num_accepted_draft_tokens"])
     assert steps is not None
     drafts, timing = counts["num_draft_tokens"] / steps, TimingModel()
-    model = speedup(output / steps, drafts, timing.cost("ngram"))
+    model = speedup(output / steps, drafts, timing.cost("ngram"), 0.0)
     model *= load_factor(1, drafts, timing.per_token_compute)
     measured = plain["mean_itl_ms"] / extra(spec)["metrics"]["mean_itl_ms"]
     assert measured == pytest.approx(model, rel=0.1)

@@ -65,8 +65,8 @@ def test_prompt_lookup_steps_match_the_engine_simulator() -> None:
     assert physics.drafting_share(4, 0.3) == pytest.approx(0.3)
     rate = physics.engine_acceptance_rate(0.8, 4, match=0.3)
     assert rate == pytest.approx((tokens - n) / drafted, rel=0.02)
-    modelled = physics.modelled_speedup(0.8, 4, 0.01, match=0.3)
-    assert modelled == pytest.approx(speedup(tokens / n, drafted / n, 0.01), rel=0.01)
+    modelled = physics.modelled_speedup(0.8, 4, 0.01, 0.0, match=0.3)
+    assert modelled == pytest.approx(speedup(tokens / n, drafted / n, 0.01, 0.0), rel=0.01)
     drafting_steps_only = (1 + (tokens - n) / verify) / (1 + 4 * 0.01)
     assert modelled < 0.6 * drafting_steps_only
 
@@ -84,8 +84,10 @@ def test_a_prompt_lookup_slice_counts_like_the_engines() -> None:
     assert steps is not None
     assert served.steps == pytest.approx(0.3 * (steps - 400), rel=0.01)  # 400 prefills
     assert served.draft_tokens / served.steps == pytest.approx(3.0, rel=0.01)  # 1..5 alike
-    observed = speedup(served.output_tokens / steps, served.draft_tokens / steps, 0.01)
-    assert observed == pytest.approx(physics.modelled_speedup(0.8, 5, 0.01, 1.0, 0.3), rel=0.03)
+    observed = speedup(served.output_tokens / steps, served.draft_tokens / steps, 0.01, 0.0)
+    assert observed == pytest.approx(
+        physics.modelled_speedup(0.8, 5, 0.01, 0.0, 1.0, 0.3), rel=0.03
+    )
     engines_length = 1 + served.accepted_tokens / served.steps
     assert observed < 0.6 * engines_length / 1.05
 
@@ -103,6 +105,25 @@ def test_concurrency_solves_littles_law() -> None:
     assert batch == pytest.approx(demand * physics.step_seconds(timing, batch, 4, 0.06))
     assert physics.concurrency(timing, 1e6, 4, 0.06, 256) == 256  # saturated
     assert physics.concurrency(timing, 1e-6, 0, 0.0, 256) == 1.0
+
+
+def test_every_step_with_speculation_on_pays_the_step_overhead() -> None:
+    """The timing model's o is the guard's: nothing drafted still costs 1 + o a step."""
+    timing = TimingModel(step_overhead=0.35)
+    plain = timing.decode_seconds(1, 0, 0.0)
+    idle = timing.decode_seconds(1, 0, timing.cost("ngram"), timing.overhead("ngram"))
+    assert idle / plain == pytest.approx(1.35) and timing.overhead(None) == 0.0
+    assert plain / idle == pytest.approx(speedup(1.0, 0.0, 0.01, 0.35))
+    # a scenario sets the world's o; speculation off pays none
+    free, costly = world(traffic_rps=0.01), world(traffic_rps=0.01, timing={"step_overhead": 0.35})
+    config = free.changes[0].config
+    on, on_costly = (w.conditions(0, Setting(config, True)) for w in (free, costly))
+    drafted = on.drafts_per_step * TimingModel().cost("eagle3")
+    assert on_costly.step_seconds / on.step_seconds == pytest.approx(
+        (1.35 + drafted) / (1 + drafted)
+    )
+    off, off_costly = (w.conditions(0, Setting(config, False)) for w in (free, costly))
+    assert off_costly.step_seconds == off.step_seconds
 
 
 def test_poisson_and_binomial_quantiles() -> None:

@@ -68,5 +68,5 @@ class EngineConfig(ApiModel):
             by_alias=True,
             exclude_none=True,
             mode="json",
-            exclude={"speculative": {"draft_cost", "per_token_compute"}},
+            exclude={"speculative": {"draft_cost", "step_overhead", "per_token_compute"}},
         )

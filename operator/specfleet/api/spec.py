@@ -343,6 +343,17 @@ class SpeculativeSpec(ApiModel):
         "speedup model. Defaults by method (eagle3 0.05, draft_model 0.15, ngram 0.01). "
         "Changing it rolls no pods.",
     )
+    step_overhead: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="o: what speculation being on costs every decode step, drafts or none, as a "
+        "fraction of one target forward (drafter lookup, rejection sampler, verify bookkeeping); "
+        "used by the guard's speedup model, tokens per step / (1 + o + drafts per step · c). "
+        "With o > 0 a window that drafted nothing runs at 1 / (1 + o) and does not pay. "
+        "0 (the default) assumes it free; fit it with bench/real_engine.py. Changing it rolls "
+        "no pods.",
+    )
     per_token_compute: float | None = Field(
         default=None,
         ge=0,

@@ -30,6 +30,8 @@ class Policy:
     k: int
     """Draft tokens per verify step (0 when no speculation is configured)."""
     draft_cost: float
+    step_overhead: float
+    """o: what speculation being on costs every decode step (`guard.speedup`)."""
     per_token_compute: float
     """g: a forward over n tokens costs 1 + g·n one-token forwards (the load term)."""
     replicas: int
@@ -54,6 +56,7 @@ class Policy:
             classes=[ClassPolicy(c.name, c.slo or ClassSlo(), c.critical) for c in spec.classes],
             k=speculative.num_speculative_tokens if speculative else 0,
             draft_cost=speculative.effective_draft_cost() if speculative else 0.0,
+            step_overhead=speculative.step_overhead if speculative else 0.0,
             per_token_compute=_per_token_compute(spec.speculative or speculative),
             replicas=spec.pod.replicas,
             override=override,

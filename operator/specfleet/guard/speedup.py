@@ -2,14 +2,19 @@
 
 A decode step runs one target forward and yields 1 + accepted tokens; a step that drafted d
 tokens also pays d draft forwards of cost c each (one draft forward over one target forward).
-Plain decoding yields one token per target forward, so over many steps
+Speculation being on also costs every step o target forwards, drafts or none: the drafter's
+lookup or proposal pass, the rejection sampler, the bookkeeping of a verify step (engines.md:
+k = 0 is not free). A step thus costs 1 + o + d·c target forwards; plain decoding yields one
+token per target forward, so over many steps
 
-    speedup = tokens per step / (1 + δ·c),    δ = draft tokens per decode step,
+    speedup = tokens per step / (1 + o + δ·c),    δ = draft tokens per decode step,
 
-counting every decode step, those that drafted nothing too. Prompt-lookup drafters (n-gram,
-suffix) draft only on steps whose context holds a match, a depth schedule at k = 0 and
-TensorRT-LLM above max_concurrency not at all: those steps yield one token at the cost of one
-forward and pull the speedup towards 1.
+counting every decode step, those that drafted nothing too; at o = 0 it is the draft-cost-only
+model. A window that drafted nothing runs at 1 / (1 + o): it does not pay when o > 0.
+
+Prompt-lookup drafters (n-gram, suffix) draft only on steps whose context holds a match, a
+depth schedule at k = 0 and TensorRT-LLM above max_concurrency not at all: those steps yield
+one token at the cost of 1 + o forwards and pull the speedup towards 1 / (1 + o).
 
 From the engines' counters: every decode step makes one token of its own plus the drafts it
 accepted, so decode steps = output - accepted tokens (the prefill's token counted as one: it
@@ -17,14 +22,15 @@ is one forward too), tokens per step = output / (output - accepted) and δ = dra
 (output - accepted). At acceptance rate p (accepted / drafted, a property of the drafting
 steps alone) the tokens per step are 1 + δ·p, so
 
-    speedup = (1 + δ·p) / (1 + δ·c) = output / (output - accepted + c·drafted).
+    speedup = (1 + δ·p) / (1 + o + δ·c)
+            = output / ((1 + o)·(output - accepted) + c·drafted).
 
 When every step drafts k tokens δ = k and 1 + k·p is the engines' mean acceptance length E
-(1 + accepted / verify steps): E / (1 + k·c), the formula of Leviathan et al. (2023), who
+(1 + accepted / verify steps): E / (1 + o + k·c), at o = 0 Leviathan et al. (2023), who
 also give E = (1 - α^(k+1)) / (1 - α) for i.i.d. acceptance α per draft position. Note that
 the engines' acceptance rate (E - 1) / k is not that α: α = 0.4 at k = 4 reads as 0.16.
-Speculation can pay only if p > c, and only while the batch is small enough that verifying
-1 + δ tokens per request costs little more than one (`load_factor`).
+Speculation can pay only if δ·p > o + δ·c, and only while the batch is small enough that
+verifying 1 + δ tokens per request costs little more than one (`load_factor`).
 """
 
 from __future__ import annotations
@@ -32,9 +38,16 @@ from __future__ import annotations
 import math
 
 
-def speedup(tokens_per_step: float, drafts_per_step: float, draft_cost: float) -> float:
+def speedup(
+    tokens_per_step: float, drafts_per_step: float, draft_cost: float, step_overhead: float
+) -> float:
     """Tokens a decode step yields over what it costs in target forwards."""
-    return tokens_per_step / (1.0 + drafts_per_step * draft_cost)
+    return tokens_per_step / step_cost(drafts_per_step, draft_cost, step_overhead)
+
+
+def step_cost(drafts_per_step: float, draft_cost: float, step_overhead: float) -> float:
+    """A decode step with speculation on, in target forwards: 1 + o + δ·c."""
+    return 1.0 + step_overhead + drafts_per_step * draft_cost
 
 
 def decode_steps(output: float, accepted: float) -> float | None:
@@ -51,9 +64,9 @@ def expected_tokens_per_step(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def expected_speedup(alpha: float, k: int, draft_cost: float) -> float:
+def expected_speedup(alpha: float, k: int, draft_cost: float, step_overhead: float = 0.0) -> float:
     """Every step drafting k tokens at i.i.d. acceptance α."""
-    return speedup(expected_tokens_per_step(alpha, k), k, draft_cost)
+    return speedup(expected_tokens_per_step(alpha, k), k, draft_cost, step_overhead)
 
 
 def load_factor(batch: float, drafts_per_step: float, per_token_compute: float) -> float:

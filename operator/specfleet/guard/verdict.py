@@ -117,6 +117,8 @@ class ClassVerdict(NamedTuple):
             evidence["k"] = self.policy.k
             evidence["draftsPerStep"] = _round(self.drafts_per_step)
             evidence["draftCost"] = self.policy.draft_cost
+            if self.policy.step_overhead:  # the model's o, shown where it is not 0
+                evidence["stepOverhead"] = self.policy.step_overhead
             evidence["loadFactor"] = round(self.load, 4)
             evidence["speedup"] = round(self.speedup, 4)
             evidence["speedupSource"] = self.source
@@ -326,17 +328,17 @@ def _judge_speculation(
     threshold: float,
     tpot_off: float | None,
     load: float,
-) -> tuple[float, str, list[str], Bounds, Bounds, float | None] | None:
+) -> tuple[float, str, list[str], Bounds, Bounds | None, float | None] | None:
     """The class's speedup, its source, the breaches, the 95% bounds of the speedup and the
-    acceptance rate, and δ; None when too little was drafted (a drafter that drafted nothing,
-    matching nothing or told not to, is no evidence of a collapse)."""
+    acceptance rate, and δ. Too little drafted is no evidence of a collapse (a drafter that
+    drafted nothing matched nothing or was told not to): see `_judge_few_drafts`."""
     alpha = window.acceptance_rate
     if alpha is None or (window.draft_tokens or 0.0) < policy.guard.min_draft_tokens:
-        return None
+        return _judge_few_drafts(policy, window, threshold, tpot_off, load)
     drafting = _drafts_per_step(window)
     per_step = policy.k if drafting is None else drafting
     tokens = _tokens_per_step(drafting, policy.k, alpha)
-    modelled = speedup(tokens, per_step, policy.draft_cost) * load
+    modelled = _speedup(policy, tokens, per_step) * load
     # Without step counts the rate is read as an i.i.d. α: an underestimate.
     source = "model" if drafting is not None else "model (rate)"
     if tpot_off and window.mean_tpot_seconds:
@@ -359,6 +361,34 @@ def _judge_speculation(
     if modelled < threshold:
         breaches.append(f"speedup {modelled:.2f} < {threshold:.2f}")
     return modelled, source, breaches, speedup_bounds, (low, high), drafting
+
+
+def _judge_few_drafts(
+    policy: Policy,
+    window: ClassWindow,
+    threshold: float,
+    tpot_off: float | None,
+    load: float,
+) -> tuple[float, str, list[str], Bounds, None, float] | None:
+    """Too few drafts to read the acceptance rate: inconclusive, unless speculation being on
+    costs every step (o > 0) and the window ran at least minDraftTokens decode steps. Then it
+    is judged on speedup alone, between none and every draft accepted; acceptance stays
+    unjudged (None bounds), so this is never an acceptance collapse."""
+    steps = _decode_steps(window)
+    if not policy.step_overhead or steps is None or steps < policy.guard.min_draft_tokens:
+        return None
+    drafting = (window.draft_tokens or 0.0) / steps
+    tokens = 1.0 + (window.accepted_tokens or 0.0) / steps
+    modelled, source = _speedup(policy, tokens, drafting) * load, "model (few drafts)"
+    if tpot_off and window.mean_tpot_seconds:
+        modelled, source = tpot_off / window.mean_tpot_seconds, "measured"
+    bounds = (modelled / tokens, modelled * (1.0 + drafting) / tokens)
+    breaches = [f"speedup {modelled:.2f} < {threshold:.2f}"] if modelled < threshold else []
+    return modelled, source, breaches, bounds, None, drafting
+
+
+def _speedup(policy: Policy, tokens_per_step: float, drafts_per_step: float) -> float:
+    return speedup(tokens_per_step, drafts_per_step, policy.draft_cost, policy.step_overhead)
 
 
 def _drafts_per_step(window: ClassWindow) -> float | None:

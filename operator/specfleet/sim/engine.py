@@ -174,6 +174,7 @@ class EngineCore:
         self._task: asyncio.Task[None] | None = None
         spec = config.speculation
         self._c = timing.cost(spec.method) if spec else 0.0
+        self._o = timing.overhead(spec.method) if spec else 0.0
 
     # -- lifecycle --
 
@@ -262,6 +263,7 @@ class EngineCore:
             decode_batch=len(decoding),
             drafted=sum(drafts.values()),
             c=self._c,
+            o=self._o,
             prefill_tokens=prefill_tokens,
             tpot_factor=self.tpot_factor(),
             ttft_factor=self.ttft_factor(),

@@ -231,6 +231,7 @@ class TimingOverrides(BaseModel):
     per_token_compute: float | None = Field(default=None, ge=0.0)
     prefill_ms_per_token: float | None = Field(default=None, ge=0.0)
     draft_cost: dict[str, float] = Field(default_factory=dict)
+    step_overhead: float | None = Field(default=None, ge=0.0, le=1.0)
 
     @field_validator("draft_cost")
     @classmethod

@@ -115,6 +115,7 @@ class EngineSimulator:
                 per_token_compute=o.per_token_compute,
                 prefill_ms_per_token=o.prefill_ms_per_token,
                 draft_cost=o.draft_cost,
+                step_overhead=o.step_overhead,
             )
         self.timing = timing
         seed = self.options.seed

@@ -4,15 +4,16 @@ The simulator runs continuous batching: each iteration prefills the newly
 admitted requests and runs one decode step for every decoding request, which
 verifies the draft tokens proposed for it, if any.
 
-    decode  = T0 · (1 + g · B · (1 + δ)) · (1 + δ · c) · tpot_factor     (B > 0)
+    decode  = T0 · (1 + g · B · (1 + δ)) · (1 + o + δ · c) · tpot_factor     (B > 0)
     prefill = p · P · ttft_factor
     iteration = decode + prefill          (a prefill-only iteration costs T0 + prefill)
 
 - `δ`: draft tokens per decoding request in this iteration (drafted / B). Draft
   models and EAGLE draft `k` on every step (δ = k); prompt-lookup drafters only
   where the context holds a match, so δ < k, and a step where nothing drafts
-  costs what plain decoding costs. The guard's model (`guard/speedup.py`) is
-  the same: tokens per step / (1 + δ·c), load aside.
+  costs plain decoding's plus the overhead o. The guard's model
+  (`guard/speedup.py`, whose `step_cost` this uses) is the same: tokens per
+  step / (1 + o + δ·c), load aside.
 
 - `T0` (`target_forward_ms`, default 15 ms): one target forward at batch 1,
   dominated by reading the weights.
@@ -22,12 +23,14 @@ verifies the draft tokens proposed for it, if any.
   turns into a loss at high load even when acceptance holds.
 - `c` (`draft_cost`): one draft forward relative to a target forward, by method
   (`DRAFT_COST`).
+- `o` (`step_overhead`, default 0): what speculation being on costs every step,
+  drafts or none, relative to a target forward; 0 without speculation.
 - `p` (`prefill_ms_per_token`, default 0.05 ms): prefill cost per prompt token.
 - `tpot_factor`, `ttft_factor`: a revision's effects (see `scenario.Effects`).
 
 Without speculation `δ = 0` and every step yields one token; with it a step
 yields `1 + accepted` tokens (see `acceptance.draw`), so per-token time is
-roughly `T0 (1 + gB(1+δ)) (1 + δc) / E[1 + accepted]`: at alpha = 0.8, k = 4 that
+roughly `T0 (1 + gB(1+δ)) (1 + o + δc) / E[1 + accepted]`: at alpha = 0.8, k = 4 that
 beats plain decoding, at alpha = 0.1 it loses.
 
 Wall time = simulated time x `time_scale` (the CLI's `--time-scale`).
@@ -39,6 +42,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from specfleet.guard.speedup import step_cost
 from specfleet.sim.acceptance import draw
 
 __all__ = ["DRAFT_COST", "TimingModel", "simulate_tpot"]
@@ -65,17 +69,23 @@ class TimingModel:
     per_token_compute: float = 0.01
     prefill_ms_per_token: float = 0.05
     draft_cost: Mapping[str, float] = field(default_factory=lambda: dict(DRAFT_COST))
+    step_overhead: float = 0.0
 
     def cost(self, method: str | None) -> float:
         if method is None:
             return 0.0
         return self.draft_cost.get(method, DRAFT_COST.get(method, DEFAULT_DRAFT_COST))
 
-    def decode_seconds(self, batch: float, drafts: float, c: float) -> float:
+    def overhead(self, method: str | None) -> float:
+        """o with speculation by `method` on, 0 with it off."""
+        return 0.0 if method is None else self.step_overhead
+
+    def decode_seconds(self, batch: float, drafts: float, c: float, o: float = 0.0) -> float:
         """One decode step for `batch` requests verifying `drafts` draft tokens each on
-        average (0: plain decoding, k: every request drafted k)."""
+        average (0: none, k: every request drafted k), at overhead o (0: plain decoding)."""
         t0 = self.target_forward_ms / 1000.0
-        return t0 * (1.0 + self.per_token_compute * batch * (1 + drafts)) * (1.0 + drafts * c)
+        load = 1.0 + self.per_token_compute * batch * (1 + drafts)
+        return t0 * load * step_cost(drafts, c, o)
 
     def iteration_seconds(
         self,
@@ -83,6 +93,7 @@ class TimingModel:
         decode_batch: int,
         drafted: int,
         c: float,
+        o: float = 0.0,
         prefill_tokens: int,
         tpot_factor: float = 1.0,
         ttft_factor: float = 1.0,
@@ -91,7 +102,7 @@ class TimingModel:
         if decode_batch == 0:
             return self.target_forward_ms / 1000.0 + prefill
         drafts = drafted / decode_batch
-        return self.decode_seconds(decode_batch, drafts, c) * tpot_factor + prefill
+        return self.decode_seconds(decode_batch, drafts, c, o) * tpot_factor + prefill
 
     def with_overrides(
         self,
@@ -100,6 +111,7 @@ class TimingModel:
         per_token_compute: float | None = None,
         prefill_ms_per_token: float | None = None,
         draft_cost: Mapping[str, float] | None = None,
+        step_overhead: float | None = None,
     ) -> TimingModel:
         costs = dict(self.draft_cost)
         costs.update(draft_cost or {})
@@ -112,6 +124,7 @@ class TimingModel:
                 self.prefill_ms_per_token if prefill_ms_per_token is None else prefill_ms_per_token
             ),
             draft_cost=costs,
+            step_overhead=self.step_overhead if step_overhead is None else step_overhead,
         )
 
 
@@ -134,7 +147,8 @@ def simulate_tpot(
     for the offline `specfleet simulate` and for tests.
     """
     c = timing.cost(method) if k else 0.0
-    step = timing.decode_seconds(batch, k, c)
+    o = timing.overhead(method) if k else 0.0
+    step = timing.decode_seconds(batch, k, c, o)
     produced, elapsed = 1, 0.0  # the first token comes from prefill
     while produced < output_tokens:
         accepted = draw(alpha, k, rng, decay) if k else 0

@@ -146,4 +146,5 @@ def _timing(scenario: Scenario) -> TimingModel:
         per_token_compute=overrides.per_token_compute,
         prefill_ms_per_token=overrides.prefill_ms_per_token,
         draft_cost=overrides.draft_cost,
+        step_overhead=overrides.step_overhead,
     )

@@ -77,11 +77,16 @@ def engine_acceptance_rate(
 
 
 def modelled_speedup(
-    alpha: float, k: int, draft_cost: float, decay: float = 1.0, match: float | None = None
+    alpha: float,
+    k: int,
+    draft_cost: float,
+    step_overhead: float,
+    decay: float = 1.0,
+    match: float | None = None,
 ) -> float:
     """The guard's speedup function at the true α, over every decode step."""
     tokens = tokens_per_step(alpha, k, decay, match)
-    return speedup(tokens, drafts_per_step(k, match), draft_cost)
+    return speedup(tokens, drafts_per_step(k, match), draft_cost, step_overhead)
 
 
 def concurrency(
@@ -90,6 +95,7 @@ def concurrency(
     drafts: float,
     draft_cost: float,
     max_batch: int,
+    step_overhead: float = 0.0,
 ) -> float:
     """Requests decoding at once on one replica, B = demand · step(B), solved in closed form.
 
@@ -98,19 +104,21 @@ def concurrency(
     in B, a + b·B, so B = demand·a / (1 - demand·b); past saturation the engine runs at its
     max batch.
     """
-    a = timing.decode_seconds(0, drafts, draft_cost)
-    b = timing.decode_seconds(1, drafts, draft_cost) - a
+    a = timing.decode_seconds(0, drafts, draft_cost, step_overhead)
+    b = timing.decode_seconds(1, drafts, draft_cost, step_overhead) - a
     denominator = 1.0 - demand * b
     if denominator <= 0:
         return float(max_batch)
     return min(max(demand * a / denominator, 1.0), float(max_batch))
 
 
-def step_seconds(timing: TimingModel, batch: float, drafts: float, draft_cost: float) -> float:
+def step_seconds(
+    timing: TimingModel, batch: float, drafts: float, draft_cost: float, step_overhead: float = 0.0
+) -> float:
     """One decode step at a (fractional) batch verifying `drafts` tokens a request on average,
     by interpolating the affine timing model."""
-    a = timing.decode_seconds(0, drafts, draft_cost)
-    b = timing.decode_seconds(1, drafts, draft_cost) - a
+    a = timing.decode_seconds(0, drafts, draft_cost, step_overhead)
+    b = timing.decode_seconds(1, drafts, draft_cost, step_overhead) - a
     return a + b * batch
 
 

@@ -42,7 +42,9 @@ def truth_at(world: World, t: float, config: str) -> Truth:
     load = load_factor(on.batch, on.drafts_per_step, policy.per_token_compute)
     for c in on.classes:
         rates[c.name] = physics.engine_acceptance_rate(c.alpha, on.k, c.decay, c.match_rate)
-        modelled = physics.modelled_speedup(c.alpha, on.k, policy.draft_cost, c.decay, c.match_rate)
+        modelled = physics.modelled_speedup(
+            c.alpha, on.k, policy.draft_cost, policy.step_overhead, c.decay, c.match_rate
+        )
         speedups[c.name] = modelled * load
         weights[c.name] = c.rate * c.output_tokens
     floors = {

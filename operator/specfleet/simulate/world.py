@@ -139,6 +139,7 @@ class World:
         effects = self.effects(t, setting.config)
         k = revision.k if setting.speculation else 0
         cost = self.timing.cost(revision.method) if k else 0.0
+        overhead = self.timing.overhead(revision.method) if k else 0.0
         lookup = revision.method in PROMPT_LOOKUP
         specmodel = self.specmodel_at(t)
         slos = {c.name: c.slo for c in specmodel.spec.classes}
@@ -153,8 +154,10 @@ class World:
         drafts = [physics.drafts_per_step(k, c.match_rate) for c in classes]
         drafting = _weighted_mean(drafts, steps)
         demand = sum(steps) * effects.tpot_factor / replicas
-        batch = physics.concurrency(self.timing, demand, drafting, cost, revision.max_batch)
-        step = physics.step_seconds(self.timing, batch, drafting, cost) * effects.tpot_factor
+        max_batch = revision.max_batch
+        batch = physics.concurrency(self.timing, demand, drafting, cost, max_batch, overhead)
+        step = physics.step_seconds(self.timing, batch, drafting, cost, overhead)
+        step *= effects.tpot_factor
         prompts = {n: p.prompt_tokens for n, p in self.scenario.classes.items()}
         ttft = {
             n: physics.ttft_seconds(self.timing, prompts[n], step, effects.ttft_factor)
