@@ -126,14 +126,9 @@ def local_args(
     """
     out = [str(build.target), "--host", host, "--dtype", CPU_DTYPE]
     out += ["--tensor-parallel-size", "1"]
-    flags = iter(rendered[1:])
-    for flag in flags:
-        if flag in DROPPED_SWITCHES:
+    for flag, value in _flags(rendered[1:]):
+        if flag in DROPPED_FLAGS or flag in DROPPED_SWITCHES:
             continue
-        if flag in DROPPED_FLAGS:
-            next(flags)
-            continue
-        value = next(flags) if _takes_value(flag) else None
         if flag == "--port":
             value = str(port)
         elif flag == "--max-model-len":
@@ -146,8 +141,12 @@ def local_args(
     return out
 
 
-def _takes_value(flag: str) -> bool:
-    return flag not in {"--trust-remote-code", "--enable-prefix-caching", "--enforce-eager"}
+def _flags(argv: list[str]) -> Iterator[tuple[str, str | None]]:
+    """(flag, value) pairs; a switch (a flag followed by another flag or nothing) has None."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--"):
+            following = argv[i + 1] if i + 1 < len(argv) else None
+            yield arg, None if following is None or following.startswith("--") else following
 
 
 def _local_speculative_config(text: str, draft: Path) -> str:
