@@ -42,6 +42,11 @@ GUARD = {
     "minDraftTokens": 30,
     # longer than a pod's restart, so the trial's canary does not start beside a rollout
     "cooldownSeconds": 90,
+    # the target drafts for itself: a draft step costs a target step, so on this CPU greedy
+    # speculation only breaks even (a measured speedup of about 0.97), and the trial is judged
+    # on the critical class's acceptance floor rather than on a speedup it cannot show
+    "minSpeedup": 0.8,
+    "releaseMargin": 0.05,
     "probationSeconds": 30,
     "blindAfterSeconds": 60,
 }
