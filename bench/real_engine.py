@@ -1,19 +1,25 @@
 """The real vLLM (its CPU build, the tiny local model; `make real-engine`): start time, memory,
-throughput, and what n-gram speculation buys against what the speedup model predicts.
+throughput, and what n-gram speculation buys against what the guard's speedup model predicts.
 
 Two engines run side by side from the same SpecModel, one rendered with speculation (n-gram)
-and one without, and the rounds alternate between them so drift on a shared machine hits both
+and one without, and the requests alternate between them so drift on a shared machine hits both
 alike. Per engine: seconds from spawn to a healthy `/health`, RSS of its process group (pages
-its processes share count once per process), output tokens/s at each concurrency. Then TPOT
-(client side, streamed, per request: time from the first to the last token over the tokens
-after the first; and the engine's own mean, `vllm:request_time_per_output_token_seconds`) on a
-copy-heavy prompt set at concurrency 1, n-gram on vs off, beside the speedup two readings of
-the engine's counters predict (free drafts, c = 0):
-- from E = 1 + accepted / steps (mean acceptance length): as if every step drafted;
-- from accepted / output tokens: n-gram drafts only on steps where the lookup matches, so the
-  target runs output - accepted forwards for `output` tokens: speedup 1 / (1 - accepted/output).
+its processes share count once per process), output tokens/s at each concurrency (greedy,
+copy-heavy prompts). Then, at concurrency 1, two regimes on both engines:
+- greedy copy-heavy prompts: n-gram drafts on most decode steps;
+- sampled prose at temperature 1.0: n-gram finds almost nothing to draft.
+Per prompt and per regime: the measured speedup (the engines' own mean TPOT,
+`vllm:request_time_per_output_token_seconds`, off over on; client-side p50 TPOT beside it) and
+the n-gram engine's counter deltas, from which the guard's model (`guard/speedup.py`, every
+decode step counted, load factor at one request in flight) predicts
 
-Run: `.venv/bin/python bench/real_engine.py` (about 5 minutes); writes
+    speedup = tokens per step / (1 + o + δ·c).
+
+(c, o) are fitted on one regime's prompts (least squares on tokens per step / measured - 1 =
+o + δ·c; with too little spread in δ there, c stays the SpecModel's and o alone is fitted) and
+checked on the other, both ways; the SpecModel's own (c, o) are checked on both.
+
+Run: `.venv/bin/python bench/real_engine.py` (about 10 minutes); writes
 bench/results/real_engine.json.
 """
 
@@ -54,6 +60,13 @@ COPY_HEAVY = [
     'Copy the JSON: {"model": "tiny", "tokens": [1, 2, 3], "model": "tiny", "tokens": [1, 2, 3]}',
     "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(i)\nfor i in range(10):",
 ]
+PROSE = [
+    "Write a short story about a lighthouse keeper who finds a letter in a bottle.",
+    "Describe a walk through a market town on a rainy autumn morning.",
+    "Explain to a child why the sky changes colour at sunset, in your own words.",
+    "Tell me about a journey by night train across the mountains.",
+]
+REGIMES = {"greedy copy-heavy": (COPY_HEAVY, 0.0), "sampled prose": (PROSE, 1.0)}
 COUNTERS = {
     "steps": "vllm:spec_decode_num_drafts_total",
     "drafted": "vllm:spec_decode_num_draft_tokens_total",
@@ -63,6 +76,10 @@ COUNTERS = {
     "tpot_sum": "vllm:request_time_per_output_token_seconds_sum",
     "tpot_count": "vllm:request_time_per_output_token_seconds_count",
 }
+SETTLE_S = 0.5
+"""Before reading the counters after a prompt's requests: the last request's are in."""
+MIN_DRAFT_SPREAD = 0.5
+"""Drafts per step a regime's prompts must span to fit c and o apart."""
 
 
 @dataclass
@@ -78,6 +95,32 @@ class Engine:
     def counters(self) -> dict[str, float]:
         totals = real_engine.samples(self.engine.metrics())
         return {key: sum(totals.get(name, {}).values()) for key, name in COUNTERS.items()}
+
+
+@dataclass
+class Block:
+    """One prompt's requests on both engines: client-side TPOTs and counter deltas."""
+
+    regime: str
+    tpots: dict[str, list[float]]
+    counts: dict[str, dict[str, float]]
+
+
+@dataclass
+class Point:
+    """A prompt or a regime, n-gram on against off at one request in flight."""
+
+    tokens_per_step: float
+    drafts_per_step: float
+    drafting_step_share: float
+    acceptance_rate: float | None
+    measured: float
+    """Engine-side mean TPOT, off over on."""
+    measured_client_p50: float
+
+    def predicted(self, cost: float, overhead: float, per_token_compute: float) -> float:
+        load = load_factor(1.0, self.drafts_per_step, per_token_compute)
+        return speedup(self.tokens_per_step, self.drafts_per_step, cost, overhead) * load
 
 
 def group_rss_mib(leader: int) -> float:
@@ -98,8 +141,10 @@ def group_rss_mib(leader: int) -> float:
     return total_kib / 1024
 
 
-async def stream_one(client: AsyncOpenAI, prompt: str, max_tokens: int) -> tuple[int, float]:
-    """(output tokens, TPOT seconds) of one greedy streamed completion."""
+async def stream_one(
+    client: AsyncOpenAI, prompt: str, max_tokens: int, temperature: float = 0.0
+) -> tuple[int, float]:
+    """(output tokens, TPOT seconds) of one streamed completion."""
     start = time.perf_counter()
     first = last = 0.0
     tokens = 0
@@ -107,7 +152,7 @@ async def stream_one(client: AsyncOpenAI, prompt: str, max_tokens: int) -> tuple
         model=real_engine.SERVED_NAME,
         messages=[{"role": "user", "content": prompt}],
         max_tokens=max_tokens,
-        temperature=0.0,
+        temperature=temperature,
         stream=True,
         stream_options={"include_usage": True},
         extra_body={"ignore_eos": True},
@@ -144,55 +189,102 @@ async def throughput(
     return {name: tokens[name] / seconds[name] for name in tokens}
 
 
-async def tpot_rounds(
-    engines: list[Engine], rounds: int, max_tokens: int
-) -> tuple[dict[str, list[float]], dict[str, dict[str, float]]]:
-    """Client-side TPOT of every copy-heavy prompt, alternating engines; each engine's counter
-    deltas over the same requests."""
-    tpots: dict[str, list[float]] = {e.name: [] for e in engines}
-    before = {e.name: e.counters() for e in engines}
-    for _ in range(rounds):
-        for prompt in COPY_HEAVY:
+async def blocks(engines: list[Engine], rounds: int, max_tokens: int) -> list[Block]:
+    """Every prompt of every regime `rounds` times on each engine, alternating; the counters
+    are read around each prompt's requests."""
+    found = []
+    for regime, (prompts, temperature) in REGIMES.items():
+        for prompt in prompts:
+            before = {e.name: e.counters() for e in engines}
+            tpots: dict[str, list[float]] = {e.name: [] for e in engines}
+            for _ in range(rounds):
+                for engine in engines:
+                    _, tpot = await stream_one(engine.client, prompt, max_tokens, temperature)
+                    tpots[engine.name].append(tpot)
+            await asyncio.sleep(SETTLE_S)
+            counts = {}
             for engine in engines:
-                _, tpot = await stream_one(engine.client, prompt, max_tokens)
-                tpots[engine.name].append(tpot)
-    deltas = {}
-    for engine in engines:
-        after = engine.counters()
-        deltas[engine.name] = {key: after[key] - before[engine.name][key] for key in after}
-    return tpots, deltas
+                after = engine.counters()
+                counts[engine.name] = {key: after[key] - before[engine.name][key] for key in after}
+            found.append(Block(regime, tpots, counts))
+    return found
 
 
-def predictions(counts: dict[str, float]) -> dict[str, float]:
-    mean_acceptance_length = 1 + counts["accepted"] / counts["steps"]
-    accepted_share = counts["accepted"] / counts["output"]
-    return {
-        "mean_acceptance_length": mean_acceptance_length,
-        "acceptance_rate": counts["accepted"] / counts["drafted"],
-        "accepted_per_output_token": accepted_share,
-        "predicted_speedup_from_E": mean_acceptance_length,
-        "predicted_speedup_from_accepted_share": 1 / (1 - accepted_share),
-        **guard_model(counts),
-    }
+def point(group: list[Block]) -> Point:
+    def total(engine: str, key: str) -> float:
+        return sum(b.counts[engine][key] for b in group)
+
+    def tpot(engine: str) -> float:
+        return total(engine, "tpot_sum") / total(engine, "tpot_count")
+
+    def p50(engine: str) -> float:
+        return statistics.median([t for b in group for t in b.tpots[engine]])
+
+    output, accepted, drafted = (total("ngram", k) for k in ("output", "accepted", "drafted"))
+    steps = decode_steps(output, accepted) or 1.0
+    return Point(
+        tokens_per_step=output / steps,
+        drafts_per_step=drafted / steps,
+        drafting_step_share=total("ngram", "steps") / steps,
+        acceptance_rate=accepted / drafted if drafted else None,
+        measured=tpot("off") / tpot("ngram"),
+        measured_client_p50=p50("off") / p50("ngram"),
+    )
 
 
-def guard_model(counts: dict[str, float]) -> dict[str, float]:
-    """What the guard's speedup model (guard/speedup.py) makes of the same counters, at the
-    SpecModel's draft cost and per-token compute with one request in flight (the TPOT
-    rounds' concurrency): every decode step counted, those that drafted nothing included."""
+def fit(points: list[Point], prior_cost: float, per_token_compute: float) -> tuple[float, float]:
+    """(c, o) by least squares on tokens per step · load / measured - 1 = o + δ·c; c stays
+    `prior_cost` when the points' δ span too little to tell the two apart."""
+    xs = [p.drafts_per_step for p in points]
+    ys = [
+        p.tokens_per_step * load_factor(1.0, p.drafts_per_step, per_token_compute) / p.measured
+        - 1.0
+        for p in points
+    ]
+    if max(xs) - min(xs) < MIN_DRAFT_SPREAD:
+        residuals = [y - prior_cost * x for x, y in zip(xs, ys, strict=True)]
+        return prior_cost, statistics.fmean(residuals)
+    slope, intercept = statistics.linear_regression(xs, ys)
+    return slope, intercept
+
+
+def model_check(blocks_run: list[Block]) -> dict[str, Any]:
+    """Each regime's measured speedup against the model at the SpecModel's (c, o) and at the
+    (c, o) fitted on the other regime's prompts."""
     policy = Policy.of(parse_specmodel(SPECMODEL), None)
-    steps = decode_steps(counts["output"], counts["accepted"]) or 1.0
-    drafts = counts["drafted"] / steps
-    unloaded = speedup(counts["output"] / steps, drafts, policy.draft_cost)
-    return {
-        "decode_steps": steps,
-        "drafting_step_share": counts["steps"] / steps,
-        "drafts_per_decode_step": drafts,
-        "draft_cost": policy.draft_cost,
-        "per_token_compute": policy.per_token_compute,
-        "predicted_speedup_guard_model": unloaded
-        * load_factor(1.0, drafts, policy.per_token_compute),
+    g = policy.per_token_compute
+    regimes: dict[str, Any] = {}
+    for regime in REGIMES:
+        group = [b for b in blocks_run if b.regime == regime]
+        prompts = [point([b]) for b in group]
+        cost, overhead = fit(prompts, policy.draft_cost, g)
+        regimes[regime] = {
+            "point": point(group),
+            "prompts": prompts,
+            "fit": {"draft_cost": cost, "step_overhead": overhead},
+        }
+    out: dict[str, Any] = {
+        "specmodel": {"draft_cost": policy.draft_cost, "step_overhead": policy.step_overhead},
+        "per_token_compute": g,
+        "regimes": {},
     }
+    for regime, found in regimes.items():
+        p: Point = found["point"]
+        other = next(r for r in regimes if r != regime)
+        fitted = regimes[other]["fit"]
+        at_spec = p.predicted(policy.draft_cost, policy.step_overhead, g)
+        at_fit = p.predicted(fitted["draft_cost"], fitted["step_overhead"], g)
+        out["regimes"][regime] = {
+            **vars(p),
+            "prompts": [vars(q) for q in found["prompts"]],
+            "fit_on_these_prompts": found["fit"],
+            "predicted_at_specmodel": at_spec,
+            "measured_over_predicted_at_specmodel": p.measured / at_spec,
+            "fit_on_other_regime": {"regime": other, **fitted},
+            "predicted_at_other_regimes_fit": at_fit,
+            "measured_over_predicted_at_other_regimes_fit": p.measured / at_fit,
+        }
+    return out
 
 
 async def measure(engines: list[Engine], args: argparse.Namespace) -> dict[str, Any]:
@@ -201,27 +293,18 @@ async def measure(engines: list[Engine], args: argparse.Namespace) -> dict[str, 
         rates = await throughput(engines, c, args.rounds, args.requests, args.max_tokens)
         for name, rate in rates.items():
             levels[name][c] = rate
-    tpots, deltas = await tpot_rounds(engines, args.rounds, args.max_tokens)
-    p50 = {name: statistics.median(values) for name, values in tpots.items()}
-    engine_tpot = {name: d["tpot_sum"] / d["tpot_count"] for name, d in deltas.items()}
-    counts = deltas["ngram"]
-    mean = {name: statistics.fmean(values) for name, values in tpots.items()}
+    found = await blocks(engines, args.rounds, args.max_tokens)
     return {
         "engines": {
             e.name: {
                 "start_s": e.start_s,
                 "rss_mib": group_rss_mib(e.engine.process.pid),
                 "tokens_per_s": levels[e.name],
-                "tpot_p50_ms": 1000 * p50[e.name],
-                "engine_tpot_mean_ms": 1000 * engine_tpot[e.name],
             }
             for e in engines
         },
-        "ngram_counts": counts,
-        "measured_speedup": p50["off"] / p50["ngram"],
-        "measured_speedup_engine_side": engine_tpot["off"] / engine_tpot["ngram"],
-        "measured_speedup_of_mean_tpot": mean["off"] / mean["ngram"],
-        **predictions(counts),
+        "model": model_check(found),
+        "counts": [{"regime": b.regime, **b.counts} for b in found],
     }
 
 
@@ -232,6 +315,31 @@ def start(stack: ExitStack, build: real_engine.Build, name: str, spec: bool, log
     began = time.monotonic()
     engine = stack.enter_context(real_engine.running(build, args, log))
     return Engine(name, engine, time.monotonic() - began)
+
+
+def report(result: dict[str, Any]) -> None:
+    for name, e in result["engines"].items():
+        rates = ", ".join(f"c={c} {v:.0f} tok/s" for c, v in e["tokens_per_s"].items())
+        print(f"{name:<6} start {e['start_s']:.1f} s  RSS {e['rss_mib']:.0f} MiB  {rates}")
+    model = result["model"]
+    spec = model["specmodel"]
+    print(
+        f"n-gram k={K} on vs off, one request in flight; model tokens/step / (1 + o + δ·c) at "
+        f"SpecModel c={spec['draft_cost']}, o={spec['step_overhead']}"
+    )
+    for regime, r in model["regimes"].items():
+        other = r["fit_on_other_regime"]
+        own = r["fit_on_these_prompts"]
+        print(
+            f"{regime:<18} tokens/step {r['tokens_per_step']:.2f}  δ {r['drafts_per_step']:.2f}  "
+            f"measured {r['measured']:.2f}x (client p50 {r['measured_client_p50']:.2f}x)  "
+            f"model at SpecModel {r['predicted_at_specmodel']:.2f}x "
+            f"(measured/model {r['measured_over_predicted_at_specmodel']:.2f})  "
+            f"model at c={other['draft_cost']:.3f}, o={other['step_overhead']:.3f} fitted on "
+            f"{other['regime']} {r['predicted_at_other_regimes_fit']:.2f}x "
+            f"(measured/model {r['measured_over_predicted_at_other_regimes_fit']:.2f}); "
+            f"own fit c={own['draft_cost']:.3f}, o={own['step_overhead']:.3f}"
+        )
 
 
 def main() -> None:
@@ -250,27 +358,7 @@ def main() -> None:
         ]
         result = asyncio.run(measure(engines, args))
     result["settings"] = {**vars(args), "k": K, "load_average": os.getloadavg()}
-    for name, e in result["engines"].items():
-        rates = ", ".join(f"c={c} {v:.0f} tok/s" for c, v in e["tokens_per_s"].items())
-        print(
-            f"{name:<6} start {e['start_s']:.1f} s  RSS {e['rss_mib']:.0f} MiB  {rates}  "
-            f"TPOT p50 {e['tpot_p50_ms']:.2f} ms (engine's mean {e['engine_tpot_mean_ms']:.2f})"
-        )
-    print(
-        f"n-gram k={K}: measured speedup {result['measured_speedup']:.2f}x "
-        f"(engine side {result['measured_speedup_engine_side']:.2f}x); predicted "
-        f"{result['predicted_speedup_from_E']:.2f}x from E = 1 + accepted/steps, "
-        f"{result['predicted_speedup_from_accepted_share']:.2f}x from accepted/output "
-        f"({result['accepted_per_output_token']:.2f}); acceptance rate "
-        f"{result['acceptance_rate']:.2f}"
-    )
-    model = result["predicted_speedup_guard_model"]
-    print(
-        f"guard model: {model:.2f}x at c = {result['draft_cost']} "
-        f"({result['drafting_step_share']:.0%} of decode steps drafted); measured / model "
-        f"{result['measured_speedup'] / model:.2f} (p50 TPOT), "
-        f"{result['measured_speedup_of_mean_tpot'] / model:.2f} (mean TPOT)"
-    )
+    report(result)
     out = ROOT / "bench" / "results" / "real_engine.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
