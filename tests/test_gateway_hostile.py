@@ -63,12 +63,28 @@ class Engine:
             raise web.HTTPTemporaryRedirect(request.headers["x-target"])
         if script == "trickle":
             return await self._trickle(request)
+        if script == "linger":
+            return await self._linger(request)
         call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
         message = {"role": "assistant", "content": '{"a": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!"}'}
         if body.get("tools"):
             message["tool_calls"] = [call]  # type: ignore[assignment]
         choice = {"index": 0, "message": message, "finish_reason": "stop"}
         return web.json_response({"choices": [choice], "usage": {"completion_tokens": 5}})
+
+    async def _linger(self, request: web.Request) -> web.StreamResponse:
+        """A whole stream, usage and [DONE] included, then the end of the response a while later
+        (uvicorn ends a chunked response in a write of its own)."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        finish = {"choices": [{"index": 0, "delta": {"content": "xy"}, "finish_reason": "length"}]}
+        usage = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}
+        for chunk in (finish, usage):
+            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await asyncio.sleep(0.5)
+        await response.write_eof()
+        return response
 
     async def _trickle(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -276,6 +292,26 @@ async def test_a_stream_past_its_deadline_is_cut_and_not_blamed_on_the_engine() 
     assert engine.cancelled == 1
     assert requests(metrics, "cancelled") == 1
     assert requests(metrics, "upstream_error") == 0
+
+
+async def test_a_client_that_hangs_up_after_done_got_a_whole_answer() -> None:
+    """The openai client closes the connection once it reads [DONE], before the engine ends its
+    response: the request is complete, counted as ok with its tokens."""
+    async with gateway() as (engine, gw), httpx.AsyncClient() as http:
+        body = {"messages": [], "stream": True}
+        for _ in range(3):
+            async with http.stream(
+                "POST", gw.url + CHAT, json=body, headers={"x-script": "linger"}
+            ) as response:
+                async for line in response.aiter_lines():
+                    if line == "data: [DONE]":
+                        break
+        await asyncio.sleep(0.2)
+        metrics = await scrape(gw)
+    assert engine.requests == 3
+    assert requests(metrics, "ok") == 3
+    assert requests(metrics, "cancelled") == 0
+    assert sample(metrics, "specfleet_output_tokens_total", **{"class": "chat"}) == 6
 
 
 async def test_no_client_header_bytes_reach_the_logs(caplog: pytest.LogCaptureFixture) -> None:

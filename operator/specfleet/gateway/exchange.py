@@ -40,6 +40,8 @@ class Exchange:
     strip_usage: bool = False
     """The gateway asked for the usage chunk on the client's behalf: remove it."""
     response: web.StreamResponse | None = None
+    answered: bool = False
+    """The client has the whole answer: a hang-up from here on is not a cancellation."""
 
 
 def account(exchange: Exchange, summary: ResponseSummary) -> None:
@@ -86,6 +88,8 @@ class StreamReader:
         self.reading = exchange.body is not None
         self.held: list[bytes] = []
         """Finish chunks waiting for the dropped usage chunk's fingerprint."""
+        self.ended = False
+        """The engine's stream reached [DONE]."""
 
     def may_drop(self, data: bytes) -> bool:
         """Whether `take` could change an event of `data`: drop the usage chunk, hold a finish
@@ -107,6 +111,8 @@ class StreamReader:
 
     def _relayed(self, event: bytes, now: float) -> bytes:
         payload = data_payload(event)
+        if payload == DONE:
+            self.ended = True
         if payload is None or payload == DONE:
             return self.release() + event if self.held else event
         if not self.reading:

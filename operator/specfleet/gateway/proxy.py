@@ -191,10 +191,12 @@ class Proxy:
         try:
             return await self._exchange(exchange, routing)
         except asyncio.CancelledError:
-            record.outcome = "cancelled"
+            if not exchange.answered:
+                record.outcome = "cancelled"
             raise
         except ClientGone:
-            record.outcome = "cancelled"
+            if not exchange.answered:
+                record.outcome = "cancelled"
         except UpstreamBroke as exc:
             log.warning("engine failed mid-response: %s", exc)
             record.outcome = "upstream_error"
@@ -300,16 +302,24 @@ class Proxy:
         left = self.settings.stream_deadline - (time.perf_counter() - exchange.started)
         deadline = asyncio.timeout(left)
         try:
-            async with deadline:
-                await self._relay_events(exchange, upstream, reader, splitter)
-        except TimeoutError:
-            if deadline.expired():
-                raise PastDeadline from None
+            try:
+                async with deadline:
+                    await self._relay_events(exchange, upstream, reader, splitter)
+            except TimeoutError:
+                if deadline.expired():
+                    raise PastDeadline from None
+                raise
+            rest = reader.release() + splitter.rest
+            if rest:
+                await self._write(exchange.request, response, rest)
+            await self._end(response)
+        except (asyncio.CancelledError, ClientGone):
+            # Clients (the openai one among them) hang up once they read [DONE], often before the
+            # engine ends its response: that answer was whole, and the engine counted it.
+            if reader.ended:
+                exchange.answered = True
+                reader.finish()
             raise
-        rest = reader.release() + splitter.rest
-        if rest:
-            await self._write(exchange.request, response, rest)
-        await self._end(response)
         reader.finish()
         return response
 
