@@ -245,9 +245,10 @@ def wait_unbound(ip: str, ports: tuple[int, ...], timeout: float) -> bool:
     (one per namespace) may still be stopping the deleted pod that last held this IP."""
     deadline = time.monotonic() + timeout
     while not all(_unbound(ip, port) for port in ports):
-        if time.monotonic() > deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             return False
-        time.sleep(0.5)
+        time.sleep(min(0.5, left))
     return True
 
 
