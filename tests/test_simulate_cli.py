@@ -140,6 +140,14 @@ def test_bad_specmodel_exits_2_naming_the_field(tmp_path: Path) -> None:
     refused(simulate(tmp_path, SHORT_COLLAPSE, tmp_path / "missing.yaml"), "missing.yaml")
 
 
+def test_a_yaml_bomb_for_a_specmodel_exits_2(tmp_path: Path) -> None:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]" for n in range(1, 10)]
+    specmodel = tmp_path / "bomb.yaml"
+    specmodel.write_text("\n".join(lines) + "\n")
+    refused(simulate(tmp_path, SHORT_COLLAPSE, specmodel), "aliases")
+
+
 def test_the_cli_imports_without_matplotlib() -> None:
     code = "import sys, specfleet.cli; sys.exit('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -31,15 +30,3 @@ def dump_all(documents: Iterable[Any]) -> str:
 
 class YamlError(ValueError):
     pass
-
-
-def load_documents(path: Path) -> list[dict[str, Any]]:
-    """Every non-empty document of a YAML file; each must be a mapping."""
-    try:
-        documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    except (OSError, yaml.YAMLError) as exc:
-        raise YamlError(f"{path}: {exc}") from None
-    for index, document in enumerate(documents):
-        if not isinstance(document, dict):
-            raise YamlError(f"{path}: document {index + 1} is not a mapping")
-    return documents

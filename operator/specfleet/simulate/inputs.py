@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from specfleet.api import InvalidSpecModel, SpecModel, parse_specmodel
+from specfleet.api.manifests import load_manifests
 from specfleet.render import revision_hash
 from specfleet.sim.scenario import Effects, Scenario, ScenarioError, load_scenario
 from specfleet.sim.timing import TimingModel
 from specfleet.simulate.world import Revision, SpecChange, World
-from specfleet.yamlio import YamlError, load_documents
+from specfleet.yamlio import YamlError
 
 
 class SimulationInputError(ValueError):
@@ -28,7 +29,7 @@ class SimulationInputError(ValueError):
 
 def load_specmodel_document(path: Path) -> dict[str, Any]:
     try:
-        documents = load_documents(path)
+        documents = load_manifests(path)
     except YamlError as exc:
         raise SimulationInputError(str(path), [str(exc)]) from None
     if len(documents) != 1:
