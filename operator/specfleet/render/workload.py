@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from specfleet.api.base import CANARY_SUFFIX
+from specfleet.api.base import CANARY_SUFFIX, SCRAPE_INTERVAL_SECONDS
 from specfleet.api.gateway import GatewayConfig
 from specfleet.api.model import EngineConfig, SpecModel
 from specfleet.api.spec import PodSpec
@@ -393,9 +393,13 @@ def pod_relabelings() -> list[dict[str, Any]]:
     ]
 
 
+SCRAPE_INTERVAL = f"{SCRAPE_INTERVAL_SECONDS}s"
+"""The interval admission's window rule assumes when a ServiceMonitor is rendered."""
+
+
 def service_monitor(workload: Workload) -> Manifest:
     """The gateways' per-class series, through the Service's `metrics` port."""
-    endpoint = {"port": "metrics", "interval": "15s", "relabelings": pod_relabelings()}
+    endpoint = {"port": "metrics", "interval": SCRAPE_INTERVAL, "relabelings": pod_relabelings()}
     spec = {"selector": {"matchLabels": workload.selector()}, "endpoints": [endpoint]}
     return prometheus_operator_object(workload, "ServiceMonitor", spec)
 
@@ -405,7 +409,7 @@ def pod_monitor(workload: Workload) -> Manifest:
     endpoint = {
         "port": "engine",
         "path": workload.launch.metrics_path,
-        "interval": "15s",
+        "interval": SCRAPE_INTERVAL,
         "relabelings": pod_relabelings(),
     }
     spec = {
