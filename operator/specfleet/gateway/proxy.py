@@ -178,7 +178,8 @@ class Proxy:
         routing = self.routing
         # Until the engine has answered, a failure is the gateway's own.
         record = RequestRecord(class_name=routing.config.default_class, outcome="gateway_error")
-        batch = self.in_flight.enter()
+        # Only derived counts (TensorRT-LLM) read the batch: vLLM reports its own per request.
+        batch = self.in_flight.enter() if routing.config.engine == "tensorrt-llm" else None
         exchange = Exchange(
             request,
             None,
@@ -211,7 +212,8 @@ class Proxy:
             if exchange.response is None:
                 return openai_error(500, "the gateway failed", "InternalServerError")
         finally:
-            self.in_flight.leave(batch)
+            if batch is not None:
+                self.in_flight.leave(batch)
             record.seconds = time.perf_counter() - exchange.started
             # Classified once the client has its answer: nothing on the way to the engine or
             # back waits for it.
