@@ -37,6 +37,22 @@ class KillSwitchState(StrEnum):
     TRIAL = "trial"
 
 
+class SpeculationSource(StrEnum):
+    """Who decided speculation: the kill-switch annotation, spec.guard.mode, the guard, or the
+    config (none configured)."""
+
+    ANNOTATION = "annotation"
+    SPEC = "spec"
+    GUARD = "guard"
+    CONFIG = "config"
+
+
+class RevisionVerdict(StrEnum):
+    PROBATION = "probation"
+    GOOD = "good"
+    BAD = "bad"
+
+
 class Condition(ApiModel):
     """A standard Kubernetes condition (metav1.Condition)."""
 

@@ -11,7 +11,7 @@ from specfleet.api.spec import GuardSpec, SpeculativeSpec
 from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchStatus
 from specfleet.controller.plan import Plan
 from specfleet.controller.status import Rollout
-from specfleet.guard import Decision, Policy, Situation
+from specfleet.guard import Decision, Policy, Situation, killswitch
 from specfleet.telemetry.model import Observation
 
 
@@ -24,11 +24,7 @@ def situation(
     now: datetime,
     speculative: SpeculativeSpec | None = None,
 ) -> Situation:
-    override = (
-        the_plan.speculation_source
-        if the_plan.speculation_source in ("annotation", "spec")
-        else None
-    )
+    override = killswitch.override(the_plan.speculation_source)
     return Situation(
         policy=Policy.of(specmodel, override, speculative),
         guard=status.guard or GuardStatus(),
@@ -69,16 +65,12 @@ def judged_canary(
     now: datetime,
 ) -> Observation | None:
     """A trial's canary window (the active revision's pods with speculation, beside a fleet
-    without), once the canary has served for one interval: its series are new (the last
-    speculating pods stopped a cooldown ago), so the window holds nothing else, and a failing
-    trial costs less the sooner it is judged. A cooldown shorter than a window waits a window."""
+    without), once the canary has served long enough (`killswitch.canary_judged`)."""
     canary = status.canary
     if not the_plan.canary or observation is None or canary is None or canary.ready_since is None:
         return None
-    needed = guard.interval_seconds
-    if guard.cooldown_seconds < guard.window_seconds:
-        needed = guard.window_seconds
-    return observation.other_speculation if _since(canary.ready_since, now) >= needed else None
+    judged = killswitch.canary_judged(canary.ready_since, guard, now)
+    return observation.other_speculation if judged else None
 
 
 def _since(stamp: str, now: datetime) -> float:
@@ -104,9 +96,9 @@ def apply_decision(
         )
         for a in decision.actions
     ]
-    kill_switch = decision.kill_switch
-    if the_plan.speculation_source in ("annotation", "spec"):
-        kill_switch = status.kill_switch or KillSwitchStatus()
+    kill_switch = killswitch.after_decision(
+        the_plan.speculation_source, status.kill_switch, decision.kill_switch
+    )
     return status.model_copy(
         update={
             "guard": decision.guard,

@@ -12,18 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from specfleet.api import KILL_SWITCH_ANNOTATION, RETRY_ANNOTATION, SpecModel
+from specfleet.api import RETRY_ANNOTATION, SpecModel
 from specfleet.api.status import (
     MAX_REVISION_HISTORY,
-    KillSwitchState,
-    KillSwitchStatus,
     RevisionRecord,
     SpecModelStatus,
 )
+from specfleet.guard import killswitch
 from specfleet.render import revision_hash
 
 GOOD, BAD, PROBATION = "good", "bad", "probation"
-OVERRIDES = {"engage": False, "release": True}
 
 
 @dataclass(frozen=True)
@@ -53,14 +51,13 @@ def plan(specmodel: SpecModel, status: SpecModelStatus, now: datetime) -> Plan:
         desired = desired.model_copy(update={"verdict": PROBATION})
         revisions = [desired if r.number == desired.number else r for r in revisions]
     active = desired if desired.verdict != BAD else _last_good(revisions, desired)
-    speculation, source = _speculation(specmodel, status)
-    kill_switch = status.kill_switch or KillSwitchStatus()
+    speculation, source = killswitch.speculation(specmodel, status.kill_switch)
     return Plan(
         desired=desired,
         active=active,
         speculation=speculation,
         speculation_source=source,
-        canary=source == "guard" and kill_switch.state == KillSwitchState.TRIAL,
+        canary=killswitch.runs_canary(source, status.kill_switch),
         revisions=revisions,
         retry_token=token if token is not None else status.retry_token,
         new_revision=new,
@@ -99,17 +96,3 @@ def _bounded(revisions: list[RevisionRecord]) -> list[RevisionRecord]:
 def _last_good(revisions: list[RevisionRecord], fallback: RevisionRecord) -> RevisionRecord:
     good = [r for r in revisions if r.verdict == GOOD and r.number != fallback.number]
     return good[-1] if good else fallback
-
-
-def _speculation(specmodel: SpecModel, status: SpecModelStatus) -> tuple[bool, str]:
-    if specmodel.spec.speculative is None:
-        return False, "config"
-    override = specmodel.metadata.annotations.get(KILL_SWITCH_ANNOTATION, "auto")
-    if override in OVERRIDES:
-        return OVERRIDES[override], "annotation"
-    mode = specmodel.spec.guard.mode
-    if mode != "auto":
-        return mode == "on", "spec"
-    kill_switch = status.kill_switch or KillSwitchStatus()
-    switched_off = kill_switch.state != KillSwitchState.RELEASED and kill_switch.source == "guard"
-    return not switched_off, "guard"

@@ -15,12 +15,11 @@ from specfleet.api.status import (
     CanaryState,
     CanaryStatus,
     GuardStatus,
-    KillSwitchState,
-    KillSwitchStatus,
     ReplicaStatus,
     ServingPlanStatus,
 )
 from specfleet.controller.plan import Plan
+from specfleet.guard import killswitch
 from specfleet.render.workload import SPECULATION_LABEL, canary_name
 
 Body = dict[str, Any]
@@ -114,7 +113,9 @@ def next_status(
                 (r.number for r in plan.revisions if r.verdict == "good"), default=None
             ),
             "revisions": plan.revisions,
-            "kill_switch": _kill_switch(plan, previous, now),
+            "kill_switch": killswitch.after_plan(
+                plan.speculation_source, plan.speculation, previous.kill_switch, now
+            ),
             "canary": _canary(specmodel, plan, observed.canary, previous, now),
             "retry_token": plan.retry_token,
             "replicas": state.replicas,
@@ -298,18 +299,4 @@ def _canary(
         revision=plan.active.number,
         state=CanaryState.SERVING if since else CanaryState.STARTING,
         ready_since=since,
-    )
-
-
-def _kill_switch(plan: Plan, previous: SpecModelStatus, now: datetime) -> KillSwitchStatus:
-    old = previous.kill_switch or KillSwitchStatus()
-    if plan.speculation_source in ("guard", "config"):
-        # An override that ended hands the switch back to the guard, released.
-        return old if old.source in ("guard", "") else KillSwitchStatus()
-    state = KillSwitchState.RELEASED if plan.speculation else KillSwitchState.ENGAGED
-    if old.state == state and old.source == plan.speculation_source:
-        return old
-    reason = f"set by the {plan.speculation_source}"
-    return KillSwitchStatus(
-        state=state, source=plan.speculation_source, since=now.isoformat(), reason=reason
     )
