@@ -18,9 +18,8 @@ from specfleet.api import GROUP, PLURAL, VERSION
 from specfleet.controller.children import summary
 from specfleet.controller.operator import Index, Key, Operator
 from specfleet.controller.queue import WorkQueue
+from specfleet.render.labels import INSTANCE, MANAGED
 
-MANAGED = {"app.kubernetes.io/managed-by": "specfleet"}
-INSTANCE = "app.kubernetes.io/instance"
 CHILD_RESOURCES = [
     ("apps", "v1", "deployments"),
     ("", "v1", "services"),

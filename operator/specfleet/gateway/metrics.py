@@ -1,4 +1,5 @@
-"""The gateway's Prometheus metrics (names and labels are a contract: see DESIGN.md).
+"""The gateway's Prometheus metrics (names and labels are a contract with telemetry: see
+`specfleet.series`).
 
 A private registry, so the gateway exports exactly its own series. Every class's series exist
 from the start (zero), so `rate()` works before the first request of a class arrives.
@@ -11,13 +12,11 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from specfleet.gateway import names
+from specfleet import series
 from specfleet.gateway.quality import KINDS, Verdicts
 from specfleet.gateway.schemas import REASONS
 from specfleet.gateway.stats import SpecCounts
 
-OUTCOMES = ("ok", "client_error", "upstream_error", "gateway_error", "cancelled")
-"""upstream_error is the engine's failure only; gateway_error the gateway's own."""
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter", "abort", "other")
 ERROR_STAGES = ("request", "response", "stream", "metrics", "config")
 
@@ -54,59 +53,59 @@ class GatewayMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
-            names.REQUESTS, "Inference requests by prompt class and outcome.",
-            ["class", "outcome"], registry=r,
+            series.REQUESTS, "Inference requests by prompt class and outcome.",
+            [series.CLASS, series.OUTCOME], registry=r,
         )  # fmt: skip
         self.draft_tokens = Counter(
-            names.DRAFT_TOKENS, "Draft tokens proposed.", ["class"], registry=r
+            series.DRAFT_TOKENS, "Draft tokens proposed.", [series.CLASS], registry=r
         )
         self.accepted_tokens = Counter(
-            names.ACCEPTED_TOKENS,
+            series.ACCEPTED_TOKENS,
             "Draft tokens accepted (bonus tokens excluded).",
-            ["class"],
+            [series.CLASS],
             registry=r,
         )
         self.spec_steps = Counter(
-            names.SPEC_STEPS, "Speculative verify steps.", ["class"], registry=r
+            series.SPEC_STEPS, "Speculative verify steps.", [series.CLASS], registry=r
         )
         self.output_tokens = Counter(
-            names.OUTPUT_TOKENS, "Output tokens (usage.completion_tokens).", ["class"],
+            series.OUTPUT_TOKENS, "Output tokens (usage.completion_tokens).", [series.CLASS],
             registry=r,
         )  # fmt: skip
         self.request_seconds = Counter(
-            names.REQUEST_SECONDS, "Seconds inference requests spent in flight; its "
-            "rate is the mean number of requests in flight (Little's law).", ["class"],
+            series.REQUEST_SECONDS, "Seconds inference requests spent in flight; its "
+            "rate is the mean number of requests in flight (Little's law).", [series.CLASS],
             registry=r,
         )  # fmt: skip
         self.ttft = Histogram(
-            names.TTFT, "Time to first token as the client sees it (streams).",
-            ["class"], buckets=TTFT_BUCKETS, registry=r,
+            series.TTFT, "Time to first token as the client sees it (streams).",
+            [series.CLASS], buckets=TTFT_BUCKETS, registry=r,
         )  # fmt: skip
         self.tpot = Histogram(
-            names.TPOT, "Time per output token after the first (streams).",
-            ["class"], buckets=TPOT_BUCKETS, registry=r,
+            series.TPOT, "Time per output token after the first (streams).",
+            [series.CLASS], buckets=TPOT_BUCKETS, registry=r,
         )  # fmt: skip
         self.tool_calls = Counter(
-            names.TOOL_CALLS, "Tool calls, by whether the arguments are valid JSON that "
-            "matches the tool's schema.", ["class", "valid"], registry=r,
+            series.TOOL_CALLS, "Tool calls, by whether the arguments are valid JSON that "
+            "matches the tool's schema.", [series.CLASS, series.VALID], registry=r,
         )  # fmt: skip
         self.structured_outputs = Counter(
-            names.STRUCTURED_OUTPUTS, "JSON outputs (response_format json_object or "
-            "json_schema), by whether they parse and match the schema.", ["class", "valid"],
-            registry=r,
+            series.STRUCTURED_OUTPUTS, "JSON outputs (response_format json_object or "
+            "json_schema), by whether they parse and match the schema.",
+            [series.CLASS, series.VALID], registry=r,
         )  # fmt: skip
         self.unjudged = Counter(
-            names.QUALITY_UNJUDGED, "Tool calls and JSON outputs not judged, by why: the "
+            series.QUALITY_UNJUDGED, "Tool calls and JSON outputs not judged, by why: the "
             "request's schema was not one a sane validator can check, or checking cost too much.",
-            ["class", "kind", "reason"], registry=r,
+            [series.CLASS, series.KIND, series.REASON], registry=r,
         )  # fmt: skip
         self.finish_reasons = Counter(
-            names.FINISH_REASONS, "Choices by finish reason; `length` is a truncation.",
-            ["class", "reason"], registry=r,
+            series.FINISH_REASONS, "Choices by finish reason; `length` is a truncation.",
+            [series.CLASS, series.REASON], registry=r,
         )  # fmt: skip
         self.errors = Counter(
-            names.GATEWAY_ERRORS, "The gateway's own bookkeeping failures (requests were "
-            "still served).", ["stage"], registry=r,
+            series.GATEWAY_ERRORS, "The gateway's own bookkeeping failures (requests were "
+            "still served).", [series.STAGE], registry=r,
         )  # fmt: skip
         for stage in ERROR_STAGES:
             self.errors.labels(stage)
@@ -118,10 +117,10 @@ class GatewayMetrics:
                 self._series[name] = _ClassSeries(self, name)
 
     def record(self, record: RequestRecord) -> None:
-        series = self._series.get(record.class_name)
-        if series is None:
-            series = self._series[record.class_name] = _ClassSeries(self, record.class_name)
-        series.record(record)
+        found = self._series.get(record.class_name)
+        if found is None:
+            found = self._series[record.class_name] = _ClassSeries(self, record.class_name)
+        found.record(record)
 
     def error(self, stage: str) -> None:
         self.errors.labels(stage).inc()
@@ -135,7 +134,7 @@ class _ClassSeries:
     then plain attribute access, no label lookups."""
 
     def __init__(self, metrics: GatewayMetrics, name: str) -> None:
-        self.requests = {o: metrics.requests.labels(name, o) for o in OUTCOMES}
+        self.requests = {o: metrics.requests.labels(name, o) for o in series.OUTCOMES}
         self.draft_tokens = metrics.draft_tokens.labels(name)
         self.accepted_tokens = metrics.accepted_tokens.labels(name)
         self.spec_steps = metrics.spec_steps.labels(name)
@@ -143,9 +142,10 @@ class _ClassSeries:
         self.request_seconds = metrics.request_seconds.labels(name)
         self.ttft = metrics.ttft.labels(name)
         self.tpot = metrics.tpot.labels(name)
-        self.tool_calls = {v: metrics.tool_calls.labels(name, _valid(v)) for v in (True, False)}
+        valid = series.valid_value
+        self.tool_calls = {v: metrics.tool_calls.labels(name, valid(v)) for v in (True, False)}
         self.structured_outputs = {
-            v: metrics.structured_outputs.labels(name, _valid(v)) for v in (True, False)
+            v: metrics.structured_outputs.labels(name, valid(v)) for v in (True, False)
         }
         self.unjudged = {
             (kind, reason): metrics.unjudged.labels(name, kind, reason)
@@ -176,7 +176,3 @@ class _ClassSeries:
         for reason in record.finish_reasons:
             if reason is not None:
                 self.finish_reasons.get(reason, self.finish_reasons["other"]).inc()
-
-
-def _valid(value: bool) -> str:
-    return "true" if value else "false"

@@ -15,16 +15,19 @@ and rolls no pod."""
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
+from specfleet import series
 from specfleet.api.base import CANARY_SUFFIX, SCRAPE_INTERVAL_SECONDS
 from specfleet.api.gateway import GatewayConfig
 from specfleet.api.model import EngineConfig, SpecModel
 from specfleet.api.spec import PodSpec
 from specfleet.render.engine import ENGINE_CONFIG_PATH, ENGINE_PORT, MODEL_CACHE_PATH, EngineLaunch
+from specfleet.render.labels import INSTANCE, MANAGED, managed_labels, owner_reference
 from specfleet.render.plan import RenderSettings, ServingPlan
 
 Manifest = dict[str, Any]
@@ -40,7 +43,6 @@ ENGINE_CONFIG_HASH_ANNOTATION = "specfleet.dev/engine-config-hash"
 REVISION_HASH_ANNOTATION = "specfleet.dev/revision-hash"
 ENGINE_APP = "specfleet-engine"
 CANARY_APP = "specfleet-engine-canary"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "specfleet"}
 
 
 @dataclass(frozen=True)
@@ -78,18 +80,18 @@ class Workload:
         """The Deployment's own pods: the fleet's and the canary's never overlap."""
         return {
             "app.kubernetes.io/name": CANARY_APP if self.canary else ENGINE_APP,
-            "app.kubernetes.io/instance": self.name,
+            INSTANCE: self.name,
         }
 
     def serving_selector(self) -> dict[str, str]:
         """Every pod that serves the SpecModel: the fleet's and a trial's canary."""
-        return {"app.kubernetes.io/instance": self.name, **MANAGED_BY}
+        return managed_labels(self.name)
 
     def labels(self) -> dict[str, str]:
         return {
             **self.settings.extra_labels,
             **self.selector(),
-            **MANAGED_BY,
+            **MANAGED,
         }
 
     def pod_labels(self) -> dict[str, str]:
@@ -97,23 +99,13 @@ class Workload:
         return {
             **self.labels(),
             REVISION_LABEL: str(self.plan.revision),
-            SPECULATION_LABEL: "on" if speculation else "off",
+            SPECULATION_LABEL: series.speculation_value(speculation),
         }
 
     def metadata(self, name: str) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": name, "namespace": self.namespace, "labels": self.labels()}
-        uid = self.specmodel.metadata.uid
-        if uid:
-            meta["ownerReferences"] = [
-                {
-                    "apiVersion": self.specmodel.api_version,
-                    "kind": self.specmodel.kind,
-                    "name": self.name,
-                    "uid": uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ]
+        if self.specmodel.metadata.uid:
+            meta["ownerReferences"] = [owner_reference(self.specmodel)]
         return meta
 
 
@@ -384,13 +376,18 @@ def pod_disruption_budget(workload: Workload) -> Manifest:
 def pod_relabelings() -> list[dict[str, Any]]:
     """The pod labels telemetry reads as series labels."""
     return [
-        {"sourceLabels": [f"__meta_kubernetes_pod_label_{label}"], "targetLabel": target}
+        {"sourceLabels": [_discovered(label)], "targetLabel": target}
         for label, target in (
-            ("app_kubernetes_io_instance", "specmodel"),
-            ("specfleet_dev_revision", "revision"),
-            ("specfleet_dev_speculation", "speculation"),
+            (INSTANCE, series.SPECMODEL),
+            (REVISION_LABEL, series.REVISION),
+            (SPECULATION_LABEL, series.SPECULATION),
         )
     ]
+
+
+def _discovered(label: str) -> str:
+    """A pod label as Prometheus's Kubernetes discovery names it."""
+    return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
 
 
 SCRAPE_INTERVAL = f"{SCRAPE_INTERVAL_SECONDS}s"

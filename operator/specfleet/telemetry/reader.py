@@ -18,13 +18,13 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.exceptions import RequestException
 from urllib3.util.retry import Retry
 
-from specfleet.gateway import names
+from specfleet import series
 from specfleet.telemetry.model import ClassWindow, Observation
 
 log = logging.getLogger(__name__)
-GROUP = "namespace, specmodel, class, revision, speculation"
+GROUP = ", ".join(series.SERIES_KEY)
 SeriesKey = tuple[str, str, str, str, str]
-"""(namespace, specmodel, class, revision, speculation) as Prometheus labels them."""
+"""One value per label of `series.SERIES_KEY`."""
 
 
 @dataclass(frozen=True)
@@ -54,24 +54,32 @@ def _mean(metric: str) -> str:
     )
 
 
+def _validity(metric: str, valid: bool) -> tuple[str, str, str]:
+    return _increase(metric, series.VALID), series.VALID, series.valid_value(valid)
+
+
 # field of ClassWindow -> (PromQL template, label that must match, its value)
 QUERIES: dict[str, tuple[str, str | None, str | None]] = {
-    "requests": (_increase(names.REQUESTS), None, None),
-    "errors": (_increase(names.REQUESTS, "outcome"), "outcome", "upstream_error"),
-    "draft_tokens": (_increase(names.DRAFT_TOKENS), None, None),
-    "accepted_tokens": (_increase(names.ACCEPTED_TOKENS), None, None),
-    "steps": (_increase(names.SPEC_STEPS), None, None),
-    "output_tokens": (_increase(names.OUTPUT_TOKENS), None, None),
-    "request_seconds": (_increase(names.REQUEST_SECONDS), None, None),
-    "p95_ttft_seconds": (_quantile(names.TTFT), None, None),
-    "p95_tpot_seconds": (_quantile(names.TPOT), None, None),
-    "mean_tpot_seconds": (_mean(names.TPOT), None, None),
-    "tool_calls_valid": (_increase(names.TOOL_CALLS, "valid"), "valid", "true"),
-    "tool_calls_invalid": (_increase(names.TOOL_CALLS, "valid"), "valid", "false"),
-    "structured_valid": (_increase(names.STRUCTURED_OUTPUTS, "valid"), "valid", "true"),
-    "structured_invalid": (_increase(names.STRUCTURED_OUTPUTS, "valid"), "valid", "false"),
+    "requests": (_increase(series.REQUESTS), None, None),
+    "errors": (
+        _increase(series.REQUESTS, series.OUTCOME),
+        series.OUTCOME,
+        series.UPSTREAM_ERROR,
+    ),
+    "draft_tokens": (_increase(series.DRAFT_TOKENS), None, None),
+    "accepted_tokens": (_increase(series.ACCEPTED_TOKENS), None, None),
+    "steps": (_increase(series.SPEC_STEPS), None, None),
+    "output_tokens": (_increase(series.OUTPUT_TOKENS), None, None),
+    "request_seconds": (_increase(series.REQUEST_SECONDS), None, None),
+    "p95_ttft_seconds": (_quantile(series.TTFT), None, None),
+    "p95_tpot_seconds": (_quantile(series.TPOT), None, None),
+    "mean_tpot_seconds": (_mean(series.TPOT), None, None),
+    "tool_calls_valid": _validity(series.TOOL_CALLS, True),
+    "tool_calls_invalid": _validity(series.TOOL_CALLS, False),
+    "structured_valid": _validity(series.STRUCTURED_OUTPUTS, True),
+    "structured_invalid": _validity(series.STRUCTURED_OUTPUTS, False),
 }
-UNJUDGED_QUERY = _increase(names.QUALITY_UNJUDGED, "kind, reason")
+UNJUDGED_QUERY = _increase(series.QUALITY_UNJUDGED, f"{series.KIND}, {series.REASON}")
 # the unjudged series' `kind` label -> field of ClassWindow (a mapping reason -> count)
 UNJUDGED_FIELDS = {"tool_call": "tool_calls_unjudged", "structured_output": "structured_unjudged"}
 assert set(QUERIES) | set(UNJUDGED_FIELDS.values()) == {f.name for f in fields(ClassWindow)}
@@ -147,13 +155,10 @@ def _series(
 
 
 def _series_key(metric: dict[str, str]) -> SeriesKey:
-    return (
-        metric.get("namespace", ""),
-        metric.get("specmodel", ""),
-        metric.get("class", ""),
-        metric.get("revision", ""),
-        metric.get("speculation", ""),
+    namespace, specmodel, klass, revision, speculation = (
+        metric.get(label, "") for label in series.SERIES_KEY
     )
+    return namespace, specmodel, klass, revision, speculation
 
 
 StateKey = tuple[str, str, str, str]
@@ -161,7 +166,7 @@ StateKey = tuple[str, str, str, str]
 
 
 def _state(target: Target) -> StateKey:
-    speculation = "on" if target.speculation else "off"
+    speculation = series.speculation_value(target.speculation)
     return target.namespace, target.specmodel, str(target.revision), speculation
 
 
@@ -170,18 +175,18 @@ def _by_pod_state(
 ) -> dict[StateKey, dict[str, dict[str, Any]]]:
     """Regroups query results once, so each target is a lookup: state -> class -> field."""
     grouped: dict[StateKey, dict[str, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
-    for name, series in values.items():
-        for (namespace, specmodel, klass, revision, speculation), value in series.items():
+    for name, by_key in values.items():
+        for (namespace, specmodel, klass, revision, speculation), value in by_key.items():
             grouped[(namespace, specmodel, revision, speculation)][klass][name] = value
     for row in unjudged:
         metric = row["metric"]
-        field_name = UNJUDGED_FIELDS.get(metric.get("kind", ""))
+        field_name = UNJUDGED_FIELDS.get(metric.get(series.KIND, ""))
         value = float(row["value"][1])
         if field_name is None or not value > 0:  # also NaN
             continue
         namespace, specmodel, klass, revision, speculation = _series_key(metric)
         found = grouped[(namespace, specmodel, revision, speculation)][klass]
-        found.setdefault(field_name, {})[metric.get("reason", "")] = value
+        found.setdefault(field_name, {})[metric.get(series.REASON, "")] = value
     return grouped
 
 

@@ -1,0 +1,55 @@
+"""The series the gateway exports and telemetry reads: their names, their labels, and the label
+values telemetry selects on. A contract between the two.
+
+Prometheus adds `_total` to counters and `_bucket`/`_sum`/`_count` to histograms. The gateway
+labels each series by class (and outcome, validity, ...); the scrape adds `namespace`, and the
+monitors' relabelings the pod's SpecModel, revision and speculation
+(`render.workload.pod_relabelings`).
+"""
+
+from __future__ import annotations
+
+REQUESTS = "specfleet_requests"
+DRAFT_TOKENS = "specfleet_spec_draft_tokens"
+ACCEPTED_TOKENS = "specfleet_spec_accepted_tokens"
+SPEC_STEPS = "specfleet_spec_steps"
+OUTPUT_TOKENS = "specfleet_output_tokens"
+REQUEST_SECONDS = "specfleet_request_seconds"
+TTFT = "specfleet_ttft_seconds"
+TPOT = "specfleet_tpot_seconds"
+TOOL_CALLS = "specfleet_tool_calls"
+STRUCTURED_OUTPUTS = "specfleet_structured_outputs"
+QUALITY_UNJUDGED = "specfleet_quality_unjudged"
+FINISH_REASONS = "specfleet_finish_reasons"
+GATEWAY_ERRORS = "specfleet_gateway_errors"
+
+# Labels the gateway sets.
+CLASS = "class"
+OUTCOME = "outcome"
+VALID = "valid"
+KIND = "kind"
+REASON = "reason"
+STAGE = "stage"
+
+# Labels the scrape adds.
+NAMESPACE = "namespace"
+SPECMODEL = "specmodel"
+REVISION = "revision"
+SPECULATION = "speculation"
+
+SERIES_KEY = (NAMESPACE, SPECMODEL, CLASS, REVISION, SPECULATION)
+"""What telemetry groups every series by: one class of one SpecModel's pods in one plan state."""
+
+OUTCOMES = ("ok", "client_error", "upstream_error", "gateway_error", "cancelled")
+"""upstream_error is the engine's failure only; gateway_error the gateway's own."""
+UPSTREAM_ERROR = "upstream_error"
+
+
+def valid_value(valid: bool) -> str:
+    """The `valid` label of a tool call or JSON output."""
+    return "true" if valid else "false"
+
+
+def speculation_value(on: bool) -> str:
+    """The `speculation` label: the pod's label, as the pod runs it."""
+    return "on" if on else "off"
