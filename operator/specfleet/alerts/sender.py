@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import httpx
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
+from specfleet.alerts.metrics import ALERT_DELIVERIES
 from specfleet.alerts.model import Alert
 from specfleet.alerts.receivers import Receiver
-from specfleet.controller.metrics import ALERT_DELIVERIES
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]

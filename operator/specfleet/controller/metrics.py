@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from specfleet.alerts.metrics import ALERT_DELIVERIES
+
 REGISTRY = CollectorRegistry()
+REGISTRY.register(ALERT_DELIVERIES)
 
 RECONCILES = Counter(
     "specfleet_reconcile_total",
@@ -29,12 +32,6 @@ KILL_SWITCH_ENGAGED = Gauge(
     "specfleet_kill_switch_engaged",
     "1 while speculation is switched off for the SpecModel by the guard or an override.",
     ["namespace", "specmodel"],
-    registry=REGISTRY,
-)
-ALERT_DELIVERIES = Counter(
-    "specfleet_alert_deliveries_total",
-    "Alert deliveries by receiver and result (ok, failed, dropped).",
-    ["receiver", "result"],
     registry=REGISTRY,
 )
 GUARD_DECISIONS = Counter(
