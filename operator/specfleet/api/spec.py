@@ -686,6 +686,23 @@ class MonitoringSpec(ApiModel):
     )
 
 
+CLASS_RULES = [
+    cel(
+        "self.classes.exists(c, c.name == self.defaultClass)",
+        "defaultClass must name one of classes",
+        ".defaultClass",
+    ),
+    cel(
+        "self.classes.all(c, self.classes.filter(d, d.name == c.name).size() == 1)",
+        "classes: two classes share a name; give each its own (the gateway refuses "
+        "a config with duplicate class names)",
+        ".classes",
+    ),
+]
+"""The rules on `classes` and `defaultClass`; the gateway's configuration, which carries both,
+is held to them too."""
+
+
 class SpecModelSpec(ApiModel):
     """A model served by vLLM or TensorRT-LLM, its speculation, its prompt classes and SLOs."""
 
@@ -743,17 +760,7 @@ class SpecModelSpec(ApiModel):
                     "pod.gpu.count must be at least model.tensorParallelSize",
                     ".pod.gpu.count",
                 ),
-                cel(
-                    "self.classes.exists(c, c.name == self.defaultClass)",
-                    "defaultClass must name one of classes",
-                    ".defaultClass",
-                ),
-                cel(
-                    "self.classes.all(c, self.classes.filter(d, d.name == c.name).size() == 1)",
-                    "classes: two classes share a name; give each its own (the gateway refuses "
-                    "a config with duplicate class names)",
-                    ".classes",
-                ),
+                *CLASS_RULES,
                 cel(
                     "self.engine.name != 'vllm' || !has(self.speculative) || "
                     "self.speculative.method != 'suffix' || (has(self.engine.image) && "

@@ -18,6 +18,8 @@ from pydantic import ValidationError
 
 from specfleet.api import InvalidSpecModel, parse_specmodel
 from specfleet.api.gateway import GatewayConfig
+from specfleet.api.spec import CLASS_RULES
+from specfleet.api.validation import cel_errors
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,7 @@ def load_gateway_config(path: Path) -> GatewayConfig:
         config = GatewayConfig.model_validate(_read_yaml(path))
     except ValidationError as exc:
         raise ConfigError(f"{path}: {_errors(exc)}") from None
-    _check_default_class(config, path)
+    _check_classes(config, path)
     return config
 
 
@@ -64,12 +66,12 @@ def _errors(exc: ValidationError) -> str:
     )
 
 
-def _check_default_class(config: GatewayConfig, path: Path) -> None:
-    names = [c.name for c in config.classes]
-    if config.default_class not in names:
-        raise ConfigError(f"{path}: defaultClass {config.default_class!r} is not one of {names}")
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{path}: class names must be unique: {names}")
+def _check_classes(config: GatewayConfig, path: Path) -> None:
+    """The SpecModel's rules on classes (its CEL rules, evaluated as admission would)."""
+    rules = {"x-kubernetes-validations": CLASS_RULES}
+    errors = [e.message for e in cel_errors(rules, config.to_wire(), "")]
+    if errors:
+        raise ConfigError(f"{path}: {'; '.join(errors)}")
 
 
 def file_identity(path: Path) -> tuple[int, int, int, int] | None:
