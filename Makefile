@@ -7,20 +7,20 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 .PHONY: setup test lint typecheck unit e2e crd golden helm-bin bench clean demo demo-short
 .DEFAULT_GOAL := test
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml testbed/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q -U pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e '.[dev]' -e testbed
 	touch $@
 
-setup: $(VENV)/.installed ## create .venv with specfleet and its dev tools
+setup: $(VENV)/.installed ## create .venv with specfleet, its testbed and the dev tools
 
 helm-bin: ## build helm from the Go module proxy (cached under ~/.cache/specfleet)
 	@hack/tools.sh helm >/dev/null
 
 lint: setup
-	$(VENV)/bin/ruff check operator tests e2e bench
-	$(VENV)/bin/ruff format --check operator tests e2e bench
+	$(VENV)/bin/ruff check operator testbed tests e2e bench
+	$(VENV)/bin/ruff format --check operator testbed tests e2e bench
 	$(VENV)/bin/hadolint --config images/.hadolint.yaml images/*/Dockerfile
 
 typecheck: setup

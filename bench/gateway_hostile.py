@@ -1,7 +1,7 @@
 """The gateway sidecar under a long hostile mix (issue 17): remote `$ref`s to a server that
 never answers, a distinct large schema on every request, backtracking patterns, exponential
 local references, unsatisfiable schemas, bodies nested past the parser, malformed bodies and
-fields, beside ordinary streams. Upstream is the engine simulator (`specfleet sim engine`).
+fields, beside ordinary streams. Upstream is the engine simulator (`specfleet-testbed engine`).
 
 Reports the gateway's RSS (VmRSS of its process) after a warm-up and after the mix, its peak
 (VmHWM), and the worst stall of its event loop: a probe coroutine on the gateway's own loop
@@ -33,9 +33,10 @@ import uvloop
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway_overhead import ENTRY, free_port, process
+from gateway_overhead import free_port, process
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTBED = [sys.executable, "-c", "from specfleet_testbed.cli import main; main()"]
 ENGINE_ARGS = [
     "meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "llama",
     "--speculative-config",
@@ -240,7 +241,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     sim_url, gw_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}"
     metrics_url = f"http://127.0.0.1:{metrics_port}"
     sim_argv = [
-        *ENTRY, "sim", "engine", "--engine", "vllm", "--listen", f"127.0.0.1:{sim_port}",
+        *TESTBED, "engine", "--engine", "vllm", "--listen", f"127.0.0.1:{sim_port}",
         "--time-scale", str(args.time_scale), "--seed", "7", "--", *ENGINE_ARGS,
     ]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:

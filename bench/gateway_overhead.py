@@ -71,8 +71,8 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 async def serve_sim(port: int, time_scale: float) -> None:
     """The simulator, with every chunk stamped with its send time."""
-    from specfleet.sim import server as sim_server
-    from specfleet.sim.engine_args import parse_vllm
+    from specfleet_testbed.engine import server as sim_server
+    from specfleet_testbed.engine.args import parse_vllm
 
     original = sim_server._ChunkWriter.send
 
@@ -351,7 +351,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "load_average": os.getloadavg(),
             "max_tokens": args.max_tokens,
             "cpus": os.cpu_count(),
-            "engine": "specfleet sim (vLLM 0.33.0 wire format), eagle3 k=3",
+            "engine": "specfleet-testbed engine (vLLM 0.33.0 wire format), eagle3 k=3",
         },
         "levels": summarize(levels),
     }

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from specfleet.sim.scenario import parse_scenario
+from specfleet.scenario import parse_scenario
 from specfleet.simulate import report
 from specfleet.simulate.inputs import build_world, load_specmodel_document, load_world
 from specfleet.simulate.simulation import Result, SimulationSettings, simulate

@@ -1,5 +1,5 @@
 """The demo's real engine: one kwok pod whose engine is the real vLLM (hack/real-engine.sh's CPU
-build, the tiny model drafting for itself, started by `specfleet sim pods --engine-command`)
+build, the tiny model drafting for itself, started by `specfleet-testbed pods --engine-command`)
 behind the real gateway, in a SpecModel of its own, and clients that decode greedily until they
 switch to sampling: with the target as its own drafter, greedy drafts are all accepted and
 sampled ones hardly any, so the acceptance collapse is the clients' doing, as it is in a fleet.
@@ -22,7 +22,7 @@ from e2e.cluster.harness import LocalCluster
 from e2e.fleet import Background, simulated_pods
 from e2e.real_engine_pod import COMMAND
 from e2e.traffic import Traffic
-from specfleet.sim.scenario import parse_scenario
+from specfleet.scenario import parse_scenario
 
 NAMESPACE = "demo-real"
 NAME = real_engine.SERVED_NAME

@@ -1,5 +1,5 @@
 """A simulated GPU fleet for e2e tests: the operator (with the guard reading the real
-Prometheus and alerting the real Alertmanager), `specfleet sim pods` running the simulator and
+Prometheus and alerting the real Alertmanager), `specfleet-testbed pods` running the simulator and
 gateway of every kwok pod, and a traffic generator."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kubernetes import config
 
 from e2e.cluster.harness import LocalCluster
 from e2e.traffic import Traffic, TrafficReport
-from specfleet.sim.scenario import Scenario, parse_scenario
+from specfleet.scenario import Scenario, parse_scenario
 
 
 @dataclass
@@ -93,14 +93,13 @@ def simulated_pods(
     workdir: Path,
     options: tuple[str, ...] = (),
 ) -> Iterator[Fleet]:
-    """`specfleet sim pods` for one namespace, sharing the scenario clock with the traffic;
+    """`specfleet-testbed pods` for one namespace, sharing the scenario clock with the traffic;
     `options` are more of its command-line options."""
     path = workdir / "scenario.yaml"
     path.write_text(yaml.safe_dump(scenario))
     epoch = time.time()
     argv = [
-        str(Path(sys.executable).parent / "specfleet"),
-        "sim",
+        str(Path(sys.executable).parent / "specfleet-testbed"),
         "pods",
         "--namespace",
         namespace,

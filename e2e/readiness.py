@@ -1,5 +1,5 @@
 """A stand-in readiness probe for tests that run no engines: kwok starts specfleet's pods
-Running but not Ready (`specfleet sim pods` marks them Ready once their engine answers /health);
+Running but not Ready (`specfleet-testbed pods` marks them Ready once their engine answers /health);
 without engines, this marks every Running specfleet pod Ready as a kubelet's probe would.
 
 It watches pods and patches from a pool of threads, as every node's kubelet works on its own:
@@ -18,7 +18,7 @@ import urllib3
 from kubernetes import client, config, watch
 
 from e2e.cluster.harness import Cluster
-from specfleet.sim.pods import ready_patch
+from specfleet_testbed.kubelet import ready_patch
 
 SELECTOR = "app.kubernetes.io/managed-by=specfleet"
 KUBELETS = 8

@@ -1,6 +1,6 @@
-"""A kwok pod's engine as the real vLLM: `specfleet sim pods --engine-command` runs this with the
-simulator's interface, `--listen IP:PORT -- ENGINE_ARGS` (the pod's own args), and it becomes
-`vllm serve` with those args mapped to the local tiny model (`real_engine.local_args`)."""
+"""A kwok pod's engine as the real vLLM: `specfleet-testbed pods --engine-command` runs this
+with the simulator's interface, `--listen IP:PORT -- ENGINE_ARGS` (the pod's own args), and it
+becomes `vllm serve` with those args mapped to the local tiny model (`real_engine.local_args`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from e2e import real_engine
 COMMAND = shlex.join(
     ["env", f"PYTHONPATH={real_engine.REPO}", sys.executable, "-m", "e2e.real_engine_pod"]
 )
-"""The value of `specfleet sim pods --engine-command`."""
+"""The value of `specfleet-testbed pods --engine-command`."""
 
 
 def main(argv: list[str]) -> None:

@@ -1,6 +1,6 @@
 """The simulator held to the real vLLM, live: the same requests to a real `vllm serve` (its CPU
-build, the tiny local model, n-gram speculation) and to `specfleet sim engine` given the very
-same args, compared by wire shape (`specfleet.sim.conformance`). Where they differ, the
+build, the tiny local model, n-gram speculation) and to `specfleet-testbed engine` given the very
+same args, compared by wire shape (`specfleet_testbed.conformance`). Where they differ, the
 simulator is wrong. `tests/test_conformance_fixtures.py` makes the same comparison offline,
 against this engine's answers recorded by `hack/record_real_vllm.py`.
 
@@ -18,9 +18,9 @@ import yaml
 
 from e2e import real_engine
 from specfleet.api.validation import parse_specmodel
-from specfleet.sim.conformance import CASES, Case, engine_families, exchange
-from specfleet.sim.engine_args import parse_vllm
-from specfleet.sim.server import SimOptions, serve
+from specfleet_testbed.conformance import CASES, Case, engine_families, exchange
+from specfleet_testbed.engine.args import parse_vllm
+from specfleet_testbed.engine.server import SimOptions, serve
 
 EXAMPLE = real_engine.REPO / "examples" / "qwen2.5-coder-7b-ngram.yaml"
 # A tool-call parser that needs no special tokens in the tiny tokenizer, so a named tool choice

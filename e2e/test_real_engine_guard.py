@@ -1,4 +1,4 @@
-"""The closed loop with the real vLLM in the pods: `specfleet sim pods --engine-command` runs
+"""The closed loop with the real vLLM in the pods: `specfleet-testbed pods --engine-command` runs
 `vllm serve` (CPU build, the tiny model drafting for itself) behind each kwok pod's real
 gateway, Prometheus scrapes both, and the operator's guard acts on what the engine really did.
 
@@ -29,7 +29,7 @@ from e2e.test_cluster import prometheus_query
 from e2e.test_guard import actions, apply, operator, status, wait_action  # noqa: F401
 from e2e.test_real_engine import GATEWAY_TO_ENGINE
 from e2e.traffic import Traffic, _serving
-from specfleet.sim.scenario import parse_scenario
+from specfleet.scenario import parse_scenario
 
 NAME = real_engine.SERVED_NAME
 GUARD = {

@@ -16,7 +16,7 @@ import httpx
 from kubernetes import client
 from openai import APIError, AsyncOpenAI
 
-from specfleet.sim.scenario import Scenario
+from specfleet.scenario import Scenario
 
 TOOLS = [
     {
@@ -95,7 +95,7 @@ class Traffic:
 
     async def _refresh_targets(self, stop_at: float) -> None:
         """Ready, not terminating pods, as endpoints would list them: the stand-in kubelet
-        (`specfleet sim pods`) marks a pod Ready once its gateway answers /health."""
+        (`specfleet-testbed pods`) marks a pod Ready once its gateway answers /health."""
         core = client.CoreV1Api(self.api)
         selector = f"app.kubernetes.io/instance={self.specmodel}"
         while time.time() < stop_at:

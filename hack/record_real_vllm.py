@@ -4,7 +4,7 @@
     .venv/bin/python hack/record_real_vllm.py [--out tests/data/real-vllm]
 
 Starts the real engine (hack/real-engine.sh builds it once) with the args of
-e2e/test_conformance.py, sends every `specfleet.sim.conformance.CASES` request and writes
+e2e/test_conformance.py, sends every `specfleet_testbed.conformance.CASES` request and writes
 their shapes (no ids, timestamps, fingerprint hashes or text: `conformance.shape`), one file
 per case, plus `metrics.json` (the `vllm:*` families and label names) and `engine.json`
 (the args, the local model directory replaced by `<model>`, and the engine's version).
@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 from e2e import real_engine  # noqa: E402
 from e2e.test_conformance import Real, conformance_args  # noqa: E402
 
-from specfleet.sim.conformance import CASES, engine_families, exchange  # noqa: E402
+from specfleet_testbed.conformance import CASES, engine_families, exchange  # noqa: E402
 
 
 def write(path: Path, value: Any) -> None:

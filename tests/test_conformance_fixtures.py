@@ -1,5 +1,5 @@
 """The simulator held to the real vLLM, offline: its answers to the conformance cases compared
-by wire shape (`specfleet.sim.conformance`) with the real engine's, recorded by
+by wire shape (`specfleet_testbed.conformance`) with the real engine's, recorded by
 `hack/record_real_vllm.py` into `tests/data/real-vllm/` (the engine's version and args in
 `engine.json`). The simulator gets the same args the real engine got. `e2e/test_conformance.py`
 makes the same comparison live."""
@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from specfleet.sim.conformance import CASES, Case, engine_families, exchange
-from specfleet.sim.engine_args import parse_vllm
-from specfleet.sim.server import SimOptions, serve
+from specfleet_testbed.conformance import CASES, Case, engine_families, exchange
+from specfleet_testbed.engine.args import parse_vllm
+from specfleet_testbed.engine.server import SimOptions, serve
 
 FIXTURES = Path(__file__).parent / "data" / "real-vllm"
 RECORDED = json.loads((FIXTURES / "engine.json").read_text())

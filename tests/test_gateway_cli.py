@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from specfleet.cli import main
 from specfleet.gateway.config import load_specmodel_config
-from specfleet.sim.engine_args import parse_vllm
-from specfleet.sim.server import SimOptions, serve
+from specfleet_testbed.engine.args import parse_vllm
+from specfleet_testbed.engine.server import SimOptions, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples/llama-3.1-8b-eagle3-fp8.yaml"

@@ -20,9 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specfleet.api.gateway import GatewayConfig
 from specfleet.gateway.server import GatewayServer, running
-from specfleet.sim.engine_args import EngineConfig, parse_trtllm, parse_vllm
-from specfleet.sim.scenario import Effects
-from specfleet.sim.server import EngineSimulator, SimOptions, serve
+from specfleet.scenario import Effects
+from specfleet_testbed.engine.args import EngineConfig, parse_trtllm, parse_vllm
+from specfleet_testbed.engine.server import EngineSimulator, SimOptions, serve
 
 FAST = 0.0002  # wall seconds per simulated second
 K = 3

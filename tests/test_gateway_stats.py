@@ -30,9 +30,9 @@ from specfleet.gateway.stats import (
     tpot,
 )
 from specfleet.render import render
-from specfleet.sim.engine_args import parse_trtllm
-from specfleet.sim.scenario import parse_scenario
-from specfleet.sim.server import SimOptions, serve
+from specfleet.scenario import parse_scenario
+from specfleet_testbed.engine.args import parse_trtllm
+from specfleet_testbed.engine.server import SimOptions, serve
 
 VLLM_SPEC = {
     "mean_acceptance_length": 2.5,

@@ -13,7 +13,7 @@ from conftest import EXAMPLES, ROOT, specmodel_doc
 from specfleet.api import EngineConfig, InvalidSpecModel, parse_specmodel
 from specfleet.render import ServingPlan, render, revision_hash
 from specfleet.render.trtllm import OPTIONS_FILE
-from specfleet.sim.engine_args import vllm_known_flags
+from specfleet_testbed.engine.args import vllm_known_flags
 
 # The real parser's option set, one copy in the repo (the simulator refuses the same flags).
 VLLM_FLAGS = vllm_known_flags()

@@ -12,9 +12,9 @@ import pytest
 
 from specfleet.api.status import KillSwitchState, KillSwitchStatus
 from specfleet.guard.speedup import decode_steps, expected_tokens_per_step, speedup
-from specfleet.sim.acceptance import draw
-from specfleet.sim.scenario import parse_scenario
-from specfleet.sim.timing import TimingModel
+from specfleet.scenario import parse_scenario
+from specfleet.scenario.drafting import draw
+from specfleet.scenario.timing import TimingModel
 from specfleet.simulate import physics
 from specfleet.simulate.control import Operator
 from specfleet.simulate.draws import ClassDraw, binomial, poisson

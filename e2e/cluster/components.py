@@ -184,7 +184,7 @@ MANAGED_BY = '.metadata.labels."app.kubernetes.io/managed-by"'
 
 def kwok_stages(layout: Layout) -> Path:
     """kwok's default stages, except that specfleet's pods start Running but not Ready: the
-    stand-in kubelet (`specfleet sim pods`) marks them Ready when their engine answers /health,
+    stand-in kubelet (`specfleet-testbed pods`) marks them Ready when their engine answers /health,
     as a readiness probe would, so rollouts wait for real processes like on a real cluster."""
     stages = list(yaml.safe_load_all((layout.bin_dir / "kwok-stages.yaml").read_text()))
     [ready] = [s for s in stages if s and s["metadata"]["name"] == "pod-ready"]

@@ -15,7 +15,6 @@ from specfleet.api.reference import markdown
 from specfleet.gateway.cli import gateway
 from specfleet.render import ServingPlan, render
 from specfleet.render.plan import DEFAULT_GATEWAY_IMAGE
-from specfleet.sim.cli import sim
 from specfleet.simulate.cli import simulate_command
 from specfleet.yamlio import YamlError, dump_all
 
@@ -89,6 +88,5 @@ def _invalid(path: Path, problems: list[str]) -> NoReturn:
     sys.exit(EXIT_INVALID)
 
 
-main.add_command(sim)
 main.add_command(gateway)
 main.add_command(simulate_command)

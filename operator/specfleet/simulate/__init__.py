@@ -3,7 +3,7 @@
     specfleet simulate --specmodel FILE --scenario FILE --out DIR [--seed N] [--tick SECONDS]
         [--rollout-seconds 60] [--no-plot]
 
-On a virtual clock the fleet serves the scenario (the format `specfleet sim engine` reads) in
+On a virtual clock the fleet serves the scenario (the format `specfleet-testbed engine` reads) in
 slices; every tick the operator's own path (`controller.guarding.situation`, `guard.decide`,
 `controller.guarding.apply_decision`, `controller.plan`, `controller.status.next_status`) judges
 the last window, built per class the way telemetry builds it; a plan change (kill switch,

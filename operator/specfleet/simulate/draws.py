@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from specfleet.sim.scenario import Scenario
+from specfleet.scenario import Scenario
 
 EXACT_POISSON_MAX = 500.0
 EXACT_BINOMIAL_MAX = 1000

@@ -13,8 +13,8 @@ from typing import Any
 from specfleet.api import InvalidSpecModel, SpecModel, parse_specmodel
 from specfleet.api.manifests import load_manifests
 from specfleet.render import revision_hash
-from specfleet.sim.scenario import Effects, Scenario, ScenarioError, load_scenario
-from specfleet.sim.timing import TimingModel
+from specfleet.scenario import Effects, Scenario, ScenarioError, load_scenario
+from specfleet.scenario.timing import TimingModel
 from specfleet.simulate.world import Revision, SpecChange, World
 from specfleet.yamlio import YamlError
 

@@ -1,8 +1,8 @@
 """The simulated fleet in expectation: decode steps, the engines' acceptance rate, load, TPOT.
 
-Acceptance follows the engine simulator (`specfleet.sim.acceptance.draw`): a step that drafts
+Acceptance follows the engine simulator (`specfleet.scenario.drafting.draw`): a step that drafts
 d tokens accepts draft j with probability α·decay^j if every earlier one was. Draft models
-and EAGLE draft k on every decode step; prompt-lookup drafters (`sim.engine_args`'s
+and EAGLE draft k on every decode step; prompt-lookup drafters (`drafting`'s
 PROMPT_LOOKUP) draft only on steps whose context holds a match (the class's
 `draft_match_rate`), 1 to k tokens alike, and the other steps yield one token for one
 forward (`draft_lengths`). Engines report
@@ -15,7 +15,7 @@ follow from Little's law.
 from __future__ import annotations
 
 from specfleet.guard.speedup import speedup
-from specfleet.sim.timing import TimingModel
+from specfleet.scenario.timing import TimingModel
 
 Z95 = 1.645
 """One-sided 95% quantile of the standard normal."""

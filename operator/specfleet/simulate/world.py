@@ -15,9 +15,9 @@ from functools import cached_property
 
 from specfleet.api import SpecModel
 from specfleet.api.spec import ClassSlo
-from specfleet.sim.engine_args import PROMPT_LOOKUP
-from specfleet.sim.scenario import Effects, Scenario
-from specfleet.sim.timing import TimingModel
+from specfleet.scenario import Effects, Scenario
+from specfleet.scenario.drafting import PROMPT_LOOKUP
+from specfleet.scenario.timing import TimingModel
 from specfleet.simulate import physics
 
 

@@ -31,12 +31,13 @@ from typing import Any
 
 from aiohttp import web
 
-from specfleet.sim import responses as R
-from specfleet.sim.engine import Clock, EngineCore, Event, GenRequest, Sequence
-from specfleet.sim.engine_args import EngineConfig
-from specfleet.sim.metrics import TrtllmIterationStats, TrtllmMetrics, VllmMetrics
-from specfleet.sim.scenario import DEFAULT_DRAFT_MATCH_RATE, Effects, Scenario
-from specfleet.sim.text import (
+from specfleet.scenario import DEFAULT_DRAFT_MATCH_RATE, Effects, Scenario
+from specfleet.scenario.timing import TimingModel
+from specfleet_testbed.engine import responses as R
+from specfleet_testbed.engine.args import EngineConfig
+from specfleet_testbed.engine.core import Clock, EngineCore, Event, GenRequest, Sequence
+from specfleet_testbed.engine.metrics import TrtllmIterationStats, TrtllmMetrics, VllmMetrics
+from specfleet_testbed.engine.text import (
     PlannedOutput,
     arguments_for_schema,
     count_chat_prompt_tokens,
@@ -44,7 +45,6 @@ from specfleet.sim.text import (
     filler_pieces,
     split_pieces,
 )
-from specfleet.sim.timing import TimingModel
 
 __all__ = [
     "DEFAULT_ACCEPTANCE",
@@ -353,7 +353,9 @@ class EngineSimulator:
             elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
                 prompt_tokens = len(prompt)
             elif isinstance(prompt, list) and len(prompt) > 1:
-                raise ApiError(400, "specfleet sim: one prompt per request only", param="prompt")
+                raise ApiError(
+                    400, "specfleet-testbed: one prompt per request only", param="prompt"
+                )
             else:
                 raise ApiError(
                     400,

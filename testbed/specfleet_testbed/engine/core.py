@@ -2,7 +2,7 @@
 
 Requests queue (`max_num_seqs` bounds the running batch); each iteration
 prefills the newly admitted sequences (their first token) and runs one verify
-step for every decoding sequence: `k` drafts, `acceptance.draw` accepted, so
+step for every decoding sequence: `k` drafts, `drafting.draw` accepted, so
 `1 + accepted` new tokens, capped by what the sequence still needs. Prompt-lookup
 drafters (n-gram, suffix) draft only on steps that find a match (the request's
 `draft_match_rate`), from 1 to `k` tokens; a step without a draft yields one
@@ -29,9 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from specfleet.sim.acceptance import SpecStats, draw
-from specfleet.sim.engine_args import EngineConfig
-from specfleet.sim.timing import TimingModel
+from specfleet.scenario.drafting import draw
+from specfleet.scenario.timing import TimingModel
+from specfleet_testbed.engine.args import EngineConfig
+from specfleet_testbed.engine.stats import SpecStats
 
 __all__ = [
     "Clock",
@@ -180,7 +181,7 @@ class EngineCore:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="specfleet-sim-engine")
+            self._task = asyncio.create_task(self._run(), name="specfleet-testbed-engine")
 
     async def stop(self) -> None:
         if self._task is not None:

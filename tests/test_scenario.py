@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from specfleet.sim.scenario import ScenarioError, load_scenario, parse_scenario
+from specfleet.scenario import ScenarioError, load_scenario, parse_scenario
 
 BASE: dict[str, Any] = {
     "duration_s": 1800,
@@ -159,7 +159,7 @@ def test_arrivals_follow_the_rate_schedule() -> None:
 def test_the_shipped_example_scenario_parses() -> None:
     from importlib import resources
 
-    path = resources.files("specfleet.sim").joinpath("example_scenario.yaml")
+    path = resources.files("specfleet.scenario").joinpath("example.yaml")
     s = load_scenario(str(path))
     assert s.classes["chat"].position_decay == 0.9
     assert s.effects_for(["m", "--quantization", "awq"], "", 0).tpot_factor == 0.8

@@ -10,9 +10,9 @@ import httpx
 from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from specfleet.sim.engine_args import parse_trtllm
-from specfleet.sim.scenario import parse_scenario
-from specfleet.sim.server import SimOptions, serve
+from specfleet.scenario import parse_scenario
+from specfleet_testbed.engine.args import parse_trtllm
+from specfleet_testbed.engine.server import SimOptions, serve
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 FAST = 0.0005

@@ -1,4 +1,4 @@
-"""`specfleet sim engine` as a process: refuses bad args, serves, stops on SIGTERM."""
+"""`specfleet-testbed engine` as a process: refuses bad args, serves, stops on SIGTERM."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 from click.testing import CliRunner
 
-from specfleet.cli import main
+from specfleet_testbed.cli import main
 
-ENTRY = [sys.executable, "-c", "from specfleet.cli import main; main()"]
+ENTRY = [sys.executable, "-c", "from specfleet_testbed.cli import main; main()"]
 
 
 def test_bad_engine_args_exit_2_like_the_engine() -> None:
@@ -22,7 +22,6 @@ def test_bad_engine_args_exit_2_like_the_engine() -> None:
     result = runner.invoke(
         main,
         [
-            "sim",
             "engine",
             "--engine",
             "vllm",
@@ -34,9 +33,7 @@ def test_bad_engine_args_exit_2_like_the_engine() -> None:
     )
     assert result.exit_code == 2
     assert "vllm serve: error: --per-request-spec-decode-metrics requires" in result.output
-    result = runner.invoke(
-        main, ["sim", "engine", "--engine", "tensorrt-llm", "--", "trtllm-serve"]
-    )
+    result = runner.invoke(main, ["engine", "--engine", "tensorrt-llm", "--", "trtllm-serve"])
     assert result.exit_code == 2 and "trtllm-serve: error" in result.output
 
 
@@ -44,12 +41,10 @@ def test_bad_scenario_and_effects_are_usage_errors(tmp_path: Path) -> None:
     bad = tmp_path / "s.yaml"
     bad.write_text("duration_s: 5\ntraffic_rps: 1\nclasses: {a: {share: 1.0, acceptance: 2}}\n")
     runner = CliRunner()
-    result = runner.invoke(
-        main, ["sim", "engine", "--engine", "vllm", "--scenario", str(bad), "--", "m"]
-    )
+    result = runner.invoke(main, ["engine", "--engine", "vllm", "--scenario", str(bad), "--", "m"])
     assert result.exit_code == 2 and "classes.a.acceptance[0]" in result.output
     result = runner.invoke(
-        main, ["sim", "engine", "--engine", "vllm", "--effects", '{"tpot": 1}', "--", "m"]
+        main, ["engine", "--engine", "vllm", "--effects", '{"tpot": 1}', "--", "m"]
     )
     assert result.exit_code == 2 and "--effects" in result.output
 
@@ -61,7 +56,6 @@ def test_serves_and_stops_gracefully_on_sigterm() -> None:
     proc = subprocess.Popen(
         [
             *ENTRY,
-            "sim",
             "engine",
             "--engine",
             "vllm",

@@ -1,4 +1,4 @@
-"""`specfleet sim pods`: a stand-in kubelet for kwok's fake GPU pods.
+"""`specfleet-testbed pods`: a stand-in kubelet for kwok's fake GPU pods.
 
 kwok pods run no containers. For every Running SpecModel pod with an IP, this starts the engine
 simulator (or, given an engine command, that program: a real engine) with the pod's own engine
@@ -210,7 +210,14 @@ class PodRuntime:
         if self.settings.engine_command:
             return [*self.settings.engine_command, "--listen", f"{ip}:{ENGINE_PORT}", "--", *args]
         kind = "tensorrt-llm" if (engine.get("command") or [""])[0] == "trtllm-serve" else "vllm"
-        argv = [*_specfleet(), "sim", "engine", "--engine", kind, "--listen", f"{ip}:{ENGINE_PORT}"]
+        argv = [
+            _script("specfleet-testbed"),
+            "engine",
+            "--engine",
+            kind,
+            "--listen",
+            f"{ip}:{ENGINE_PORT}",
+        ]
         argv += ["--time-scale", str(self.settings.time_scale)]
         if self.settings.epoch is not None:
             argv += ["--epoch", str(self.settings.epoch)]
@@ -283,7 +290,7 @@ def _pre_stop_seconds(containers: list[Pod]) -> float:
 
 def _gateway_argv(gateway: Pod, ip: str, mounts: dict[str, Path]) -> list[str]:
     args = [a.replace("0.0.0.0", ip).replace("127.0.0.1", ip) for a in gateway.get("args", [])]
-    return [*_specfleet(), *_local_paths(args, mounts)]
+    return [_script("specfleet"), *_local_paths(args, mounts)]
 
 
 def _local_paths(args: list[str], mounts: dict[str, Path]) -> list[str]:
@@ -296,8 +303,9 @@ def _local_paths(args: list[str], mounts: dict[str, Path]) -> list[str]:
     return out
 
 
-def _specfleet() -> list[str]:
-    return [str(Path(sys.executable).parent / "specfleet")]
+def _script(name: str) -> str:
+    """A console script of this environment (the gateway's `specfleet`, the simulator's)."""
+    return str(Path(sys.executable).parent / name)
 
 
 def _spawn(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specfleet.sim.engine_args import parse_trtllm, parse_vllm
+from specfleet_testbed.engine.args import parse_trtllm, parse_vllm
 
 GOLDEN = sorted((Path(__file__).parent / "golden").glob("*.yaml"))
 

@@ -1,8 +1,9 @@
 """The scenario file: how a simulated fleet behaves over time.
 
-Shared by `specfleet sim engine` (per-request acceptance, output lengths, tool
+Shared by `specfleet-testbed engine` (per-request acceptance, output lengths, tool
 calls), the e2e traffic generator (`traffic_rps`, class `share`) and the offline
-`specfleet simulate` (everything). Times are seconds from the scenario's start;
+`specfleet simulate` (everything); it lives in the product because the product
+cannot import the testbed. Times are seconds from the scenario's start;
 a *schedule* is piecewise constant: `[[t0, v0], [t1, v1], ...]` means `v0` from
 `t0`, `v1` from `t1`, ... (the first value also holds before `t0`). A bare
 number is shorthand for `[[0, number]]`.
@@ -19,7 +20,7 @@ rollouts:
     spec: {quantization: {method: awq}}
     match_args: ["--quantization awq"]       # optional, see `Rollout`
     effects: {tool_call_validity: 0.90, tpot_factor: 0.8}
-timing: {target_forward_ms: 15}  # optional, see specfleet.sim.timing
+timing: {target_forward_ms: 15}  # optional, see specfleet.scenario.timing
 ```
 
 `load_scenario(path)` raises `ScenarioError` whose message names the offending
@@ -223,7 +224,7 @@ class Rollout(BaseModel):
 
 
 class TimingOverrides(BaseModel):
-    """Optional overrides of `specfleet.sim.timing.TimingModel` defaults."""
+    """Optional overrides of `specfleet.scenario.timing.TimingModel` defaults."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -327,9 +328,6 @@ class Scenario(BaseModel):
             if applies:
                 effects = effects.merged(rollout.effects)
         return effects
-
-    def has_time_based_effects(self) -> bool:
-        return any(r.match_args is None for r in self.rollouts)
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:

@@ -15,10 +15,10 @@ from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from specfleet.guard.speedup import decode_steps, load_factor, speedup
-from specfleet.sim.engine_args import parse_vllm
-from specfleet.sim.scenario import Effects, parse_scenario
-from specfleet.sim.server import SimOptions, serve
-from specfleet.sim.timing import TimingModel
+from specfleet.scenario import Effects, parse_scenario
+from specfleet.scenario.timing import TimingModel
+from specfleet_testbed.engine.args import parse_vllm
+from specfleet_testbed.engine.server import SimOptions, serve
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 EAGLE3 = json.dumps(

@@ -20,8 +20,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from specfleet.sim.engine import IterationRecord, Sequence
-from specfleet.sim.engine_args import EngineConfig
+from specfleet_testbed.engine.args import EngineConfig
+from specfleet_testbed.engine.core import IterationRecord, Sequence
 
 __all__ = ["TrtllmIterationStats", "TrtllmMetrics", "VllmMetrics"]
 

@@ -31,8 +31,9 @@ from typing import Any, Literal
 
 import yaml
 
+from specfleet.scenario.drafting import PROMPT_LOOKUP
+
 __all__ = [
-    "PROMPT_LOOKUP",
     "EngineArgsError",
     "EngineConfig",
     "Speculation",
@@ -43,8 +44,6 @@ __all__ = [
 ]
 
 Engine = Literal["vllm", "tensorrt-llm"]
-PROMPT_LOOKUP = frozenset({"ngram", "ngram_gpu", "suffix"})
-"""Methods that draft only where the context holds a match (vLLM spelling)."""
 
 
 class EngineArgsError(ValueError):
@@ -142,7 +141,11 @@ _VLLM_NEEDS_MODEL = {"draft_model", "eagle", "eagle3", "dflash"}
 @functools.cache
 def vllm_known_flags() -> frozenset[str]:
     """Every option string of vLLM 0.33.0's `vllm serve` parser."""
-    text = resources.files("specfleet.sim").joinpath("data/vllm-0.33.0-flags.txt").read_text()
+    text = (
+        resources.files("specfleet_testbed.engine")
+        .joinpath("data/vllm-0.33.0-flags.txt")
+        .read_text()
+    )
     return frozenset(line for line in text.splitlines() if line.startswith("--"))
 
 
@@ -474,4 +477,4 @@ def parse_engine_args(
 
 def warn_ignored(config: EngineConfig) -> None:
     for flag in config.ignored_flags:
-        print(f"specfleet sim: accepted but not simulated: {flag}", file=sys.stderr)
+        print(f"specfleet-testbed: accepted but not simulated: {flag}", file=sys.stderr)

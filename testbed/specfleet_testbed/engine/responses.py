@@ -29,8 +29,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from specfleet.sim.acceptance import SpecStats
-from specfleet.sim.engine_args import EngineConfig
+from specfleet_testbed.engine.args import EngineConfig
+from specfleet_testbed.engine.stats import SpecStats
 
 __all__ = [
     "ChoiceResult",

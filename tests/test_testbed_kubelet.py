@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from specfleet.sim.pods import PodProcesses, PodRuntime, SimSettings, wait_unbound
+from specfleet_testbed.kubelet import PodProcesses, PodRuntime, SimSettings, wait_unbound
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -83,6 +83,27 @@ def test_an_engine_command_replaces_the_simulator_with_the_pods_own_args(tmp_pat
         "--chat-template",
         f"{tmp_path}/t/chat.jinja",
     ]
+
+
+def test_without_an_engine_command_the_pod_runs_this_environments_simulator(
+    tmp_path: Path,
+) -> None:
+    runtime = PodRuntime(client.ApiClient(), SimSettings(tmp_path, time_scale=0.5))
+    engine = {"command": ["trtllm-serve"], "args": ["org/model"]}
+
+    argv = runtime._engine_argv(engine, "127.10.0.5", {})
+
+    script = Path(sys.executable).parent / "specfleet-testbed"
+    assert script.exists(), "the testbed is not installed in this environment"
+    assert argv[:6] == [
+        str(script),
+        "engine",
+        "--engine",
+        "tensorrt-llm",
+        "--listen",
+        "127.10.0.5:8000",
+    ]
+    assert argv[-2:] == ["--", "org/model"]
 
 
 def _running(pid: int) -> bool:

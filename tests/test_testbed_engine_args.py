@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from specfleet.sim.engine_args import EngineArgsError, parse_trtllm, parse_vllm, vllm_known_flags
+from specfleet_testbed.engine.args import (
+    EngineArgsError,
+    parse_trtllm,
+    parse_vllm,
+    vllm_known_flags,
+)
 
 EAGLE3 = json.dumps(
     {

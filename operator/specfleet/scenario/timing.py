@@ -29,7 +29,7 @@ verifies the draft tokens proposed for it, if any.
 - `tpot_factor`, `ttft_factor`: a revision's effects (see `scenario.Effects`).
 
 Without speculation `δ = 0` and every step yields one token; with it a step
-yields `1 + accepted` tokens (see `acceptance.draw`), so per-token time is
+yields `1 + accepted` tokens (see `drafting.draw`), so per-token time is
 roughly `T0 (1 + gB(1+δ)) (1 + o + δc) / E[1 + accepted]`: at alpha = 0.8, k = 4 that
 beats plain decoding, at alpha = 0.1 it loses.
 
@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specfleet.guard.speedup import step_cost
-from specfleet.sim.acceptance import draw
+from specfleet.scenario.drafting import draw
 
 __all__ = ["DRAFT_COST", "TimingModel", "simulate_tpot"]
 

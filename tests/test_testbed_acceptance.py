@@ -7,8 +7,9 @@ import random
 import pytest
 
 from specfleet.guard.speedup import expected_speedup, expected_tokens_per_step
-from specfleet.sim.acceptance import SpecStats, draw
-from specfleet.sim.timing import TimingModel, simulate_tpot
+from specfleet.scenario.drafting import draw
+from specfleet.scenario.timing import TimingModel, simulate_tpot
+from specfleet_testbed.engine.stats import SpecStats
 
 
 @pytest.mark.parametrize("alpha", [0.2, 0.6, 0.9])

@@ -1,30 +1,12 @@
-"""Draft acceptance: drawing accepted draft tokens per verify step, and the
-per-request speculative stats the engines report.
-
-A verify step proposes `k` draft tokens; position `j` (0-based) is accepted
-with probability `alpha·decay^j` provided every earlier position was accepted
-(`decay = 1` is the i.i.d. model of Leviathan et al.). The target model always
-adds one token of its own (the bonus token), so a step yields `1 + accepted`
-tokens.
-"""
+"""The per-request speculative stats the engines report (how many drafts a step
+accepts: `specfleet.scenario.drafting.draw`)."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SpecStats", "draw"]
-
-
-def draw(alpha: float, k: int, rng: random.Random, decay: float = 1.0) -> int:
-    """Number of draft tokens (0..k) the verifier accepts in one step."""
-    accepted = 0
-    p = alpha
-    while accepted < k and rng.random() < p:
-        accepted += 1
-        p *= decay
-    return accepted
+__all__ = ["SpecStats"]
 
 
 @dataclass

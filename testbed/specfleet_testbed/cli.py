@@ -1,4 +1,4 @@
-"""`specfleet sim ...` commands."""
+"""`specfleet-testbed ...`: the engine simulator and the stand-in kubelet."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from specfleet.sim.server import EngineSimulator
+    from specfleet_testbed.engine.server import EngineSimulator
 
 
 @click.group()
-def sim() -> None:
-    """Simulators for running specfleet without GPUs."""
+def main() -> None:
+    """Fakes for running specfleet without GPUs: engines and the kubelet of kwok's pods."""
 
 
 def _listen(value: str | None, host: str | None, port: int | None, engine: str) -> tuple[str, int]:
@@ -35,7 +35,7 @@ def _listen(value: str | None, host: str | None, port: int | None, engine: str) 
     return h.strip("[]") or "0.0.0.0", int(p)
 
 
-@sim.command(
+@main.command(
     "engine",
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
@@ -120,9 +120,9 @@ def engine_cmd(
     # imported here so that other `specfleet` commands do not pay for aiohttp
     from pydantic import ValidationError
 
-    from specfleet.sim.engine_args import EngineArgsError, parse_engine_args, warn_ignored
-    from specfleet.sim.scenario import Effects, ScenarioError, load_scenario
-    from specfleet.sim.server import EngineSimulator, SimOptions
+    from specfleet.scenario import Effects, ScenarioError, load_scenario
+    from specfleet_testbed.engine.args import EngineArgsError, parse_engine_args, warn_ignored
+    from specfleet_testbed.engine.server import EngineSimulator, SimOptions
 
     try:
         config = parse_engine_args(engine, engine_args, lenient=lenient_args)  # type: ignore[arg-type]
@@ -159,9 +159,9 @@ async def _run(sim_: EngineSimulator, host: str, port: int) -> None:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     await sim_.start(host, port)
-    spec = sim_.config.speculation
+    spec, names = sim_.config.speculation, ", ".join(sim_.config.served_model_names)
     click.echo(
-        f"specfleet sim: {sim_.config.engine} serving {', '.join(sim_.config.served_model_names)} "
+        f"specfleet-testbed: {sim_.config.engine} serving {names} "
         f"on {sim_.url} (speculation: {f'{spec.method} k={spec.k}' if spec else 'off'})",
         err=True,
     )
@@ -170,7 +170,7 @@ async def _run(sim_: EngineSimulator, host: str, port: int) -> None:
     await sim_.close()
 
 
-@sim.command("pods")
+@main.command("pods")
 @click.option("--namespace", default=None, help="Only this namespace (default: all).")
 @click.option("--scenario", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--time-scale", type=click.FloatRange(min=0, min_open=True), default=1.0)
@@ -207,7 +207,7 @@ def pods_cmd(
     SpecModel, at its IP."""
     from kubernetes import client, config  # only this command talks to a cluster
 
-    from specfleet.sim.pods import PodRuntime, SimSettings
+    from specfleet_testbed.kubelet import PodRuntime, SimSettings
 
     config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     stop = threading.Event()
