@@ -13,8 +13,9 @@ from specfleet.api.status import CanaryState, CanaryStatus, KillSwitchStatus
 from specfleet.controller.children import with_applied_hash
 from specfleet.controller.kube import Kube
 from specfleet.controller.plan import plan
-from specfleet.controller.reconcile import GuardTick, Live, reconcile
+from specfleet.controller.reconcile import Live, reconcile
 from specfleet.controller.status import Observed, next_status
+from specfleet.controller.step import GuardTick
 from specfleet.render import RenderSettings, ServingPlan, render
 from specfleet.telemetry.model import ClassWindow, Observation
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from specfleet.api.status import KillSwitchState, KillSwitchStatus
+from specfleet.guard import Situation
 from specfleet.guard.speedup import decode_steps, expected_tokens_per_step, speedup
 from specfleet.scenario import parse_scenario
 from specfleet.scenario.drafting import draw
@@ -174,6 +175,13 @@ def test_a_rolling_fleet_serves_the_new_setting_from_the_pods_that_moved() -> No
     assert half.total["code"].requests == 30
 
 
+def judged(operator: Operator, observation: Observation, fleet: Fleet, now: datetime) -> Situation:
+    """What the guard judges at a tick at `now` (the operator as it was before it)."""
+    situation = operator.ticked(observation, fleet, now)[1].situation
+    assert situation is not None
+    return situation
+
+
 def test_the_operator_judges_only_a_full_window_after_the_rollout() -> None:
     w = world()
     config = w.changes[0].config
@@ -182,17 +190,18 @@ def test_the_operator_judges_only_a_full_window_after_the_rollout() -> None:
     start = datetime(2026, 1, 1, tzinfo=UTC)
     operator = Operator.start(specmodel, fleet, start - timedelta(hours=1))
     observation = Observation(at=start, window_seconds=60, revision=1, speculation=True)
-    assert operator.situation(observation, fleet, start).settled
+    assert judged(operator, observation, fleet, start).settled
     engaged = KillSwitchStatus(state=KillSwitchState.ENGAGED, source="guard")
-    operator = replace(operator, status=operator.status.model_copy(update={"kill_switch": engaged}))
-    moving = fleet.request(operator.target(start), 0.0, 60.0, replicas=2)
+    engaging = operator.status.model_copy(update={"kill_switch": engaged})
+    operator = replace(operator, status=engaging).reconciled(fleet, start)
+    moving = fleet.request(operator.target, 0.0, 60.0, replicas=2)
     assert moving.pending == Setting(config, False)
     operator = operator.reconciled(moving, start)
-    assert not operator.situation(observation, moving, start + timedelta(seconds=30)).settled
+    assert not judged(operator, observation, moving, start + timedelta(seconds=30)).settled
     done = moving.advance(60.0)
     operator = operator.reconciled(done, start + timedelta(seconds=60))
-    assert not operator.situation(observation, done, start + timedelta(seconds=105)).settled
-    assert operator.situation(observation, done, start + timedelta(seconds=120)).settled
+    assert not judged(operator, observation, done, start + timedelta(seconds=105)).settled
+    assert judged(operator, observation, done, start + timedelta(seconds=120)).settled
 
 
 def test_a_trial_runs_a_canary_judged_one_interval_after_it_serves() -> None:
@@ -202,11 +211,12 @@ def test_a_trial_runs_a_canary_judged_one_interval_after_it_serves() -> None:
     fleet = Fleet(serving=Setting(config, False))
     trial = KillSwitchStatus(state=KillSwitchState.TRIAL, source="guard")
     operator = Operator.start(specmodel, fleet, start - timedelta(hours=1))
-    operator = replace(operator, status=operator.status.model_copy(update={"kill_switch": trial}))
-    assert operator.target(start) == Setting(config, False)  # the fleet stays without
-    assert operator.canary(start) == Setting(config, True)
-    starting = fleet.request(operator.target(start), 0.0, 60.0, replicas=2)
-    starting = starting.request_canary(operator.canary(start), 0.0, 60.0, replicas=2)
+    trying = operator.status.model_copy(update={"kill_switch": trial})
+    operator = replace(operator, status=trying).reconciled(fleet, start)
+    assert operator.target == Setting(config, False)  # the fleet stays without
+    assert operator.canary == Setting(config, True)
+    starting = fleet.request(operator.target, 0.0, 60.0, replicas=2)
+    starting = starting.request_canary(operator.canary, 0.0, 60.0, replicas=2)
     assert starting.generation == fleet.generation  # the fleet's Deployment is not touched
     operator = operator.reconciled(starting, start)
     assert operator.status.canary and operator.status.canary.state == "Starting"
@@ -214,20 +224,20 @@ def test_a_trial_runs_a_canary_judged_one_interval_after_it_serves() -> None:
     beside = Observation(
         at=start, window_seconds=60, revision=1, speculation=False, other_speculation=canary
     )
-    assert operator.situation(beside, starting, start + timedelta(seconds=29)).canary is None
+    assert judged(operator, beside, starting, start + timedelta(seconds=29)).canary is None
     serving = starting.advance(30.0)
     assert serving.canary_serving == Setting(config, True)
     operator = operator.reconciled(serving, start + timedelta(seconds=30))
     assert operator.status.canary and operator.status.canary.state == "Serving"
-    situation = operator.situation(beside, serving, start + timedelta(seconds=44))
+    situation = judged(operator, beside, serving, start + timedelta(seconds=44))
     assert situation.settled and situation.canary is None
-    assert operator.situation(beside, serving, start + timedelta(seconds=45)).canary is canary
+    assert judged(operator, beside, serving, start + timedelta(seconds=45)).canary is canary
     # a cooldown shorter than the window could leave an earlier canary in it: a full window
     quick = specmodel.model_copy(deep=True)
     quick.spec.guard.cooldown_seconds = 30
     operator = replace(operator, specmodel=quick)
-    assert operator.situation(beside, serving, start + timedelta(seconds=75)).canary is None
-    assert operator.situation(beside, serving, start + timedelta(seconds=90)).canary is canary
+    assert judged(operator, beside, serving, start + timedelta(seconds=75)).canary is None
+    assert judged(operator, beside, serving, start + timedelta(seconds=90)).canary is canary
     assert serving.request_canary(None, 100.0, 60.0, replicas=2).canary is None  # removed at once
 
 

@@ -31,7 +31,8 @@ from specfleet.controller.metrics import (
     RECONCILES,
     ROLLBACKS,
 )
-from specfleet.controller.reconcile import GuardTick, Live, Outcome, reconcile
+from specfleet.controller.reconcile import Live, Outcome, reconcile
+from specfleet.controller.step import GuardTick
 from specfleet.render import RenderSettings
 from specfleet.telemetry.reader import Target, TelemetryReader
 

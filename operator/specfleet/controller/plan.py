@@ -2,9 +2,9 @@
 
 A revision is a distinct engine config. The plan serves the desired revision unless it was
 judged bad (then the last good one, until the spec's engine config or the retry annotation
-changes), with speculation on unless an override or the guard's kill switch says off.
-Precedence: the kill-switch annotation, then spec.guard.mode, then the guard. While the guard
-tries speculation again (a trial), the fleet stays without it and a canary pod runs it.
+changes), with speculation on unless an override or the guard's kill switch says off
+(`guard.killswitch` says which, and why). While the guard tries speculation again (a trial),
+the fleet stays without it and a canary pod runs it.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from datetime import datetime
 from specfleet.api import RETRY_ANNOTATION, SpecModel
 from specfleet.api.status import (
     MAX_REVISION_HISTORY,
+    KillSwitchStatus,
     RevisionRecord,
+    RevisionVerdict,
     SpecModelStatus,
+    SpeculationSource,
 )
 from specfleet.guard import killswitch
 from specfleet.render import revision_hash
-
-GOOD, BAD, PROBATION = "good", "bad", "probation"
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,8 @@ class Plan:
     desired: RevisionRecord
     active: RevisionRecord
     speculation: bool
-    speculation_source: str
-    """Who decided speculation: `annotation`, `spec`, `guard` or `config` (none configured)."""
+    speculation_source: SpeculationSource
+    """Who decided speculation (`guard.killswitch`)."""
     canary: bool
     """A trial: one extra pod runs the active revision with speculation beside the fleet."""
     revisions: list[RevisionRecord]
@@ -47,20 +48,46 @@ class Plan:
 def plan(specmodel: SpecModel, status: SpecModelStatus, now: datetime) -> Plan:
     revisions, desired, new = _record_revision(specmodel, status, now)
     token = specmodel.metadata.annotations.get(RETRY_ANNOTATION)
-    if token is not None and token != status.retry_token and desired.verdict == BAD:
-        desired = desired.model_copy(update={"verdict": PROBATION})
+    if token is not None and token != status.retry_token and desired.verdict == RevisionVerdict.BAD:
+        desired = desired.model_copy(update={"verdict": RevisionVerdict.PROBATION})
         revisions = [desired if r.number == desired.number else r for r in revisions]
-    active = desired if desired.verdict != BAD else _last_good(revisions, desired)
-    speculation, source = killswitch.speculation(specmodel, status.kill_switch)
+    retry_token = token if token is not None else status.retry_token
+    return _serving(specmodel, revisions, desired, status.kill_switch, retry_token, new)
+
+
+def replan(specmodel: SpecModel, the_plan: Plan, status: SpecModelStatus) -> Plan:
+    """The plan once the guard's decision is folded into `status` (the revisions' verdicts, the
+    kill switch): the revisions as `the_plan` recorded them, served as the decision says."""
+    desired = next(r for r in status.revisions if r.number == the_plan.desired.number)
+    return _serving(
+        specmodel,
+        status.revisions,
+        desired,
+        status.kill_switch,
+        the_plan.retry_token,
+        the_plan.new_revision,
+    )
+
+
+def _serving(
+    specmodel: SpecModel,
+    revisions: list[RevisionRecord],
+    desired: RevisionRecord,
+    kill_switch: KillSwitchStatus | None,
+    retry_token: str | None,
+    new_revision: bool,
+) -> Plan:
+    active = desired if desired.verdict != RevisionVerdict.BAD else _last_good(revisions, desired)
+    speculation, source = killswitch.speculation(specmodel, kill_switch)
     return Plan(
         desired=desired,
         active=active,
         speculation=speculation,
         speculation_source=source,
-        canary=killswitch.runs_canary(source, status.kill_switch),
+        canary=killswitch.runs_canary(source, kill_switch),
         revisions=revisions,
-        retry_token=token if token is not None else status.retry_token,
-        new_revision=new,
+        retry_token=retry_token,
+        new_revision=new_revision,
     )
 
 
@@ -76,7 +103,7 @@ def _record_revision(
         number=number,
         hash=digest,
         generation=specmodel.metadata.generation,
-        verdict=PROBATION,
+        verdict=RevisionVerdict.PROBATION,
         created=now.isoformat(),
     )
     return _bounded([*status.revisions, record]), record, True
@@ -86,7 +113,7 @@ def _bounded(revisions: list[RevisionRecord]) -> list[RevisionRecord]:
     """Keep the newest MAX_REVISION_HISTORY, but never drop the newest good revision."""
     if len(revisions) <= MAX_REVISION_HISTORY:
         return revisions
-    good = [r for r in revisions if r.verdict == GOOD]
+    good = [r for r in revisions if r.verdict == RevisionVerdict.GOOD]
     keep = revisions[-(MAX_REVISION_HISTORY - 1) :]
     if good and good[-1] not in keep:
         return [good[-1], *keep]
@@ -94,5 +121,7 @@ def _bounded(revisions: list[RevisionRecord]) -> list[RevisionRecord]:
 
 
 def _last_good(revisions: list[RevisionRecord], fallback: RevisionRecord) -> RevisionRecord:
-    good = [r for r in revisions if r.verdict == GOOD and r.number != fallback.number]
+    good = [
+        r for r in revisions if r.verdict == RevisionVerdict.GOOD and r.number != fallback.number
+    ]
     return good[-1] if good else fallback

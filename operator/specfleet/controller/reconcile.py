@@ -1,4 +1,5 @@
-"""One SpecModel, level-based: parse, plan, render, apply what differs, prune, write status.
+"""One SpecModel, level-based: read, step (`controller.step`), apply what differs, prune, write
+status.
 
 Sync; runs in a worker thread. Children come from the operator's watches (no reads); writes go
 through `Kube`. An unchanged SpecModel in an unchanged cluster makes no request.
@@ -14,23 +15,16 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from specfleet.api import (
-    EngineConfig,
-    InvalidSpecModel,
-    SpecModel,
-    SpecModelStatus,
-    parse_specmodel,
-)
-from specfleet.api.status import RevisionRecord
-from specfleet.controller import children, events, guarding
+from specfleet.api import InvalidSpecModel, SpecModelStatus, parse_specmodel
+from specfleet.controller import children, events
 from specfleet.controller.children import ChildKey
 from specfleet.controller.kube import Kube
-from specfleet.controller.plan import Plan, plan
-from specfleet.controller.status import Observed, invalid_status, next_status, rollout
-from specfleet.guard import Action, decide
-from specfleet.render import RenderSettings, ServingPlan, render
+from specfleet.controller.revisions import RevisionConfigs
+from specfleet.controller.status import Observed, invalid_status
+from specfleet.controller.step import GuardTick, step
+from specfleet.guard import Action
+from specfleet.render import RenderSettings
 from specfleet.render.workload import canary_name
-from specfleet.telemetry.model import Observation
 
 Body = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -44,13 +38,6 @@ class Live:
     pods: list[Body] = field(default_factory=list)
     recently_applied: dict[ChildKey, str] = field(default_factory=dict)
     """Hashes applied moments ago, not yet seen by the watches."""
-
-
-@dataclass(frozen=True)
-class GuardTick:
-    """A guard evaluation is due; `observation` is None when telemetry had nothing at all."""
-
-    observation: Observation | None
 
 
 @dataclass(frozen=True)
@@ -71,34 +58,42 @@ def reconcile(
     now: datetime,
     tick: GuardTick | None = None,
     written: SpecModelStatus | None = None,
+    configs: RevisionConfigs | None = None,
 ) -> Outcome:
-    """`written` is the status this process last wrote: the watch may not have delivered it
-    yet, and the operator is the only writer of status, so it is the fresher of the two."""
+    """Read, step, apply, write. `written` is the status this process last wrote: the watch may
+    not have delivered it yet, and the operator is the only writer of status, so it is the
+    fresher of the two. `configs` keeps the revisions' engine configs read so far."""
     if body["metadata"].get("deletionTimestamp"):
         return Outcome(_previous_status(body), 0, 0, None)
     previous = written or _previous_status(body)
-    stored = previous
     try:
         specmodel = parse_specmodel({k: v for k, v in body.items() if k != "status"})
     except InvalidSpecModel as exc:
         status = invalid_status(
             body["metadata"].get("generation"), [str(e) for e in exc.errors], previous, now
         )
-        _write_status(kube, body, stored, status)
+        _write_status(kube, body, previous, status)
         return Outcome(status, 0, 0, str(exc))
-    deployment = live.children.get(("Deployment", specmodel.metadata.name))
-    actions: list[Action] = []
-    if tick is not None:
-        previous, actions = _guard(specmodel, previous, deployment, tick, now, kube)
-    the_plan = plan(specmodel, previous, now)
-    error = None
+    name = specmodel.metadata.name
+    observed = Observed(
+        deployment=live.children.get(("Deployment", name)),
+        pods=live.pods,
+        canary=live.children.get(("Deployment", canary_name(name))),
+    )
+    known = (configs or RevisionConfigs(kube)).of(specmodel, previous.revisions)
+    the_step = step(specmodel, previous, observed, tick, known, now)
     applied = pruned = 0
     applied_hashes: dict[ChildKey, str] = {}
+    error = None
     try:
-        if the_plan.new_revision:
-            kube.apply(controller_revision(specmodel, the_plan.desired))
-        manifests = _desired(specmodel, the_plan, kube, settings)
-        todo = children.changes(manifests, live.children, live.recently_applied)
+        revision = the_step.revision()
+        if revision is not None:
+            kube.apply(revision)
+        todo = children.changes(
+            the_step.children(settings),
+            live.children,
+            live.recently_applied,
+        )
         for manifest in todo.apply:
             kube.apply(manifest)
             applied_hashes[children.key(manifest)] = children.applied_hash(manifest) or ""
@@ -112,104 +107,24 @@ def reconcile(
         applied, pruned = len(todo.apply), len(todo.prune)
     except ApiException as exc:
         if _namespace_terminating(exc):  # everything in it is going; nothing to report
-            return Outcome(previous, 0, 0, None)
+            return Outcome(the_step.guarded, 0, 0, None)
         error = _describe(exc)
-        log.warning("applying %s failed: %s", specmodel.metadata.name, error)
     except ValueError as exc:
         error = _describe(exc)
-        log.warning("applying %s failed: %s", specmodel.metadata.name, error)
-    canary = live.children.get(("Deployment", canary_name(specmodel.metadata.name)))
-    observed = Observed(deployment, live.pods, error, canary)
-    status = next_status(specmodel, the_plan, observed, previous, now)
-    _write_status(kube, body, stored, status)
-    for action in actions:
+    if error is not None:
+        log.warning("applying %s failed: %s", name, error)
+    status = the_step.status if error is None else the_step.failed(error)
+    _write_status(kube, body, previous, status)
+    for action in the_step.actions:
         kind = events.NORMAL if action.action == "revision_promoted" else events.WARNING
         kube.event(body, kind, action.reason, action.message)
     if applied or pruned:
         message = (
-            f"applied {applied} and pruned {pruned} children for revision {the_plan.active.number}"
+            f"applied {applied} and pruned {pruned} children for revision "
+            f"{the_step.plan.active.number}"
         )
         kube.event(body, events.NORMAL, "ChildrenApplied", message)
-    return Outcome(status, applied, pruned, error, actions, applied_hashes)
-
-
-def _guard(
-    specmodel: SpecModel,
-    status: SpecModelStatus,
-    deployment: Body | None,
-    tick: GuardTick,
-    now: datetime,
-    kube: Kube,
-) -> tuple[SpecModelStatus, list[Action]]:
-    """Runs the guard on the plan as it stands, and folds its decision into status, so the
-    plan computed next already follows it."""
-    current = plan(specmodel, status, now)
-    try:
-        speculative = _active_config(specmodel, current, kube).speculative
-    except ApiException as exc:  # judge with the spec's depth rather than not at all
-        log.warning(
-            "revision %s of %s unreadable: %s", current.active.number, specmodel.metadata.name, exc
-        )
-        speculative = specmodel.spec.speculative
-    the_situation = guarding.situation(
-        specmodel, status, current, rollout(deployment), tick.observation, now, speculative
-    )
-    decision = decide(the_situation)
-    return guarding.apply_decision(status, current, decision, now), decision.actions
-
-
-def _active_config(specmodel: SpecModel, the_plan: Plan, kube: Kube) -> EngineConfig:
-    """The engine config being served: the spec's own, or after a rollback the last good
-    revision's, kept in its ControllerRevision."""
-    if not the_plan.rolled_back:
-        return specmodel.engine_config()
-    name = revision_name(specmodel, the_plan.active)
-    return EngineConfig.model_validate(kube.read_revision(specmodel.metadata.namespace, name))
-
-
-def _desired(
-    specmodel: SpecModel, the_plan: Plan, kube: Kube, settings: RenderSettings
-) -> list[Body]:
-    serving = ServingPlan(
-        revision=the_plan.active.number,
-        speculation=the_plan.speculation,
-        canary=the_plan.canary,
-        engine_config=_active_config(specmodel, the_plan, kube),
-    )
-    return [children.with_applied_hash(m) for m in render(specmodel, serving, settings)]
-
-
-def revision_name(specmodel: SpecModel, record: RevisionRecord) -> str:
-    return f"{specmodel.metadata.name}-{record.hash}"
-
-
-def controller_revision(specmodel: SpecModel, record: RevisionRecord) -> Body:
-    """The full engine config of a revision, owned by the SpecModel, for rollbacks."""
-    meta = specmodel.metadata
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ControllerRevision",
-        "metadata": {
-            "name": revision_name(specmodel, record),
-            "namespace": meta.namespace,
-            "labels": {
-                "app.kubernetes.io/instance": meta.name,
-                "app.kubernetes.io/managed-by": "specfleet",
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": specmodel.api_version,
-                    "kind": specmodel.kind,
-                    "name": meta.name,
-                    "uid": meta.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "revision": record.number,
-        "data": specmodel.engine_config().canonical(),
-    }
+    return Outcome(status, applied, pruned, error, the_step.actions, applied_hashes)
 
 
 def _previous_status(body: Body) -> SpecModelStatus:

@@ -1,8 +1,6 @@
-"""The operator's half of the loop, on the path `controller.reconcile` takes: on a guard tick
-`controller.guarding.situation` -> `guard.decide` -> `controller.guarding.apply_decision`, then
-`controller.plan` and `controller.status.next_status` over the Deployment as the controller's
-watch sees it (synthesized from the simulated fleet). So the guard judges a window only when the
-operator would: rollout complete and Ready for a whole window.
+"""The operator's half of the loop: the production tick (`controller.step`) over the Deployment
+as the controller's watch would see it (synthesized from the simulated fleet). So the guard
+judges a window only when the operator would: rollout complete and Ready for a whole window.
 """
 
 from __future__ import annotations
@@ -11,11 +9,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from specfleet.api import SpecModel, SpecModelStatus
-from specfleet.controller import guarding
+from specfleet.api import EngineConfig, SpecModel, SpecModelStatus
 from specfleet.controller.plan import Plan, plan
-from specfleet.controller.status import Observed, next_status, rollout
-from specfleet.guard import Decision, Situation, decide
+from specfleet.controller.status import Observed
+from specfleet.controller.step import GuardTick, Step, step
+from specfleet.render import revision_hash
 from specfleet.render.workload import SPECULATION_LABEL
 from specfleet.simulate.fleet import Fleet
 from specfleet.simulate.world import Setting
@@ -28,50 +26,62 @@ Body = dict[str, Any]
 class Operator:
     specmodel: SpecModel
     status: SpecModelStatus
+    plan: Plan
+    """The last step's serving plan."""
+    configs: dict[str, EngineConfig]
+    """Every engine config Git has declared, by revision hash: what a rollback may serve."""
 
     @classmethod
     def start(cls, specmodel: SpecModel, fleet: Fleet, now: datetime) -> Operator:
-        return cls(specmodel, SpecModelStatus()).reconciled(fleet, now)
+        status = SpecModelStatus()
+        operator = cls(specmodel, status, plan(specmodel, status, now), _config_of(specmodel))
+        return operator.reconciled(fleet, now)
 
-    def plan(self, now: datetime) -> Plan:
-        return plan(self.specmodel, self.status, now)
-
-    def target(self, now: datetime) -> Setting:
+    @property
+    def target(self) -> Setting:
         """The serving plan as a fleet setting."""
-        the_plan = self.plan(now)
-        return Setting(the_plan.active.hash, the_plan.speculation)
+        return Setting(self.plan.active.hash, self.plan.speculation)
 
-    def canary(self, now: datetime) -> Setting | None:
+    @property
+    def canary(self) -> Setting | None:
         """The serving plan's canary (the active revision with speculation), if a trial runs."""
-        the_plan = self.plan(now)
-        return Setting(the_plan.active.hash, True) if the_plan.canary else None
+        return Setting(self.plan.active.hash, True) if self.plan.canary else None
 
     def with_spec(self, specmodel: SpecModel, fleet: Fleet, now: datetime) -> Operator:
         """Git changed the spec: the controller reconciles at once."""
-        return replace(self, specmodel=specmodel).reconciled(fleet, now)
+        configs = {**self.configs, **_config_of(specmodel)}
+        return replace(self, specmodel=specmodel, configs=configs).reconciled(fleet, now)
 
     def reconciled(self, fleet: Fleet, now: datetime) -> Operator:
         """Status after a reconcile that sees the fleet's Deployment as it is now."""
+        return self._stepped(fleet, None, now)[0]
+
+    def ticked(
+        self, observation: Observation, fleet: Fleet, now: datetime
+    ) -> tuple[Operator, Step]:
+        """A guard tick: the guard's decision folded into status, and the plan that follows."""
+        return self._stepped(fleet, GuardTick(observation), now)
+
+    def _stepped(
+        self, fleet: Fleet, tick: GuardTick | None, now: datetime
+    ) -> tuple[Operator, Step]:
         observed = Observed(
             deployment=deployment(fleet, self.specmodel.spec.pod.replicas),
             canary=canary_deployment(fleet),
         )
-        status = next_status(self.specmodel, self.plan(now), observed, self.status, now)
-        return replace(self, status=status)
+        the_step = step(self.specmodel, self.status, observed, tick, self.configs, now)
+        return replace(self, status=the_step.status, plan=the_step.plan), the_step
 
-    def situation(self, observation: Observation, fleet: Fleet, now: datetime) -> Situation:
-        body = deployment(fleet, self.specmodel.spec.pod.replicas)
-        return guarding.situation(
-            self.specmodel, self.status, self.plan(now), rollout(body), observation, now
-        )
 
-    def decided(self, situation: Situation, fleet: Fleet) -> tuple[Operator, Decision]:
-        """The guard's decision folded into status, then the reconcile that follows it."""
-        decision = decide(situation)
-        status = guarding.apply_decision(
-            self.status, self.plan(situation.now), decision, situation.now
-        )
-        return replace(self, status=status).reconciled(fleet, situation.now), decision
+def initial_setting(specmodel: SpecModel, now: datetime) -> Setting:
+    """What a fleet runs before the operator first reconciles it."""
+    the_plan = plan(specmodel, SpecModelStatus(), now)
+    return Setting(the_plan.active.hash, the_plan.speculation)
+
+
+def _config_of(specmodel: SpecModel) -> dict[str, EngineConfig]:
+    config = specmodel.engine_config()
+    return {revision_hash(config): config}
 
 
 def deployment(fleet: Fleet, replicas: int) -> Body:

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from specfleet.api import SpecModelStatus
 from specfleet.api.spec import GuardSpec
 from specfleet.guard import Action, Decision
 from specfleet.guard.speedup import weighted
-from specfleet.simulate.control import Operator
+from specfleet.simulate.control import Operator, initial_setting
 from specfleet.simulate.draws import ClassDraw
 from specfleet.simulate.fleet import Fleet
 from specfleet.simulate.outcome import ClassSlice, realize, window
@@ -115,7 +114,7 @@ def replay_guarded(
 ) -> GuardedRun:
     run = GuardedRun()
     start = world.changes[0].specmodel
-    fleet = Fleet(serving=Operator(start, SpecModelStatus()).target(clock.at(0)))
+    fleet = Fleet(serving=initial_setting(start, clock.at(0)))
     operator = Operator.start(start, fleet, clock.at(-RUNNING_BEFORE))
     changes = list(world.changes[1:])
     counted = dict.fromkeys(world.scenario.classes, 0)
@@ -225,9 +224,10 @@ def _tick(
 ) -> tuple[Operator, Fleet]:
     t, now = base.time(i), clock.at(base.time(i))
     observation = observe(world, run, i, fleet, base, now)
-    situation = operator.situation(observation, fleet, now)
-    last_good = _last_good(operator, situation.revision.number)
-    operator, decision = operator.decided(situation, fleet)
+    last_good = _last_good(operator, operator.plan.active.number)
+    operator, the_step = operator.ticked(observation, fleet, now)
+    situation, decision = the_step.situation, the_step.decision
+    assert situation is not None and decision is not None  # a guard tick always judges
     run.ticks.append(_record(t, fleet, observation, decision, situation.policy.guard))
     context = {
         "revision": situation.revision.number,
@@ -244,8 +244,8 @@ def _follow(
     """The operator applies its plan; if that changes what runs, a rollout starts (or a canary,
     one pod, starts or goes) and the watch event that follows shows it."""
     replicas = operator.specmodel.spec.pod.replicas
-    moved = fleet.request(operator.target(now), t, rollout_seconds, replicas)
-    moved = moved.request_canary(operator.canary(now), t, rollout_seconds, replicas)
+    moved = fleet.request(operator.target, t, rollout_seconds, replicas)
+    moved = moved.request_canary(operator.canary, t, rollout_seconds, replicas)
     if moved != fleet:
         operator = operator.reconciled(moved, now)
     return operator, moved

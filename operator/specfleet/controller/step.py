@@ -1,0 +1,129 @@
+"""One tick of one SpecModel, pure: what the controller does with what it has read.
+
+    (spec, status, children seen, observation or none, engine configs, now)
+        -> guard decision (on a guard tick) -> serving plan -> status, children, actions
+
+`controller.reconcile` reads the cluster, runs `step` and applies what it returns;
+`specfleet simulate` replays the same `step` over a simulated fleet, so the replay is the
+production path. No I/O, the clock is an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from specfleet.api import EngineConfig, SpecModel, SpecModelStatus
+from specfleet.api.spec import SpeculativeSpec
+from specfleet.controller import children, guarding
+from specfleet.controller.plan import Plan, plan, replan
+from specfleet.controller.revisions import controller_revision
+from specfleet.controller.status import Observed, next_status, rollout
+from specfleet.guard import Action, Decision, Situation, decide
+from specfleet.render import Manifest, RenderSettings, ServingPlan, render
+from specfleet.telemetry.model import Observation
+
+Configs = Mapping[str, EngineConfig]
+"""Engine configs by revision hash: at least every revision the plan may serve (the spec's own
+and the last good one)."""
+
+
+@dataclass(frozen=True)
+class GuardTick:
+    """A guard evaluation is due; `observation` is None when telemetry had nothing at all."""
+
+    observation: Observation | None
+
+
+@dataclass(frozen=True)
+class Step:
+    plan: Plan
+    status: SpecModelStatus
+    """The status to write when every child applies."""
+    actions: list[Action]
+    situation: Situation | None
+    """What the guard judged, on a guard tick."""
+    decision: Decision | None
+    specmodel: SpecModel
+    configs: Configs = field(repr=False)
+    observed: Observed = field(repr=False)
+    guarded: SpecModelStatus = field(repr=False)
+    """The previous status with the guard's decision folded in."""
+    now: datetime = field(repr=False)
+
+    def revision(self) -> Manifest | None:
+        """The ControllerRevision of a revision first seen now, kept for rollbacks."""
+        if not self.plan.new_revision:
+            return None
+        return controller_revision(self.specmodel, self.plan.desired)
+
+    def children(self, settings: RenderSettings) -> list[Manifest]:
+        """The children that serve the plan, each carrying its applied hash. Raises ValueError
+        when they cannot be rendered."""
+        serving = ServingPlan(
+            revision=self.plan.active.number,
+            speculation=self.plan.speculation,
+            canary=self.plan.canary,
+            engine_config=self._active_config(),
+        )
+        return [children.with_applied_hash(m) for m in render(self.specmodel, serving, settings)]
+
+    def failed(self, error: str) -> SpecModelStatus:
+        """The status to write when rendering or applying the children failed."""
+        observed = replace(self.observed, apply_error=error)
+        return next_status(self.specmodel, self.plan, observed, self.guarded, self.now)
+
+    def _active_config(self) -> EngineConfig:
+        config = self.configs.get(self.plan.active.hash)
+        if config is None:
+            raise ValueError(
+                f"the engine config of revision {self.plan.active.number} "
+                f"({self.plan.active.hash}) is unreadable; it is kept in its ControllerRevision"
+            )
+        return config
+
+
+def step(
+    specmodel: SpecModel,
+    status: SpecModelStatus,
+    observed: Observed,
+    tick: GuardTick | None,
+    configs: Configs,
+    now: datetime,
+) -> Step:
+    situation = decision = None
+    guarded = status
+    the_plan = plan(specmodel, status, now)
+    if tick is not None:
+        situation = guarding.situation(
+            specmodel,
+            status,
+            the_plan,
+            rollout(observed.deployment),
+            tick.observation,
+            now,
+            _speculative(specmodel, the_plan, configs),
+        )
+        decision = decide(situation)
+        guarded = guarding.apply_decision(status, the_plan, decision, now)
+        the_plan = replan(specmodel, the_plan, guarded)
+    return Step(
+        plan=the_plan,
+        status=next_status(specmodel, the_plan, observed, guarded, now),
+        actions=decision.actions if decision else [],
+        situation=situation,
+        decision=decision,
+        specmodel=specmodel,
+        configs=configs,
+        observed=observed,
+        guarded=guarded,
+        now=now,
+    )
+
+
+def _speculative(specmodel: SpecModel, the_plan: Plan, configs: Configs) -> SpeculativeSpec | None:
+    """The served revision's speculative config; the spec's when that revision's is unknown
+    (judged with the spec's depth rather than not at all)."""
+    config = configs.get(the_plan.active.hash)
+    return config.speculative if config else specmodel.spec.speculative
