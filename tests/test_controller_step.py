@@ -55,7 +55,7 @@ def test_an_unreadable_active_revision_is_named_and_degrades_status() -> None:
     status = SpecModelStatus(revisions=[record(good, 1, "good"), record(bad, 2, "bad")])
     configs = {revision_hash(bad.engine_config()): bad.engine_config()}
     the_step = step(bad, status, Observed(), None, configs, NOW)
-    with pytest.raises(ValueError, match="revision 1 .* unreadable"):
+    with pytest.raises(ValueError, match=r"revision 1 .* unreadable"):
         the_step.children(RenderSettings())
     failed = the_step.failed("the engine config of revision 1 is unreadable")
     degraded = next(c for c in failed.conditions if c.type == "Degraded")
