@@ -1,10 +1,19 @@
-"""Why is speculation off? One of these, first that holds:
+"""Why is speculation off? The first of these that holds:
 
 1. The spec declares no speculative decoding (source `config`).
-2. The kill-switch annotation says `engage` (`release` forces it on) (source `annotation`).
-3. spec.guard.mode says `off` (`on` forces it on) (source `spec`).
-4. The guard's kill switch is engaged, or in a trial: the fleet runs without speculation while
-   one canary pod runs it (source `guard`).
+2. The kill-switch annotation says `engage`; `release` forces it on (source `annotation`).
+3. spec.guard.mode says `off`; `on` forces it on (source `spec`).
+4. The guard's kill switch is engaged (source `guard`):
+   - after N bad windows in a row (speedup below minSpeedup, or a critical class below its
+     acceptance floor), or one decisive window (its 95% bound outside the hysteresis band);
+   - in a trial: after a cooldown one canary pod runs speculation beside the fleet, which stays
+     without; the trial is judged on the canary's windows alone against minSpeedup +
+     releaseMargin, held for a window (none for a decisive window), with the fleet's TPOT of
+     the same window as the measure without speculation; a failed trial engages it again and
+     doubles the cooldown; a trial waits while the load that made speculation lose holds;
+   - latched by more than maxActionsPerHour actions (Flapping, `guard.ratelimit`) until the
+     next revision.
+   A dry run decides and says so, never engages; a blind guard holds the switch as it is.
 
 An override (2, 3) decides and the guard only alerts: its kill switch is discarded while the
 override holds, and an override that ends hands the switch back to the guard, released.
@@ -12,11 +21,15 @@ override holds, and an override that ends hands the switch back to the guard, re
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from specfleet.api import KILL_SWITCH_ANNOTATION, SpecModel
 from specfleet.api.spec import GuardSpec
 from specfleet.api.status import KillSwitchState, KillSwitchStatus, SpeculationSource
+from specfleet.guard.actions import ActionKind, named
+from specfleet.guard.speedup import paying_batch
+from specfleet.guard.tick import Situation, Tick
+from specfleet.guard.verdict import Evaluation
 
 ANNOTATION_SPECULATION = {"engage": False, "release": True}
 """What the kill-switch annotation's values force speculation to."""
@@ -92,3 +105,208 @@ def canary_judged(ready_since: str, guard: GuardSpec, now: datetime) -> bool:
     if guard.cooldown_seconds < guard.window_seconds:
         needed = guard.window_seconds
     return (now - datetime.fromisoformat(ready_since)).total_seconds() >= needed
+
+
+def threshold(situation: Situation) -> float:
+    """The speedup a window must show: minSpeedup, plus releaseMargin in a trial."""
+    guard = situation.policy.guard
+    trial = situation.kill_switch.state == KillSwitchState.TRIAL
+    return guard.min_speedup + (guard.release_margin if trial else 0.0)
+
+
+def transition(tick: Tick, evaluation: Evaluation) -> None:
+    """The guard's kill switch after a judged window (a trial's: its canary's)."""
+    situation = tick.situation
+    if not situation.policy.k or tick.guard.flapping:
+        return
+    if situation.policy.override is not None:
+        _overridden(tick, evaluation)
+        return
+    state = tick.kill_switch.state
+    if state == KillSwitchState.ENGAGED:
+        _maybe_trial(tick, evaluation)
+    elif evaluation.speculation_bad is not None:
+        trial = state == KillSwitchState.TRIAL
+        if trial and not evaluation.speculation_bad and not evaluation.critical_judged:
+            return  # a canary passes on the classes that matter, or not yet
+        _count(tick, evaluation.speculation_bad)
+        if trial:
+            _judge_trial(tick, evaluation)
+        elif _convinced(tick, evaluation):
+            _engage(tick, evaluation, ActionKind.KILL_SWITCH_ENGAGED, "SpeculationNotPaying")
+
+
+def _convinced(tick: Tick, evaluation: Evaluation) -> bool:
+    """N bad evaluations in a row, or one decisive bad evaluation."""
+    needed = tick.situation.policy.guard.consecutive_breaches
+    return tick.guard.consecutive_bad >= needed or bool(
+        evaluation.speculation_bad and evaluation.decisive
+    )
+
+
+def _count(tick: Tick, bad: bool) -> None:
+    if bad:
+        tick.guard.consecutive_bad += 1
+        tick.guard.consecutive_good = 0
+    else:
+        tick.guard.consecutive_good += 1
+        tick.guard.consecutive_bad = 0
+
+
+def _overridden(tick: Tick, evaluation: Evaluation) -> None:
+    situation = tick.situation
+    if not situation.speculation or evaluation.speculation_bad is None:
+        return
+    _count(tick, evaluation.speculation_bad)
+    if tick.guard.consecutive_bad >= situation.policy.guard.consecutive_breaches:
+        tick.guard.consecutive_bad = 0
+        tick.act(
+            ActionKind.ALERT,
+            "SpeculationNotPaying",
+            f"Speculation does not pay ({_speedup_words(evaluation)}) but "
+            f"{situation.policy.override} overrides the guard.",
+            evaluation.evidence(),
+        )
+
+
+def _engage(tick: Tick, evaluation: Evaluation, action: ActionKind, reason: str) -> None:
+    situation = tick.situation
+    guard = situation.policy.guard
+    failed = tick.kill_switch.failed_trials + (1 if action == ActionKind.TRIAL_FAILED else 0)
+    cooldown = min(guard.cooldown_seconds * 2**failed, guard.max_cooldown_seconds)
+    breaches = named(evaluation, lambda v: v.speculation_breaches)
+    windows = tick.guard.consecutive_bad
+    message = (
+        f"Speculation off after {_windows_words(evaluation, windows)}: "
+        f"{'; '.join(breaches)} ({_speedup_words(evaluation)})."
+    )
+    if action == ActionKind.TRIAL_FAILED:
+        message = (
+            f"Trial failed on the canary: {'; '.join(breaches)} "
+            f"({_speedup_words(evaluation)}). Canary removed; next trial in {cooldown}s."
+        )
+    max_in_flight = _lost_to_load(situation, evaluation)
+    if max_in_flight is not None:
+        message += (
+            f" It lost to load ({evaluation.in_flight:.0f} requests in flight per replica): "
+            f"trials wait until there are at most {max_in_flight:.0f}."
+        )
+    tick.guard.trial_max_in_flight = max_in_flight
+    tick.guard.consecutive_bad = tick.guard.consecutive_good = 0
+    evidence = {
+        **evaluation.evidence(),
+        "breaches": breaches,
+        "windows": windows,
+        "cooldownSeconds": cooldown,
+    }
+    if tick.act(action, reason, message, evidence):
+        tick.kill_switch = KillSwitchStatus(
+            state=KillSwitchState.ENGAGED,
+            source=SpeculationSource.GUARD,
+            since=tick.stamp,
+            reason=message,
+            failed_trials=failed,
+            next_trial_after=(situation.now + timedelta(seconds=cooldown)).isoformat(),
+        )
+
+
+def _load_holds_trial(tick: Tick, evaluation: Evaluation, due: datetime) -> bool:
+    """While the load that made speculation lose has not dropped, a trial waits, but at
+    most maxCooldownSeconds past its time: without speculation each request takes longer,
+    so the requests in flight may never fall to where they were when it engaged."""
+    max_in_flight, in_flight = tick.guard.trial_max_in_flight, evaluation.in_flight
+    if max_in_flight is None or in_flight is None or in_flight <= max_in_flight:
+        return False
+    waited = (tick.situation.now - due).total_seconds()
+    return waited < tick.situation.policy.guard.max_cooldown_seconds
+
+
+def _maybe_trial(tick: Tick, evaluation: Evaluation) -> None:
+    situation = tick.situation
+    due = tick.kill_switch.next_trial_after
+    if due is None or situation.now < datetime.fromisoformat(due):
+        return
+    if _load_holds_trial(tick, evaluation, datetime.fromisoformat(due)):
+        return
+    replicas = situation.policy.replicas
+    message = (
+        f"Trial after the cooldown: a canary pod runs revision {situation.revision.number} "
+        f"with speculation beside the {replicas} replicas without it (1 pod of "
+        f"{replicas + 1}); the trial is judged on the canary alone."
+    )
+    if tick.act(
+        ActionKind.TRIAL_STARTED,
+        "TrialStarted",
+        message,
+        {"failedTrials": tick.kill_switch.failed_trials},
+    ):
+        tick.kill_switch = tick.kill_switch.model_copy(
+            update={"state": KillSwitchState.TRIAL, "since": tick.stamp, "reason": message}
+        )
+        tick.guard.trial_since = tick.stamp
+        tick.guard.consecutive_bad = tick.guard.consecutive_good = 0
+
+
+def _judge_trial(tick: Tick, evaluation: Evaluation) -> None:
+    """A trial is released after N good windows at the stricter threshold held for a window,
+    or one decisive good window; it fails on the first window that would have engaged the
+    kill switch on its own: a bad trial costs one window, not N."""
+    guard = tick.situation.policy.guard
+    plainly_bad = evaluation.speedup is not None and evaluation.speedup < guard.min_speedup
+    breached = evaluation.critical_breach
+    if plainly_bad or breached or tick.guard.consecutive_bad >= guard.consecutive_breaches:
+        _engage(tick, evaluation, ActionKind.TRIAL_FAILED, "TrialFailed")
+        return
+    since = datetime.fromisoformat(tick.guard.trial_since or tick.stamp)
+    held = (tick.situation.now - since).total_seconds() >= guard.window_seconds
+    windows = tick.guard.consecutive_good
+    if (held and windows >= guard.consecutive_breaches) or evaluation.decisive:
+        message = (
+            f"Speculation pays again on the canary after "
+            f"{_windows_words(evaluation, windows)} ({_speedup_words(evaluation)}): kill "
+            "switch released, the fleet rolls to speculation and the canary is removed."
+        )
+        evidence = {**evaluation.evidence(), "windows": windows}
+        if tick.act(ActionKind.KILL_SWITCH_RELEASED, "SpeculationPays", message, evidence):
+            tick.kill_switch = KillSwitchStatus(
+                state=KillSwitchState.RELEASED,
+                source=SpeculationSource.GUARD,
+                since=tick.stamp,
+                reason=message,
+            )
+            tick.guard.consecutive_good = 0
+
+
+def _lost_to_load(situation: Situation, evaluation: Evaluation) -> float | None:
+    """The batch up to which speculation would pay again, when load (not acceptance) is what
+    made it lose: the speedup without the load term reaches a trial's threshold."""
+    if evaluation.speedup is None or evaluation.in_flight is None or evaluation.load >= 1.0:
+        return None
+    if evaluation.below_acceptance_floor:
+        return None
+    guard, policy = situation.policy.guard, situation.policy
+    trial_threshold = guard.min_speedup + guard.release_margin
+    unloaded = evaluation.speedup / evaluation.load
+    batch = paying_batch(
+        unloaded, evaluation.drafts_per_step, policy.per_token_compute, trial_threshold
+    )
+    return round(batch, 1) if 0.0 < batch < evaluation.in_flight else None
+
+
+def _windows_words(evaluation: Evaluation, count: int) -> str:
+    """How much evidence it took: one decisive window, or a run of windows."""
+    if evaluation.decisive:
+        return "1 decisive window" if count <= 1 else f"{count} windows, the last decisive"
+    return f"{count} windows in a row"
+
+
+def _speedup_words(evaluation: Evaluation) -> str:
+    if evaluation.speedup is None:
+        return "speedup unknown"
+    bound = evaluation.bound
+    side = "upper" if evaluation.speculation_bad else "lower"
+    interval = f" (95% {side} bound {bound:.2f})" if bound is not None else ""
+    return (
+        f"traffic-weighted speedup {evaluation.speedup:.2f}{interval} vs "
+        f"{evaluation.threshold:.2f} needed"
+    )

@@ -1,0 +1,59 @@
+"""What the guard does: its actions' names, which of them change what runs, and the record of
+one action with the evidence behind it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from specfleet.guard.verdict import ClassVerdict, Evaluation
+
+
+class ActionKind(StrEnum):
+    KILL_SWITCH_ENGAGED = "kill_switch_engaged"
+    KILL_SWITCH_RELEASED = "kill_switch_released"
+    TRIAL_STARTED = "trial_started"
+    TRIAL_FAILED = "trial_failed"
+    ROLLED_BACK = "rolled_back"
+    REVISION_PROMOTED = "revision_promoted"
+    QUALITY_BREACH = "quality_breach"
+    ALERT = "alert"
+    FLAPPING = "flapping"
+    METRICS_BLIND = "metrics_blind"
+    METRICS_RESTORED = "metrics_restored"
+
+
+ACTING = frozenset(
+    {
+        ActionKind.KILL_SWITCH_ENGAGED,
+        ActionKind.KILL_SWITCH_RELEASED,
+        ActionKind.TRIAL_STARTED,
+        ActionKind.TRIAL_FAILED,
+        ActionKind.ROLLED_BACK,
+    }
+)
+"""The actions that change what runs (unless in a dry run)."""
+SCHEDULED = frozenset({ActionKind.TRIAL_STARTED, ActionKind.TRIAL_FAILED})
+"""Trials come from the backed-off schedule; they do not count towards Flapping."""
+COUNTED = ACTING - SCHEDULED
+"""The actions the rate limit counts."""
+
+
+@dataclass(frozen=True)
+class Action:
+    action: ActionKind
+    reason: str
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    dry_run: bool = False
+
+    @property
+    def acts(self) -> bool:
+        return self.action in ACTING and not self.dry_run
+
+
+def named(evaluation: Evaluation, breaches: Callable[[ClassVerdict], Sequence[str]]) -> list[str]:
+    """Each class's breaches, prefixed with the class's name."""
+    return [f"{v.name}: {b}" for v in evaluation.classes for b in breaches(v)]

@@ -1,0 +1,33 @@
+"""No data: after blindAfterSeconds the guard raises MetricsBlind and holds the current state
+until data is back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from specfleet.guard.actions import ActionKind
+from specfleet.guard.tick import Tick
+
+
+def blind(tick: Tick) -> None:
+    situation, guard = tick.situation, tick.guard
+    reason = (situation.observation and situation.observation.blind) or "no series"
+    since = datetime.fromisoformat(guard.last_data or tick.stamp)
+    silent = (situation.now - since).total_seconds()
+    if silent >= situation.policy.guard.blind_after_seconds and not guard.blind:
+        guard.blind = True
+        tick.act(
+            ActionKind.METRICS_BLIND,
+            "MetricsBlind",
+            f"No data for {silent:.0f}s ({reason}); the guard holds the current state.",
+            {"silentSeconds": round(silent), "cause": reason},
+        )
+
+
+def data_seen(tick: Tick) -> None:
+    if tick.guard.blind:
+        tick.act(
+            ActionKind.METRICS_RESTORED, "MetricsRestored", "Data is back; the guard resumes.", {}
+        )
+        tick.guard.blind = False
+    tick.guard.last_data = tick.stamp

@@ -1,0 +1,93 @@
+"""One tick of the guard: what it knows (`Situation`) and the evaluation in progress (`Tick`),
+which each concern (blindness, probation, kill switch, rate limit) takes in turn."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from specfleet.api.status import GuardStatus, KillSwitchStatus, RevisionRecord
+from specfleet.guard.actions import ACTING, COUNTED, Action, ActionKind
+from specfleet.guard.policy import Policy
+from specfleet.guard.verdict import Evaluation
+from specfleet.telemetry.model import Observation
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Everything the guard knows at one tick."""
+
+    policy: Policy
+    guard: GuardStatus
+    kill_switch: KillSwitchStatus
+    revision: RevisionRecord
+    """The active revision."""
+    has_last_good: bool
+    speculation: bool
+    """Whether the running pods use speculation."""
+    settled: bool
+    """Rollout complete and every pod in the window runs the current plan."""
+    observation: Observation | None
+    now: datetime
+    canary: Observation | None = None
+    """A trial's canary over the window, once it has served long enough to be judged."""
+
+
+@lru_cache(maxsize=4)
+def _stamp(now: datetime) -> str:
+    """`now` as status fields record it: one tick's decisions share their clock, and isoformat
+    would cost as much as a class's judgement."""
+    return now.isoformat()
+
+
+@dataclass
+class Tick:
+    """The evaluation in progress: the state it may change, and what it did. Status objects
+    are shallow copies or shared: their fields are replaced, never mutated in place."""
+
+    situation: Situation
+    stamp: str
+    """`situation.now` as status fields record it."""
+    guard: GuardStatus
+    kill_switch: KillSwitchStatus
+    verdict: str
+    """The active revision's verdict."""
+    actions: list[Action] = field(default_factory=list)
+    observation: Observation | None = None
+    evaluation: Evaluation | None = None
+    """The window last judged and its evaluation: a trial's canary once it is judged."""
+
+    @classmethod
+    def start(cls, situation: Situation) -> Tick:
+        stamp = _stamp(situation.now)
+        guard = situation.guard.model_copy(update={"last_evaluation": stamp})
+        if guard.last_data is None:
+            guard.last_data = stamp  # the blind clock starts at first sight
+        return cls(
+            situation=situation,
+            stamp=stamp,
+            guard=guard,
+            kill_switch=situation.kill_switch,
+            verdict=situation.revision.verdict,
+        )
+
+    def act(self, action: ActionKind, reason: str, message: str, evidence: dict[str, Any]) -> bool:
+        """Records an action; returns whether it may change what runs."""
+        dry = self.situation.policy.guard.dry_run and action in ACTING
+        if dry:
+            message = f"dry run: would have {message[0].lower()}{message[1:]}"
+        window = {"windowSeconds": self.situation.policy.guard.window_seconds}
+        self.actions.append(
+            Action(
+                action=action,
+                reason=reason,
+                message=message,
+                evidence={**evidence, **window},
+                dry_run=dry,
+            )
+        )
+        if action in COUNTED and not dry:
+            self.guard.action_times = [*self.guard.action_times, self.stamp]
+        return not dry
