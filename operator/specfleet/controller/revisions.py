@@ -10,9 +10,10 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from specfleet.api import EngineConfig, SpecModel
-from specfleet.api.status import RevisionRecord
+from specfleet.api.status import RevisionRecord, RevisionVerdict
 from specfleet.controller.kube import Kube
 from specfleet.render import revision_hash
+from specfleet.render.labels import managed_labels, owner_reference
 
 Body = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -31,20 +32,8 @@ def controller_revision(specmodel: SpecModel, record: RevisionRecord) -> Body:
         "metadata": {
             "name": revision_name(specmodel, record),
             "namespace": meta.namespace,
-            "labels": {
-                "app.kubernetes.io/instance": meta.name,
-                "app.kubernetes.io/managed-by": "specfleet",
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": specmodel.api_version,
-                    "kind": specmodel.kind,
-                    "name": meta.name,
-                    "uid": meta.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "labels": managed_labels(meta.name),
+            "ownerReferences": [owner_reference(specmodel)],
         },
         "revision": record.number,
         "data": specmodel.engine_config().canonical(),
@@ -66,7 +55,7 @@ class RevisionConfigs:
         served."""
         configs = {revision_hash(specmodel.engine_config()): specmodel.engine_config()}
         for record in records:
-            if record.verdict == "good" and record.hash not in configs:
+            if record.verdict == RevisionVerdict.GOOD and record.hash not in configs:
                 config = self._config(specmodel, record)
                 if config is not None:
                     configs[record.hash] = config
