@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from specfleet.api import SpecModelStatus
-from specfleet.api.status import Decision
+from specfleet.api.status import Decision, KillSwitchState, SpeculationSource
+from specfleet.guard.actions import ActionKind
 
 ONE_SHOT_SECONDS = 900
-ONE_SHOT_ACTIONS = {"alert", "quality_breach", "trial_failed"}
+ONE_SHOT_ACTIONS = {ActionKind.ALERT, ActionKind.QUALITY_BREACH, ActionKind.TRIAL_FAILED}
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,11 @@ def firing(namespace: str, name: str, status: SpecModelStatus, now: datetime) ->
     alerts = []
     kill_switch = status.kill_switch
     # A trial runs speculation on a canary only: the fleet is still switched off.
-    if kill_switch and kill_switch.state != "released" and kill_switch.source == "guard":
+    if (
+        kill_switch
+        and kill_switch.state != KillSwitchState.RELEASED
+        and kill_switch.source == SpeculationSource.GUARD
+    ):
         alerts.append(
             _from(
                 namespace,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specfleet.api import SpecModelStatus
-from specfleet.api.status import CanaryState
+from specfleet.api.status import CanaryState, ConditionType
 
 NORMAL, WARNING = "Normal", "Warning"
 
@@ -69,12 +69,12 @@ def _canary_events(before: SpecModelStatus, after: SpecModelStatus) -> list[Even
 
 
 def _condition_event(kind: str, status: str, reason: str, message: str) -> Event | None:
-    if kind == "Degraded" and status == "True":
+    if kind == ConditionType.DEGRADED and status == "True":
         return Event(WARNING, reason, message)
-    if kind == "Ready" and status == "True":
+    if kind == ConditionType.READY and status == "True":
         return Event(NORMAL, "RolloutComplete", message)
-    if kind == "RolledBack" and status == "True":
+    if kind == ConditionType.ROLLED_BACK and status == "True":
         return Event(WARNING, "RolledBack", message)
-    if kind == "RolledBack" and status == "False":
+    if kind == ConditionType.ROLLED_BACK and status == "False":
         return Event(NORMAL, "RollbackCleared", message)
     return None

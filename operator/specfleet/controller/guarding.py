@@ -8,7 +8,7 @@ from datetime import datetime
 from specfleet.api import Decision as DecisionRecord
 from specfleet.api import SpecModel, SpecModelStatus
 from specfleet.api.spec import GuardSpec, SpeculativeSpec
-from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchStatus
+from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchStatus, RevisionVerdict
 from specfleet.controller.plan import Plan
 from specfleet.controller.status import Rollout
 from specfleet.guard import Decision, Policy, Situation, killswitch
@@ -31,7 +31,8 @@ def situation(
         kill_switch=status.kill_switch or KillSwitchStatus(),
         revision=the_plan.active,
         has_last_good=any(
-            r.verdict == "good" and r.number != the_plan.active.number for r in the_plan.revisions
+            r.verdict == RevisionVerdict.GOOD and r.number != the_plan.active.number
+            for r in the_plan.revisions
         ),
         speculation=the_plan.speculation,
         settled=settled(status, the_plan, rollout, specmodel.spec.guard, now),

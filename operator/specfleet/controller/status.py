@@ -16,7 +16,9 @@ from specfleet.api.status import (
     CanaryStatus,
     GuardStatus,
     ReplicaStatus,
+    RevisionVerdict,
     ServingPlanStatus,
+    SpeculationSource,
 )
 from specfleet.controller.plan import Plan
 from specfleet.guard import killswitch
@@ -110,7 +112,8 @@ def next_status(
             "desired_revision": plan.desired.number,
             "active_revision": plan.active.number,
             "last_good_revision": max(
-                (r.number for r in plan.revisions if r.verdict == "good"), default=None
+                (r.number for r in plan.revisions if r.verdict == RevisionVerdict.GOOD),
+                default=None,
             ),
             "revisions": plan.revisions,
             "kill_switch": killswitch.after_plan(
@@ -221,9 +224,9 @@ def _speculation_condition(specmodel: SpecModel, plan: Plan, state: Rollout) -> 
         )
     if not plan.speculation:
         reason = {
-            "annotation": "DisabledByAnnotation",
-            "spec": "DisabledBySpec",
-            "guard": "KillSwitchEngaged",
+            SpeculationSource.ANNOTATION: "DisabledByAnnotation",
+            SpeculationSource.SPEC: "DisabledBySpec",
+            SpeculationSource.GUARD: "KillSwitchEngaged",
         }[plan.speculation_source]
         return (kind, "False", reason, f"speculation off ({plan.speculation_source})")
     method = _speculation_summary(specmodel)

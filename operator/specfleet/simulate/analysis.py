@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from specfleet.api.spec import GuardSpec
+from specfleet.guard.actions import ActionKind
 from specfleet.simulate.replay import GuardedRun, Timebase
 from specfleet.simulate.truth import Truth, quality_breaches, truth_at
 from specfleet.simulate.world import World
 
-DETECTIONS = ("kill_switch_engaged", "trial_failed")
+DETECTIONS = (ActionKind.KILL_SWITCH_ENGAGED, ActionKind.TRIAL_FAILED)
 
 
 @dataclass(frozen=True)
@@ -124,14 +125,17 @@ def _why_false(table: TruthTable, guard: GuardSpec, decision: dict[str, Any]) ->
     base = table.base
     index = min(base.index(t), len(table.run.serving) - 1)
     if action in DETECTIONS:
-        threshold = guard.min_speedup + (guard.release_margin if action == "trial_failed" else 0)
+        threshold = guard.min_speedup + (
+            guard.release_margin if action == ActionKind.TRIAL_FAILED else 0
+        )
         span = guard.window_seconds + (guard.consecutive_breaches - 1) * guard.interval_seconds
         first = max(base.index(t - span), 0)
         if not any(table.bad(i, threshold) for i in range(first, max(index, first + 1))):
             return "speculation truly paid throughout the windows that led to it"
-    if action == "kill_switch_released" and table.bad(index, guard.min_speedup):
+    if action == ActionKind.KILL_SWITCH_RELEASED and table.bad(index, guard.min_speedup):
         return "speculation truly did not pay when released"
-    if action in ("rolled_back", "quality_breach") and not _revision_bad(table, decision):
+    quality = action in (ActionKind.ROLLED_BACK, ActionKind.QUALITY_BREACH)
+    if quality and not _revision_bad(table, decision):
         return f"revision {decision['revision']} broke no quality limit"
     return None
 
@@ -150,7 +154,7 @@ def missed(table: TruthTable, found: list[Episode]) -> list[dict[str, Any]]:
         if e.detected_at is None and e.speculation_at_start
     ]
     for decision in table.run.decisions:
-        if decision["action"] == "revision_promoted" and _revision_bad(table, decision):
+        if decision["action"] == ActionKind.REVISION_PROMOTED and _revision_bad(table, decision):
             out.append(
                 {
                     "t": decision["t"],

@@ -11,19 +11,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specfleet.api.status import KillSwitchState
+from specfleet.guard.actions import ActionKind
 from specfleet.simulate.replay import Tick
 from specfleet.simulate.simulation import Result
 from specfleet.simulate.truth import Truth
 
-ACTION_COLORS = {
-    "kill_switch_engaged": "tab:red",
-    "trial_started": "tab:orange",
-    "trial_failed": "darkred",
-    "kill_switch_released": "tab:green",
-    "rolled_back": "tab:purple",
-    "revision_promoted": "tab:blue",
+ACTION_COLORS: dict[str, str] = {
+    ActionKind.KILL_SWITCH_ENGAGED: "tab:red",
+    ActionKind.TRIAL_STARTED: "tab:orange",
+    ActionKind.TRIAL_FAILED: "darkred",
+    ActionKind.KILL_SWITCH_RELEASED: "tab:green",
+    ActionKind.ROLLED_BACK: "tab:purple",
+    ActionKind.REVISION_PROMOTED: "tab:blue",
 }
-STATE_COLORS = {"engaged": "tab:red", "trial": "tab:orange"}
+STATE_COLORS: dict[str, str] = {
+    KillSwitchState.ENGAGED: "tab:red",
+    KillSwitchState.TRIAL: "tab:orange",
+}
 MAX_POINTS = 720
 """Longer runs draw block means (see `Points`)."""
 
@@ -190,7 +195,7 @@ def _serving(axis: Any, result: Result, scale: float) -> None:
     for start, end, on in _segments(canary):
         if on:
             span = (start * width, (end - start) * width)
-            axis.broken_barh([span], (-0.5, 0.4), color=STATE_COLORS["trial"])
+            axis.broken_barh([span], (-0.5, 0.4), color=STATE_COLORS[KillSwitchState.TRIAL])
     axis.set_yticks([-0.3, 0.2, 0.7], ["canary", "speculation", "revision"], fontsize=7)
     axis.set_ylim(-0.5, 1)
     _action_legend(axis, result)

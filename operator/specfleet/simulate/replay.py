@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from specfleet.api.spec import GuardSpec
+from specfleet.api.status import KillSwitchState, RevisionVerdict
 from specfleet.guard import Action, Decision
 from specfleet.guard.speedup import weighted
 from specfleet.simulate.control import Operator, initial_setting
@@ -254,7 +255,9 @@ def _follow(
 def _last_good(operator: Operator, active: int) -> int | None:
     """The newest good revision other than the active one: what a rollback would serve."""
     good = [
-        r.number for r in operator.status.revisions if r.verdict == "good" and r.number != active
+        r.number
+        for r in operator.status.revisions
+        if r.verdict == RevisionVerdict.GOOD and r.number != active
     ]
     return good[-1] if good else None
 
@@ -316,7 +319,7 @@ def _record(
     observation = decision.observation or observation
     tokens = {n: w.output_tokens or 0.0 for n, w in observation.classes.items()}
     speedups = {c.name: c.expected_speedup for c in decision.classes if c.expected_speedup}
-    trial = decision.kill_switch.state == "trial"
+    trial = decision.kill_switch.state == KillSwitchState.TRIAL
     return Tick(
         t=t,
         serving=fleet.serving,

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specfleet.guard.actions import ActionKind
 from specfleet.simulate.replay import Goodput
 from specfleet.simulate.simulation import Result
 
@@ -77,7 +78,7 @@ def rollbacks(result: Result) -> list[dict[str, Any]]:
     """Each rollback with the time since the bad revision began serving."""
     out = []
     for d in result.run.decisions:
-        if d["action"] != "rolled_back":
+        if d["action"] != ActionKind.ROLLED_BACK:
             continue
         config = result.world.by_number(d["revision"]).config
         first = next(i for i, s in enumerate(result.run.serving) if s.config == config)

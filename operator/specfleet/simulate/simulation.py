@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specfleet.api.spec import GuardSpec
+from specfleet.guard.actions import ActionKind
 from specfleet.simulate import analysis, baselines
 from specfleet.simulate.draws import draw_slices
 from specfleet.simulate.outcome import ALPHA_SPREAD
@@ -56,15 +57,15 @@ class Result:
 
 
 ACTING = (
-    "kill_switch_engaged",
-    "kill_switch_released",
-    "trial_started",
-    "trial_failed",
-    "rolled_back",
-    "quality_breach",
-    "alert",
-    "flapping",
-    "metrics_blind",
+    ActionKind.KILL_SWITCH_ENGAGED,
+    ActionKind.KILL_SWITCH_RELEASED,
+    ActionKind.TRIAL_STARTED,
+    ActionKind.TRIAL_FAILED,
+    ActionKind.ROLLED_BACK,
+    ActionKind.QUALITY_BREACH,
+    ActionKind.ALERT,
+    ActionKind.FLAPPING,
+    ActionKind.METRICS_BLIND,
 )
 
 
