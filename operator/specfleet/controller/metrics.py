@@ -27,7 +27,12 @@ API_WRITES = Counter(
     ["namespace", "verb"],
     registry=REGISTRY,
 )
-SPECMODELS = Gauge("specfleet_specmodels", "SpecModels by phase.", ["phase"], registry=REGISTRY)
+SPECMODELS = Gauge(
+    "specfleet_specmodels",
+    "SpecModels by namespace and phase, as last reconciled.",
+    ["namespace", "phase"],
+    registry=REGISTRY,
+)
 KILL_SWITCH_ENGAGED = Gauge(
     "specfleet_kill_switch_engaged",
     "1 while speculation is switched off for the SpecModel by the guard or an override.",
@@ -55,6 +60,12 @@ GUARD_BLIND = Gauge(
 ACTIVE_REVISION = Gauge(
     "specfleet_active_revision",
     "The revision a SpecModel serves (differs from the desired one after a rollback).",
+    ["namespace", "specmodel"],
+    registry=REGISTRY,
+)
+ALERT_RECEIVERS_UNREADABLE = Gauge(
+    "specfleet_alert_receivers_unreadable",
+    "1 while a SpecModel's alert receivers cannot be read from its Secrets.",
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )

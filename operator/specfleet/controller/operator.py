@@ -1,6 +1,6 @@
 """The operator's state between events: the API writer, render settings, telemetry, alert
-delivery, per-SpecModel locks and retry backoff. kopf handlers call in from worker threads;
-nothing here runs on the event loop."""
+delivery, per-SpecModel locks and retry backoff, and each SpecModel's spec parsed once per
+generation. kopf handlers call in from worker threads; nothing here runs on the event loop."""
 
 from __future__ import annotations
 
@@ -14,12 +14,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from kubernetes.client.exceptions import ApiException
 
 from specfleet.alerts.model import firing
-from specfleet.alerts.receivers import Alertmanager, Receiver, Webhook
+from specfleet.alerts.receivers import Receiver
 from specfleet.alerts.sender import AlertSender
-from specfleet.api import SpecModelStatus
+from specfleet.api import InvalidSpecModel, SpecModel, SpecModelStatus, parse_specmodel
 from specfleet.controller import children
 from specfleet.controller.kube import Kube
 from specfleet.controller.metrics import (
@@ -30,7 +29,9 @@ from specfleet.controller.metrics import (
     RECONCILE_SECONDS,
     RECONCILES,
     ROLLBACKS,
+    SPECMODELS,
 )
+from specfleet.controller.receivers import ReceiverCache
 from specfleet.controller.reconcile import Live, Outcome, reconcile
 from specfleet.controller.step import GuardTick
 from specfleet.render import RenderSettings
@@ -43,8 +44,10 @@ Index = Mapping[Key, Iterable[Body]]
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 300.0
+FIRST_BACKOFF_SECONDS = 1.0
 RECENT_SECONDS = 10.0
-DEFAULT_INTERVAL_SECONDS = 15
+Stamp = tuple[str | None, int | None]
+"""(uid, generation): one spec of one SpecModel."""
 
 
 @dataclass
@@ -56,15 +59,25 @@ class Operator:
     receivers: list[Receiver] = field(default_factory=list)
     """Operator-wide receivers (--alertmanager-url); SpecModels may add their own."""
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    monotonic: Callable[[], float] = time.monotonic
+    """For backoff and caches: seconds that only move forward."""
     _locks: dict[Key, threading.Lock] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
     _backoff: dict[Key, tuple[float, float]] = field(default_factory=dict)
     """Key -> (next attempt at, current delay) after failed applies: no retry storms."""
     _http: httpx.Client = field(default_factory=httpx.Client)
+    _own_receivers: ReceiverCache = field(init=False)
+    _specs: dict[Key, tuple[Stamp, SpecModel | None]] = field(default_factory=dict)
+    """The spec parsed once per generation; None when it is invalid."""
+    _phases: dict[Key, str] = field(default_factory=dict)
+    """The phase each SpecModel was last reconciled into (`specfleet_specmodels`)."""
     _written: dict[Key, SpecModelStatus] = field(default_factory=dict)
     """The status last written per SpecModel, fresher than a lagging watch."""
     _applied: dict[Key, tuple[float, dict[children.ChildKey, str]]] = field(default_factory=dict)
     """Children hashes applied in the last RECENT_SECONDS, until the watches catch up."""
+
+    def __post_init__(self) -> None:
+        self._own_receivers = ReceiverCache(self.kube, self._http, self.monotonic)
 
     def reconcile(
         self,
@@ -85,7 +98,7 @@ class Operator:
             outcome = reconcile(body, live, self.kube, self.settings, self.clock(), tick, written)
             self._written[key] = outcome.status
             if outcome.applied_hashes:
-                self._applied[key] = (time.monotonic(), outcome.applied_hashes)
+                self._applied[key] = (self.monotonic(), outcome.applied_hashes)
         self._record(key, outcome)
         self._alert(key, body, outcome)
         return outcome
@@ -95,8 +108,10 @@ class Operator:
         if self.reader is None:
             return
         now = self.clock()
-        due = [key for key in list(specmodels) if _guard_due(_first(specmodels, key), now)]
-        targets = [t for key in due if (t := _target(key, _first(specmodels, key)))]
+        due = [
+            key for key in list(specmodels) if self._guard_due(key, _first(specmodels, key), now)
+        ]
+        targets = [t for key in due if (t := self._target(key, _first(specmodels, key)))]
         observations = self.reader.read(targets, now) if targets else {}
         for key in due:
             self.reconcile(key, specmodels, child_indexes, pods, GuardTick(observations.get(key)))
@@ -105,10 +120,13 @@ class Operator:
         self._backoff.pop(key, None)
         self._written.pop(key, None)
         self._applied.pop(key, None)
+        self._specs.pop(key, None)
+        self._count_phase(key, None)
         with self._guard:
             self._locks.pop(key, None)
+        own = self._own_receivers.forget(key)
         if self.alerts:
-            self.alerts.update(key, [], self._receivers_of(None))
+            self.alerts.update(key, [], [*self.receivers, *own])
             self.alerts.forget(key)
         for gauge in (KILL_SWITCH_ENGAGED, GUARD_BLIND, ACTIVE_REVISION):
             with contextlib.suppress(KeyError):
@@ -120,11 +138,37 @@ class Operator:
         if key not in self._backoff:
             return None
         next_at, _ = self._backoff[key]
-        return max(0.0, next_at - time.monotonic())
+        return max(0.0, next_at - self.monotonic())
+
+    def _specmodel(self, key: Key, body: Body) -> SpecModel | None:
+        """The SpecModel `body` describes, parsed once per generation; None when invalid."""
+        stamp = _stamp(body)
+        cached = self._specs.get(key)
+        if cached is None or cached[0] != stamp:
+            cached = self._specs[key] = (stamp, _parsed(body))
+        return cached[1]
+
+    def _guard_due(self, key: Key, body: Body, now: datetime) -> bool:
+        specmodel = self._specmodel(key, body)
+        if specmodel is None:
+            return False
+        last = ((body.get("status") or {}).get("guard") or {}).get("lastEvaluation")
+        if last is None:
+            return True
+        elapsed = (now - datetime.fromisoformat(last)).total_seconds()
+        return elapsed >= specmodel.spec.guard.interval_seconds - 0.5
+
+    def _target(self, key: Key, body: Body) -> Target | None:
+        plan = (body.get("status") or {}).get("servingPlan")
+        specmodel = self._specmodel(key, body)
+        if not plan or specmodel is None:
+            return None
+        window = specmodel.spec.guard.window_seconds
+        return Target(key[0], key[1], window, plan["revision"], plan["speculation"])
 
     def _recently_applied(self, key: Key) -> dict[children.ChildKey, str]:
         at, hashes = self._applied.get(key, (0.0, {}))
-        return hashes if time.monotonic() - at < RECENT_SECONDS else {}
+        return hashes if self.monotonic() - at < RECENT_SECONDS else {}
 
     def _lock(self, key: Key) -> threading.Lock:
         with self._guard:
@@ -132,7 +176,7 @@ class Operator:
 
     def _backing_off(self, key: Key) -> bool:
         next_at, _ = self._backoff.get(key, (0.0, 0.0))
-        return time.monotonic() < next_at
+        return self.monotonic() < next_at
 
     def _record(self, key: Key, outcome: Outcome) -> None:
         namespace, name = key
@@ -141,11 +185,12 @@ class Operator:
             result = "invalid"
         RECONCILES.labels(namespace, result).inc()
         if result == "error":
-            _, delay = self._backoff.get(key, (0.0, 0.5))
-            delay = min(delay * 2, MAX_BACKOFF_SECONDS)
-            self._backoff[key] = (time.monotonic() + delay, delay)
+            _, delay = self._backoff.get(key, (0.0, 0.0))
+            delay = min(max(delay * 2, FIRST_BACKOFF_SECONDS), MAX_BACKOFF_SECONDS)
+            self._backoff[key] = (self.monotonic() + delay, delay)
         else:
             self._backoff.pop(key, None)
+        self._count_phase(key, outcome.status.phase)
         KILL_SWITCH_ENGAGED.labels(namespace, name).set(1 if _switched_off(outcome) else 0)
         if outcome.status.active_revision is not None:
             ACTIVE_REVISION.labels(namespace, name).set(outcome.status.active_revision)
@@ -158,33 +203,28 @@ class Operator:
             if action.acts and action.action == "rolled_back":
                 ROLLBACKS.labels(namespace, name).inc()
 
+    def _count_phase(self, key: Key, phase: str | None) -> None:
+        with self._guard:
+            before = self._phases.pop(key, None)
+            if phase is not None:
+                self._phases[key] = phase
+        if before == phase:
+            return
+        if before is not None:
+            SPECMODELS.labels(key[0], before).dec()
+        if phase is not None:
+            SPECMODELS.labels(key[0], phase).inc()
+
     def _alert(self, key: Key, body: Body, outcome: Outcome) -> None:
         if self.alerts is None:
             return
         alerts = firing(key[0], key[1], outcome.status, self.clock())
-        self.alerts.update(key, alerts, self._receivers_of(body))
+        self.alerts.update(key, alerts, self._receivers_of(key, body))
 
-    def _receivers_of(self, body: Body | None) -> list[Receiver]:
+    def _receivers_of(self, key: Key, body: Body) -> list[Receiver]:
         """The operator's receivers plus the SpecModel's own (URLs from Secrets)."""
-        receivers = list(self.receivers)
-        config = ((body or {}).get("spec", {}).get("guard") or {}).get("alerts") or {}
-        namespace = (body or {}).get("metadata", {}).get("namespace", "")
-        try:
-            manager = config.get("alertmanager") or {}
-            url = manager.get("url")
-            if manager.get("urlSecret"):
-                ref = manager["urlSecret"]
-                url = self.kube.read_secret(namespace, ref["name"], ref["key"])
-            if url:
-                receivers.append(Alertmanager(url, self._http))
-            if config.get("webhookSecret"):
-                ref = config["webhookSecret"]
-                receivers.append(
-                    Webhook(self.kube.read_secret(namespace, ref["name"], ref["key"]), self._http)
-                )
-        except (ApiException, KeyError) as exc:
-            log.warning("alert receivers of %s: %s", namespace, exc)
-        return receivers
+        own = self._own_receivers.of(key, self._specmodel(key, body))
+        return [*self.receivers, *own]
 
 
 def _generation(body: Body) -> int | None:
@@ -196,19 +236,17 @@ def _first(index: Index, key: Key) -> Body:
     return next(iter(index.get(key, [])), {})
 
 
-def _guard_due(body: Body, now: datetime) -> bool:
-    guard = (body.get("spec") or {}).get("guard") or {}
-    interval = guard.get("intervalSeconds", DEFAULT_INTERVAL_SECONDS)
-    last = ((body.get("status") or {}).get("guard") or {}).get("lastEvaluation")
-    return last is None or (now - datetime.fromisoformat(last)).total_seconds() >= interval - 0.5
+def _stamp(body: Body) -> Stamp:
+    metadata = body.get("metadata", {})
+    return metadata.get("uid"), _generation(body)
 
 
-def _target(key: Key, body: Body) -> Target | None:
-    plan = (body.get("status") or {}).get("servingPlan")
-    if not plan:
+def _parsed(body: Body) -> SpecModel | None:
+    """The spec as the API serves it; its status is the operator's own and parsed apart."""
+    try:
+        return parse_specmodel({k: v for k, v in body.items() if k != "status"})
+    except InvalidSpecModel:
         return None
-    window = ((body.get("spec") or {}).get("guard") or {}).get("windowSeconds", 60)
-    return Target(key[0], key[1], window, plan["revision"], plan["speculation"])
 
 
 def _switched_off(outcome: Outcome) -> bool:
