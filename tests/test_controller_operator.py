@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from conftest import merge, specmodel_doc
 from specfleet.alerts.sender import AlertSender
-from specfleet.api import parse_specmodel
+from specfleet.api import KILL_SWITCH_ANNOTATION, parse_specmodel
 from specfleet.controller import operator as operator_module
 from specfleet.controller.kube import Kube
 from specfleet.controller.metrics import REGISTRY
@@ -279,3 +279,24 @@ def test_specmodels_are_counted_by_namespace_and_phase() -> None:
     assert REGISTRY.get_sample_value("specfleet_specmodels", labels) == 1.0
     operator.forget(("counted", "m"))
     assert REGISTRY.get_sample_value("specfleet_specmodels", labels) == 0.0
+
+
+def test_reconciles_parse_a_spec_once_and_again_when_its_annotations_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parsed: list[str] = []
+
+    def counting(document: Body) -> Any:
+        parsed.append(document["metadata"]["name"])
+        return parse_specmodel(document)
+
+    monkeypatch.setattr(operator_module, "parse_specmodel", counting)
+    operator, _, _ = world()
+    run(operator, body())
+    run(operator, body())
+    assert parsed == ["m"]
+    engaged = body()
+    engaged["metadata"]["annotations"] = {KILL_SWITCH_ANNOTATION: "engage"}
+    outcome = run(operator, engaged)  # the kill-switch annotation changes no generation
+    assert parsed == ["m", "m"]
+    assert outcome.status.serving_plan.speculation is False

@@ -95,6 +95,7 @@ def test_a_trial_applies_the_canary_and_leaves_the_fleet_alone() -> None:
     kube = FakeKube()
     outcome = reconcile(
         body(engaged.model_copy(update={"kill_switch": due})),
+        specmodel,
         children,
         cast(Kube, kube),
         RenderSettings(),
@@ -122,6 +123,7 @@ def test_a_failing_canary_is_judged_on_its_own_window_and_removed() -> None:
     kube = FakeKube()
     outcome = reconcile(
         body(trial),
+        specmodel,
         children,
         cast(Kube, kube),
         RenderSettings(),

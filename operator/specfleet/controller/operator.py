@@ -33,6 +33,7 @@ from specfleet.controller.metrics import (
 )
 from specfleet.controller.receivers import ReceiverCache
 from specfleet.controller.reconcile import Live, Outcome, reconcile
+from specfleet.controller.revisions import RevisionConfigs
 from specfleet.controller.step import GuardTick
 from specfleet.render import RenderSettings
 from specfleet.telemetry.reader import Target, TelemetryReader
@@ -46,8 +47,8 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS = 300.0
 FIRST_BACKOFF_SECONDS = 1.0
 RECENT_SECONDS = 10.0
-Stamp = tuple[str | None, int | None]
-"""(uid, generation): one spec of one SpecModel."""
+Stamp = tuple[str | None, int | None, tuple[tuple[str, str], ...]]
+"""(uid, generation, annotations): one spec of one SpecModel."""
 
 
 @dataclass
@@ -67,8 +68,9 @@ class Operator:
     """Key -> (next attempt at, current delay) after failed applies: no retry storms."""
     _http: httpx.Client = field(default_factory=httpx.Client)
     _own_receivers: ReceiverCache = field(init=False)
-    _specs: dict[Key, tuple[Stamp, SpecModel | None]] = field(default_factory=dict)
-    """The spec parsed once per generation; None when it is invalid."""
+    _specs: dict[Key, tuple[Stamp, SpecModel | InvalidSpecModel]] = field(default_factory=dict)
+    """The spec parsed once per generation and annotations, or why it is invalid."""
+    _configs: RevisionConfigs = field(init=False)
     _phases: dict[Key, str] = field(default_factory=dict)
     """The phase each SpecModel was last reconciled into (`specfleet_specmodels`)."""
     _written: dict[Key, SpecModelStatus] = field(default_factory=dict)
@@ -78,6 +80,7 @@ class Operator:
 
     def __post_init__(self) -> None:
         self._own_receivers = ReceiverCache(self.kube, self._http, self.monotonic)
+        self._configs = RevisionConfigs(self.kube)
 
     def reconcile(
         self,
@@ -95,7 +98,18 @@ class Operator:
             written = self._written.get(key)
             if written is not None and _generation(body) != written.observed_generation:
                 written = None  # the spec moved on; the watch's copy is what to build on
-            outcome = reconcile(body, live, self.kube, self.settings, self.clock(), tick, written)
+            parsed = self._parsed(key, body)
+            outcome = reconcile(
+                body,
+                parsed,
+                live,
+                self.kube,
+                self.settings,
+                self.clock(),
+                tick,
+                written,
+                self._configs,
+            )
             self._written[key] = outcome.status
             if outcome.applied_hashes:
                 self._applied[key] = (self.monotonic(), outcome.applied_hashes)
@@ -140,13 +154,18 @@ class Operator:
         next_at, _ = self._backoff[key]
         return max(0.0, next_at - self.monotonic())
 
-    def _specmodel(self, key: Key, body: Body) -> SpecModel | None:
-        """The SpecModel `body` describes, parsed once per generation; None when invalid."""
+    def _parsed(self, key: Key, body: Body) -> SpecModel | InvalidSpecModel:
+        """The SpecModel `body` describes, parsed once per generation and annotations (which
+        the plan reads and which change no generation), or why it is invalid."""
         stamp = _stamp(body)
         cached = self._specs.get(key)
         if cached is None or cached[0] != stamp:
-            cached = self._specs[key] = (stamp, _parsed(body))
+            cached = self._specs[key] = (stamp, _parse(body))
         return cached[1]
+
+    def _specmodel(self, key: Key, body: Body) -> SpecModel | None:
+        parsed = self._parsed(key, body)
+        return parsed if isinstance(parsed, SpecModel) else None
 
     def _guard_due(self, key: Key, body: Body, now: datetime) -> bool:
         specmodel = self._specmodel(key, body)
@@ -238,15 +257,16 @@ def _first(index: Index, key: Key) -> Body:
 
 def _stamp(body: Body) -> Stamp:
     metadata = body.get("metadata", {})
-    return metadata.get("uid"), _generation(body)
+    annotations = tuple(sorted((metadata.get("annotations") or {}).items()))
+    return metadata.get("uid"), _generation(body), annotations
 
 
-def _parsed(body: Body) -> SpecModel | None:
+def _parse(body: Body) -> SpecModel | InvalidSpecModel:
     """The spec as the API serves it; its status is the operator's own and parsed apart."""
     try:
         return parse_specmodel({k: v for k, v in body.items() if k != "status"})
-    except InvalidSpecModel:
-        return None
+    except InvalidSpecModel as exc:
+        return exc
 
 
 def _switched_off(outcome: Outcome) -> bool:

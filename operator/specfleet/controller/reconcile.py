@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from specfleet.api import InvalidSpecModel, SpecModelStatus, parse_specmodel
+from specfleet.api import InvalidSpecModel, SpecModel, SpecModelStatus
 from specfleet.controller import children, events
 from specfleet.controller.children import ChildKey
 from specfleet.controller.kube import Kube
@@ -52,6 +52,7 @@ class Outcome:
 
 def reconcile(
     body: Body,
+    specmodel: SpecModel | InvalidSpecModel,
     live: Live,
     kube: Kube,
     settings: RenderSettings,
@@ -60,20 +61,19 @@ def reconcile(
     written: SpecModelStatus | None = None,
     configs: RevisionConfigs | None = None,
 ) -> Outcome:
-    """Read, step, apply, write. `written` is the status this process last wrote: the watch may
-    not have delivered it yet, and the operator is the only writer of status, so it is the
-    fresher of the two. `configs` keeps the revisions' engine configs read so far."""
+    """Read, step, apply, write. `specmodel` is `body` parsed, or why it is invalid. `written` is
+    the status this process last wrote: the watch may not have delivered it yet, and the
+    operator is the only writer of status, so it is the fresher of the two. `configs` keeps the
+    revisions' engine configs read so far."""
     if body["metadata"].get("deletionTimestamp"):
         return Outcome(_previous_status(body), 0, 0, None)
     previous = written or _previous_status(body)
-    try:
-        specmodel = parse_specmodel({k: v for k, v in body.items() if k != "status"})
-    except InvalidSpecModel as exc:
+    if isinstance(specmodel, InvalidSpecModel):
         status = invalid_status(
-            body["metadata"].get("generation"), [str(e) for e in exc.errors], previous, now
+            body["metadata"].get("generation"), [str(e) for e in specmodel.errors], previous, now
         )
         _write_status(kube, body, previous, status)
-        return Outcome(status, 0, 0, str(exc))
+        return Outcome(status, 0, 0, str(specmodel))
     name = specmodel.metadata.name
     observed = Observed(
         deployment=live.children.get(("Deployment", name)),
