@@ -35,6 +35,7 @@ from specfleet.controller.receivers import ReceiverCache
 from specfleet.controller.reconcile import Live, Outcome, reconcile
 from specfleet.controller.revisions import RevisionConfigs
 from specfleet.controller.step import GuardTick
+from specfleet.guard.actions import ActionKind
 from specfleet.render import RenderSettings
 from specfleet.telemetry.reader import Target, TelemetryReader
 
@@ -219,7 +220,7 @@ class Operator:
         for action in outcome.actions:
             if not action.dry_run:
                 GUARD_DECISIONS.labels(namespace, action.action).inc()
-            if action.acts and action.action == "rolled_back":
+            if action.acts and action.action == ActionKind.ROLLED_BACK:
                 ROLLBACKS.labels(namespace, name).inc()
 
     def _count_phase(self, key: Key, phase: str | None) -> None:
