@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
 
-from specfleet.api.status import ClassObservation, GuardStatus, KillSwitchState, KillSwitchStatus
+from specfleet.api.status import ClassObservation, GuardStatus, KillSwitchStatus
 from specfleet.guard import blindness, killswitch, probation, ratelimit
 from specfleet.guard.actions import Action
 from specfleet.guard.policy import TPOT_MEMORY_SECONDS, Policy
@@ -80,7 +80,7 @@ def decide(situation: Situation) -> Decision:
         _remember_tpot_without_speculation(tick, situation.observation)
     evaluation = _judge(tick, situation.observation, situation.policy)
     probation.judge_revision(tick, evaluation)
-    trial = situation.kill_switch.state == KillSwitchState.TRIAL
+    trial = situation.kill_switch.state == killswitch.TRIAL
     judged = _judge_canary(tick) if trial else evaluation
     if judged is not None:
         killswitch.transition(tick, judged)

@@ -34,6 +34,9 @@ from specfleet.guard.verdict import Evaluation
 ANNOTATION_SPECULATION = {"engage": False, "release": True}
 """What the kill-switch annotation's values force speculation to."""
 OVERRIDES = (SpeculationSource.ANNOTATION, SpeculationSource.SPEC)
+ENGAGED, TRIAL = KillSwitchState.ENGAGED, KillSwitchState.TRIAL
+"""The states every tick compares with, read once: on Python 3.11 reading a member through its
+enum is slow (the enum's metaclass has a __getattr__)."""
 
 
 def speculation(
@@ -110,7 +113,7 @@ def canary_judged(ready_since: str, guard: GuardSpec, now: datetime) -> bool:
 def threshold(situation: Situation) -> float:
     """The speedup a window must show: minSpeedup, plus releaseMargin in a trial."""
     guard = situation.policy.guard
-    trial = situation.kill_switch.state == KillSwitchState.TRIAL
+    trial = situation.kill_switch.state == TRIAL
     return guard.min_speedup + (guard.release_margin if trial else 0.0)
 
 
@@ -123,10 +126,10 @@ def transition(tick: Tick, evaluation: Evaluation) -> None:
         _overridden(tick, evaluation)
         return
     state = tick.kill_switch.state
-    if state == KillSwitchState.ENGAGED:
+    if state == ENGAGED:
         _maybe_trial(tick, evaluation)
     elif evaluation.speculation_bad is not None:
-        trial = state == KillSwitchState.TRIAL
+        trial = state == TRIAL
         if trial and not evaluation.speculation_bad and not evaluation.critical_judged:
             return  # a canary passes on the classes that matter, or not yet
         _count(tick, evaluation.speculation_bad)

@@ -12,11 +12,14 @@ from specfleet.guard.tick import Tick
 from specfleet.guard.verdict import Evaluation
 from specfleet.telemetry.model import Observation
 
+PROBATION = RevisionVerdict.PROBATION
+"""Read once (as `killswitch.TRIAL`)."""
+
 
 def judge_revision(tick: Tick, evaluation: Evaluation) -> None:
     situation, guard = tick.situation, tick.guard
     revision = situation.revision
-    if revision.verdict != RevisionVerdict.PROBATION:
+    if revision.verdict != PROBATION:
         return
     if guard.probation_revision != revision.number:
         guard.probation_revision, guard.probation_since = revision.number, tick.stamp

@@ -65,13 +65,7 @@ class Tick:
         guard = situation.guard.model_copy(update={"last_evaluation": stamp})
         if guard.last_data is None:
             guard.last_data = stamp  # the blind clock starts at first sight
-        return cls(
-            situation=situation,
-            stamp=stamp,
-            guard=guard,
-            kill_switch=situation.kill_switch,
-            verdict=situation.revision.verdict,
-        )
+        return cls(situation, stamp, guard, situation.kill_switch, situation.revision.verdict)
 
     def act(self, action: ActionKind, reason: str, message: str, evidence: dict[str, Any]) -> bool:
         """Records an action; returns whether it may change what runs."""
