@@ -151,9 +151,36 @@ async def load(url: str, concurrency: int, duration: float, max_tokens: int) -> 
 # ------------------------------------------------------------------------ measuring
 
 
+def tree(pid: int) -> list[int]:
+    """The process and its descendants (a proxy may run workers)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+    """utime + stime of the process and its descendants, all threads."""
+    total = 0
+    for p in tree(pid):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / TICKS
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of the process and its descendants."""
+    total = 0
+    for p in tree(pid):
+        with contextlib.suppress(OSError):
+            found = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{p}/status").read_text())
+            total += int(found[1]) if found else 0
+    return round(total / 1024, 1)
 
 
 async def generated_tokens(sim_url: str) -> float:
@@ -183,6 +210,7 @@ class Sample:
     gateway_cpu_s: float = 0.0
     simulator_cpu_s: float = 0.0
     client_cpu_s: float = 0.0
+    gateway_rss_mib: float = 0.0
 
 
 @dataclass
@@ -200,6 +228,7 @@ class Measured:
     gateway_cpu_s: float
     simulator_cpu_s: float
     client_cpu_s: float
+    gateway_rss_mib: float
 
     @classmethod
     def of(cls, sample: Sample) -> Measured:
@@ -218,6 +247,7 @@ class Measured:
             gateway_cpu_s=round(sample.gateway_cpu_s, 3),
             simulator_cpu_s=round(sample.simulator_cpu_s, 3),
             client_cpu_s=round(sample.client_cpu_s, 3),
+            gateway_rss_mib=sample.gateway_rss_mib,
         )
 
 
@@ -236,6 +266,7 @@ async def measure_round(
     into.simulator_cpu_s += cpu_seconds(sim_pid) - sim0
     into.client_cpu_s += time.process_time() - self0
     into.tokens += await generated_tokens(sim_url) - tokens0
+    into.gateway_rss_mib = rss_mib(gateway_pid)
     into.run.merge(run)
 
 
@@ -260,8 +291,12 @@ async def wait_for(url: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def process(argv: list[str], ready_url: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    proc = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.DEVNULL)
+async def process(
+    argv: list[str], ready_url: str, env: dict[str, str] | None = None
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env
+    )
     try:
         await wait_for(ready_url)
         yield proc

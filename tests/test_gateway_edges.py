@@ -85,6 +85,15 @@ class Upstream:
         self.finished += 1
         return response
 
+    async def _burst(self, request: web.Request, raw: bytes) -> Any:
+        """The whole stream in one write, as a busy gateway reads an engine step's output."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        events = [chunk(f"t{i} ", "stop" if i == 19 else None) for i in range(20)]
+        await response.write(b"".join(events) + b"data: [DONE]\n\n")
+        self.finished += 1
+        return response
+
     async def _hang(self, request: web.Request, raw: bytes) -> Any:
         await asyncio.sleep(30)
 
@@ -340,6 +349,16 @@ async def test_bookkeeping_failures_never_touch_the_response(
         assert after == before
         text = (await http.get(gw.metrics_url + "/metrics")).text
         assert 'specfleet_gateway_errors_total{stage="stream"} 1.0' in text
+        assert await requests_total(gw, "chat", "ok") == 2
+
+
+async def test_a_burst_read_at_once_is_relayed_once() -> None:
+    async with gateway() as (_, gw), httpx.AsyncClient() as http:
+        body = {"messages": [], "stream": True}  # the gateway asks for usage and strips it
+        stream = (await http.post(gw.url + CHAT, json=body)).content
+        burst = (await http.post(gw.url + CHAT, json=body, headers={"x-script": "burst"})).content
+        assert burst == stream
+        assert burst.count(b'"finish_reason": "stop"') == 1
         assert await requests_total(gw, "chat", "ok") == 2
 
 

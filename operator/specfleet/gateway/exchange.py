@@ -55,15 +55,16 @@ def account(exchange: Exchange, summary: ResponseSummary) -> None:
 
 
 def worth_parsing(payload: bytes) -> bool:
-    """Whether a chunk after the first token can carry a finish reason, usage (and vLLM's
-    per-request metrics with it) or an error. False positives only cost a parse."""
+    """Whether chunks after the first token can carry a finish reason, usage (and vLLM's
+    per-request metrics with it) or an error. False positives only cost a parse. `payload`
+    may hold several events (a burst read at once): one finish among null ones counts."""
     if b'"usage"' in payload or b'"error"' in payload:  # also TensorRT-LLM's "object":"error"
         return True
-    return (
-        b'"finish_reason"' in payload
-        and b'"finish_reason":null' not in payload
-        and b'"finish_reason": null' not in payload
-    )
+    finishes = payload.count(b'"finish_reason"')
+    if not finishes:
+        return False
+    nulls = payload.count(b'"finish_reason":null') + payload.count(b'"finish_reason": null')
+    return finishes > nulls
 
 
 class StreamReader:
@@ -103,6 +104,24 @@ class StreamReader:
         if not self.reading and not self.exchange.strip_usage:
             return b"".join(events)
         return b"".join(self._relayed(event, now) for event in events)
+
+    def relayed(self, events: list[bytes], out: bytes, now: float) -> None:
+        """Reads events already relayed unchanged (`out` is them joined)."""
+        if self._plain_tokens(out):
+            self.last_token_t = now
+        else:
+            self.take(events, now)
+
+    def _plain_tokens(self, out: bytes) -> bool:
+        """Whether `out` is only token chunks that `take` would skim past without parsing."""
+        return (
+            self.skim
+            and self.reading
+            and self.first_token_t is not None
+            and out.startswith(b"data:")
+            and DONE not in out
+            and not worth_parsing(out)
+        )
 
     def release(self) -> bytes:
         """Held finish chunks, as they came (the stream ended without a usage chunk)."""

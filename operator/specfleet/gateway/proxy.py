@@ -332,10 +332,11 @@ class Proxy:
         reader: StreamReader,
         splitter: SseSplitter,
     ) -> None:
-        response = exchange.response
+        request, response, content = exchange.request, exchange.response, upstream.content
         assert response is not None
         try:
-            async for data in upstream.content.iter_any():
+            # Each read takes everything the engine's step has delivered: one write per burst.
+            while data := await content.readany():
                 events = splitter.feed(data)
                 if not events:
                     continue
@@ -343,11 +344,12 @@ class Proxy:
                 if reader.may_drop(data):
                     out = reader.take(events, now)
                     if out:
-                        await self._write(exchange.request, response, out)
+                        await self._write(request, response, out)
                     continue
                 # Relayed first, read after: the client's next token never waits on parsing.
-                await self._write(exchange.request, response, b"".join(events))
-                reader.take(events, now)
+                out = b"".join(events)
+                await self._write(request, response, out)
+                reader.relayed(events, out, now)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamBroke(str(exc)) from exc
 

@@ -1,0 +1,313 @@
+"""The gateway against real peer proxies: direct, `specfleet gateway`, `vllm-router` (Rust, PyPI)
+and nginx (Debian) relaying the same streaming load to the engine simulator, rotated round by
+round so drift on a shared machine hits every path alike.
+
+Reports, per concurrency and proxy (added = proxy minus direct, same run):
+- added TTFT p50 / p99 and added per-chunk latency p50 / p99 (the simulator stamps each chunk
+  with CLOCK_MONOTONIC as it writes it, see gateway_overhead.py);
+- throughput ratio (output tokens/s through the proxy over direct);
+- the proxy's CPU (all its processes and threads) per 1000 requests and per relayed chunk;
+- its RSS after the level.
+
+The peers are installed by the bench from their registries into ~/.cache/specfleet/peers/,
+one directory per version, never into the dev venv. `--baseline REV` adds the gateway as it
+was at git revision REV (extracted beside them), for a before/after in one run.
+Run: `.venv/bin/python bench/gateway_peers.py` (about 4 minutes); writes
+bench/results/gateway_peers.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gateway_overhead import (
+    ENTRY,
+    GATEWAY_CONFIG,
+    ROOT,
+    Measured,
+    Run,
+    Sample,
+    free_port,
+    measure_round,
+    process,
+    tree,
+)
+
+CACHE = Path.home() / ".cache/specfleet/peers"
+VLLM_ROUTER = "0.1.17"
+NGINX_CONF = """\
+worker_processes {workers};
+pid {home}/nginx.pid;
+error_log {home}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {home}/body;
+    proxy_temp_path {home}/proxy;
+    fastcgi_temp_path {home}/fastcgi;
+    uwsgi_temp_path {home}/uwsgi;
+    scgi_temp_path {home}/scgi;
+    upstream engine {{ server {upstream}; keepalive 512; }}
+    server {{
+        listen 127.0.0.1:{port} backlog=1024;
+        location / {{
+            proxy_pass http://engine;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 600s;
+        }}
+    }}
+}}
+"""
+
+
+# ---------------------------------------------------------------- installing the peers
+
+
+def vllm_router_bin() -> Path:
+    """vllm-router from PyPI, in a venv of its own keyed by version."""
+    home = CACHE / f"vllm-router-{VLLM_ROUTER}"
+    binary = home / "bin/vllm-router"
+    if not binary.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True)
+        pip = [str(home / "bin/pip"), "install", "-q", f"vllm-router=={VLLM_ROUTER}"]
+        subprocess.run(pip, check=True)
+    return binary
+
+
+def nginx_bin() -> Path:
+    """nginx from Debian's archive, unpacked (not installed) into a directory keyed by version."""
+    policy = subprocess.run(
+        ["apt-cache", "policy", "nginx"], check=True, capture_output=True, text=True
+    ).stdout
+    found = re.search(r"Candidate: (\S+)", policy)
+    if found is None or found[1] == "(none)":
+        raise RuntimeError("no nginx candidate: run apt-get update")
+    home = CACHE / f"nginx-{found[1]}"
+    binary = home / "usr/sbin/nginx"
+    if not binary.exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run(["apt-get", "download", f"nginx={found[1]}"], cwd=tmp, check=True)
+            (deb,) = Path(tmp).glob("nginx_*.deb")
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(home)], check=True)
+    return binary
+
+
+def baseline_tree(rev: str) -> Path:
+    """The product's package as it was at `rev`, to run the gateway from."""
+    sha = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short=12", rev],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    home = CACHE / f"gateway-{sha}"
+    if not (home / "operator/specfleet/cli.py").exists():
+        home.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", sha, "operator/specfleet"],
+            check=True, capture_output=True,
+        ).stdout  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(home)], input=archive, check=True)
+    return home / "operator"
+
+
+# -------------------------------------------------------------------------- proxies
+
+
+@dataclass
+class Proxy:
+    """How to start one proxy in front of the simulator."""
+
+    name: str
+    argv: Callable[[str, int, Path], list[str]]
+    """(simulator URL, port, scratch dir) -> command line."""
+    ready: Callable[[int], str] = lambda port: f"http://127.0.0.1:{port}/health"
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def gateway_proxy(name: str, pythonpath: Path | None = None, workers: int = 1) -> Proxy:
+    metrics_ports: dict[int, int] = {}
+
+    def argv(sim_url: str, port: int, home: Path) -> list[str]:
+        config = home / "gateway.yaml"
+        config.write_text(yaml.safe_dump(GATEWAY_CONFIG))
+        metrics_ports[port] = free_port()
+        out = [*ENTRY, "gateway", "--upstream", sim_url, "--config", str(config)]
+        out += ["--listen", f"127.0.0.1:{port}", "--log-level", "WARNING"]
+        out += ["--metrics-listen", f"127.0.0.1:{metrics_ports[port]}"]
+        return out + (["--workers", str(workers)] if workers > 1 else [])
+
+    env = {"PYTHONPATH": str(pythonpath)} if pythonpath else {}
+    ready = lambda port: f"http://127.0.0.1:{metrics_ports[port]}/healthz"  # noqa: E731
+    return Proxy(name, argv, ready, env)
+
+
+def vllm_router_proxy() -> Proxy:
+    binary = vllm_router_bin()
+
+    def argv(sim_url: str, port: int, home: Path) -> list[str]:
+        out = [str(binary), "--worker-urls", sim_url, "--policy", "round_robin"]
+        return [*out, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+
+    return Proxy(f"vllm-router {VLLM_ROUTER}", argv)
+
+
+def nginx_proxy() -> Proxy:
+    binary = nginx_bin()
+
+    def argv(sim_url: str, port: int, home: Path) -> list[str]:
+        conf = home / "nginx.conf"
+        upstream = sim_url.removeprefix("http://")
+        conf.write_text(NGINX_CONF.format(workers=1, home=home, upstream=upstream, port=port))
+        return [str(binary), "-p", str(home), "-e", str(home / "error.log"), "-c", str(conf),
+                "-g", "daemon off;"]  # fmt: skip
+
+    return Proxy("nginx " + binary.parent.parent.parent.name.removeprefix("nginx-"), argv)
+
+
+# ------------------------------------------------------------------------ measuring
+
+
+def pin(pids: list[int], cpus: set[int]) -> None:
+    """Every thread of every process in the trees on `cpus`."""
+    for pid in pids:
+        for p in tree(pid):
+            with contextlib.suppress(OSError):
+                for task in Path(f"/proc/{p}/task").iterdir():
+                    os.sched_setaffinity(int(task.name), cpus)
+
+
+def added(proxy: Measured, direct: Measured) -> dict[str, Any]:
+    """A proxy's measurements against direct's, same run (its CPU is the `gateway_` fields)."""
+    return {
+        "added_ttft_p50_ms": round(proxy.ttft_p50_ms - direct.ttft_p50_ms, 3),
+        "added_ttft_p99_ms": round(proxy.ttft_p99_ms - direct.ttft_p99_ms, 3),
+        "added_chunk_p50_ms": round(proxy.chunk_p50_ms - direct.chunk_p50_ms, 3),
+        "added_chunk_p99_ms": round(proxy.chunk_p99_ms - direct.chunk_p99_ms, 3),
+        "throughput_ratio": round(proxy.tokens_per_s / max(direct.tokens_per_s, 1e-9), 4),
+        "cpu_s_per_1000_requests": round(proxy.gateway_cpu_s / max(proxy.requests, 1) * 1e3, 3),
+        "cpu_us_per_chunk": round(proxy.gateway_cpu_s / max(proxy.chunks, 1) * 1e6, 1),
+        "rss_mib": proxy.gateway_rss_mib,
+        "measured": asdict(proxy),
+    }
+
+
+# ---------------------------------------------------------------------- orchestration
+
+
+@contextlib.asynccontextmanager
+async def started(proxy: Proxy, sim_url: str, home: Path) -> AsyncIterator[tuple[str, int]]:
+    port = free_port()
+    argv = proxy.argv(sim_url, port, home)
+    env = {**os.environ, **proxy.env}
+    async with process(argv, proxy.ready(port), env=env) as proc:
+        yield f"http://127.0.0.1:{port}", proc.pid
+
+
+def proxies(args: argparse.Namespace) -> list[Proxy]:
+    out = [gateway_proxy("gateway", workers=args.workers)]
+    if args.baseline:
+        out.append(gateway_proxy(f"gateway@{args.baseline}", baseline_tree(args.baseline)))
+    if "vllm-router" in args.peers:
+        out.append(vllm_router_proxy())
+    if "nginx" in args.peers:
+        out.append(nginx_proxy())
+    return out
+
+
+def report(level: int, rows: dict[str, dict[str, Any]]) -> None:
+    print(f"\n{level} streams   added TTFT p50/p99 ms   chunk p50/p99 ms   thr    "
+          "CPU s/1000 req   µs/chunk   RSS MiB")  # fmt: skip
+    for name, row in rows.items():
+        print(
+            f"  {name:<22} {row['added_ttft_p50_ms']:+7.3f} {row['added_ttft_p99_ms']:+8.3f}"
+            f"   {row['added_chunk_p50_ms']:+7.3f} {row['added_chunk_p99_ms']:+7.3f}"
+            f"   {row['throughput_ratio']:.3f}   {row['cpu_s_per_1000_requests']:8.3f}"
+            f"   {row['cpu_us_per_chunk']:8.1f}   {row['rss_mib']:6.1f}",
+            flush=True,
+        )
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    sim_port = free_port()
+    sim_url = f"http://127.0.0.1:{sim_port}"
+    chosen = proxies(args)
+    cpus = sorted(os.sched_getaffinity(0))
+    with tempfile.TemporaryDirectory() as tmp:
+        sim_argv = [sys.executable, str(ROOT / "bench/gateway_overhead.py"), "--serve-sim"]
+        sim_argv += [str(sim_port), "--time-scale", str(args.time_scale)]
+        async with contextlib.AsyncExitStack() as stack:
+            sim = await stack.enter_async_context(process(sim_argv, sim_url + "/health"))
+            urls = {"direct": (sim_url, sim.pid)}
+            for i, proxy in enumerate(chosen):
+                home = Path(tmp) / str(i)
+                home.mkdir()
+                urls[proxy.name] = await stack.enter_async_context(started(proxy, sim_url, home))
+            if args.pin and len(cpus) > 1:
+                # Each proxy on a CPU of its own, simulator and load generator on the others.
+                pin([pid for name, (_, pid) in urls.items() if name != "direct"], {cpus[-1]})
+                pin([sim.pid, os.getpid()], set(cpus[:-1]))
+            levels: dict[str, Any] = {}
+            for c in args.concurrency:
+                samples = {name: Sample(run=Run(max_tokens=args.max_tokens)) for name in urls}
+                for _ in range(args.rounds):
+                    for name, (url, pid) in urls.items():
+                        seconds = args.duration / args.rounds
+                        pids = (pid, sim.pid)
+                        await measure_round(url, sim_url, pids, c, seconds, samples[name])
+                measured = {name: Measured.of(s) for name, s in samples.items()}
+                direct = measured.pop("direct")
+                rows = {name: added(m, direct) for name, m in measured.items()}
+                report(c, rows)
+                levels[str(c)] = {"direct": asdict(direct), "proxies": rows}
+    return {
+        "settings": {
+            "time_scale": args.time_scale,
+            "duration_s": args.duration,
+            "rounds": args.rounds,
+            "max_tokens": args.max_tokens,
+            "proxies_pinned_to_own_cpu": args.pin,
+            "gateway_workers": args.workers,
+            "load_average": os.getloadavg(),
+            "cpus": os.cpu_count(),
+            "proxies": [p.name for p in chosen],
+        },
+        "levels": levels,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--time-scale", type=float, default=0.5)
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds per path and level")
+    parser.add_argument("--rounds", type=int, default=4, help="rotations through the paths")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--peers", nargs="*", default=["vllm-router", "nginx"])
+    parser.add_argument("--baseline", help="also run the gateway as of this git revision")
+    parser.add_argument("--workers", type=int, default=1, help="the gateway's --workers")
+    parser.add_argument("--no-pin", dest="pin", action="store_false")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/gateway_peers.json")
+    args = parser.parse_args()
+    result = asyncio.run(bench(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
