@@ -24,7 +24,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from specfleet.api import KILL_SWITCH_ANNOTATION, SpecModel
-from specfleet.api.spec import GuardSpec
+from specfleet.api.spec import GuardMode, GuardSpec
 from specfleet.api.status import KillSwitchState, KillSwitchStatus, SpeculationSource
 from specfleet.guard.actions import ActionKind, named
 from specfleet.guard.speedup import paying_batch
@@ -49,8 +49,8 @@ def speculation(
     if annotation in ANNOTATION_SPECULATION:
         return ANNOTATION_SPECULATION[annotation], SpeculationSource.ANNOTATION
     mode = specmodel.spec.guard.mode
-    if mode != "auto":
-        return mode == "on", SpeculationSource.SPEC
+    if mode != GuardMode.AUTO:
+        return mode == GuardMode.ON, SpeculationSource.SPEC
     kill_switch = kill_switch or KillSwitchStatus()
     return not _guard_engaged(kill_switch), SpeculationSource.GUARD
 
