@@ -70,7 +70,7 @@ def override(source: str) -> SpeculationSource | None:
 def runs_canary(source: str, kill_switch: KillSwitchStatus | None) -> bool:
     """A trial: the guard decides and its kill switch tries speculation on one canary pod."""
     state = (kill_switch or KillSwitchStatus()).state
-    return source == SpeculationSource.GUARD and state == KillSwitchState.TRIAL
+    return source == SpeculationSource.GUARD and state == TRIAL
 
 
 def after_decision(
