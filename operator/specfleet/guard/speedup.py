@@ -76,8 +76,13 @@ def load_factor(batch: float, drafts_per_step: float, per_token_compute: float) 
     grows with n. A verify step runs B·(1 + δ) tokens, a plain step B, so the speedup above is
     multiplied by (1 + g·B) / (1 + g·B·(1 + δ)): about 1 at low load, far below it at high load.
     """
-    g = per_token_compute
-    return (1.0 + g * batch) / (1.0 + g * batch * (1.0 + drafts_per_step))
+    plain = forward_cost(batch, per_token_compute)
+    return plain / forward_cost(batch * (1.0 + drafts_per_step), per_token_compute)
+
+
+def forward_cost(tokens: float, per_token_compute: float) -> float:
+    """A forward over `tokens` tokens, in one-token forwards: 1 + g·n."""
+    return 1.0 + per_token_compute * tokens
 
 
 def paying_batch(

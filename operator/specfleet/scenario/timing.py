@@ -42,7 +42,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from specfleet.guard.speedup import step_cost
+from specfleet.guard.speedup import forward_cost, step_cost
 from specfleet.scenario.drafting import draw
 
 __all__ = ["DRAFT_COST", "TimingModel", "simulate_tpot"]
@@ -84,7 +84,7 @@ class TimingModel:
         """One decode step for `batch` requests verifying `drafts` draft tokens each on
         average (0: none, k: every request drafted k), at overhead o (0: plain decoding)."""
         t0 = self.target_forward_ms / 1000.0
-        load = 1.0 + self.per_token_compute * batch * (1 + drafts)
+        load = forward_cost(batch * (1 + drafts), self.per_token_compute)
         return t0 * load * step_cost(drafts, c, o)
 
     def iteration_seconds(
