@@ -153,6 +153,15 @@ def test_the_status_written_is_built_on_until_the_generation_moves_on() -> None:
     assert [r.number for r in outcome.status.revisions] == [1]
 
 
+def test_a_specmodel_created_again_never_inherits_the_status_written_for_the_old_one() -> None:
+    operator, _, _ = world()
+    run(operator, body(speculative={"numSpeculativeTokens": 4}))
+    again = body()  # same name and generation, a new object: its DELETED event was missed
+    again["metadata"]["uid"] = "uid-m-again"
+    outcome = run(operator, again)
+    assert [r.number for r in outcome.status.revisions] == [1]
+
+
 def test_children_applied_moments_ago_count_as_present_until_they_expire() -> None:
     operator, kube, clock = world()
     run(operator, body())

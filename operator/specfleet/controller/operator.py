@@ -74,7 +74,7 @@ class Operator:
     _configs: RevisionConfigs = field(init=False)
     _phases: dict[Key, str] = field(default_factory=dict)
     """The phase each SpecModel was last reconciled into (`specfleet_specmodels`)."""
-    _written: dict[Key, SpecModelStatus] = field(default_factory=dict)
+    _written: dict[Key, tuple[str | None, SpecModelStatus]] = field(default_factory=dict)
     """The status last written per SpecModel, fresher than a lagging watch."""
     _applied: dict[Key, tuple[float, dict[children.ChildKey, str]]] = field(default_factory=dict)
     """Children hashes applied in the last RECENT_SECONDS, until the watches catch up."""
@@ -96,9 +96,7 @@ class Operator:
             return None
         with self._lock(key), RECONCILE_SECONDS.time():
             live = _live(key, child_indexes, pods, self._recently_applied(key))
-            written = self._written.get(key)
-            if written is not None and _generation(body) != written.observed_generation:
-                written = None  # the spec moved on; the watch's copy is what to build on
+            written = self._written_for(key, body)
             parsed = self._parsed(key, body)
             outcome = reconcile(
                 body,
@@ -111,7 +109,7 @@ class Operator:
                 written,
                 self._configs,
             )
-            self._written[key] = outcome.status
+            self._written[key] = (_uid(body), outcome.status)
             if outcome.applied_hashes:
                 self._applied[key] = (self.monotonic(), outcome.applied_hashes)
         self._record(key, outcome)
@@ -154,6 +152,14 @@ class Operator:
             return None
         next_at, _ = self._backoff[key]
         return max(0.0, next_at - self.monotonic())
+
+    def _written_for(self, key: Key, body: Body) -> SpecModelStatus | None:
+        """The status last written for this very object and spec: a SpecModel deleted and
+        created again (its DELETED event missed) or whose spec moved on builds on the watch's."""
+        uid, written = self._written.get(key, (None, None))
+        if written is None or uid != _uid(body):
+            return None
+        return written if _generation(body) == written.observed_generation else None
 
     def _parsed(self, key: Key, body: Body) -> SpecModel | InvalidSpecModel:
         """The SpecModel `body` describes, parsed once per generation and annotations (which
@@ -247,6 +253,11 @@ class Operator:
         return [*self.receivers, *own]
 
 
+def _uid(body: Body) -> str | None:
+    uid: str | None = body.get("metadata", {}).get("uid")
+    return uid
+
+
 def _generation(body: Body) -> int | None:
     generation = body.get("metadata", {}).get("generation")
     return int(generation) if generation is not None else None
@@ -259,7 +270,7 @@ def _first(index: Index, key: Key) -> Body:
 def _stamp(body: Body) -> Stamp:
     metadata = body.get("metadata", {})
     annotations = tuple(sorted((metadata.get("annotations") or {}).items()))
-    return metadata.get("uid"), _generation(body), annotations
+    return _uid(body), _generation(body), annotations
 
 
 def _parse(body: Body) -> SpecModel | InvalidSpecModel:
