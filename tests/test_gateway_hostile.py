@@ -389,12 +389,20 @@ def test_all_checks_share_one_cpu_allowance(monkeypatch: pytest.MonkeyPatch) -> 
     exponential = exponential_refs(30)
     verdicts = [structured_output_valid('"x"', exponential) for _ in range(6)]
     assert set(verdicts) == {"budget"}
-    started = time.process_time()
+    evaluated: list[int] = []
+    spend = schemas._BUDGET.spend
+
+    def counted(cost: int = 1) -> None:
+        evaluated.append(cost)
+        spend(cost)
+
+    monkeypatch.setattr(schemas._BUDGET, "spend", counted)
     cheap = {"type": "object", "properties": {"n": {"type": "integer"}}, "title": "allowance"}
-    assert structured_output_valid('{"n": 1}', cheap) == "budget"  # spent: not even screened
-    assert time.process_time() - started < 0.01
+    assert structured_output_valid('{"n": 1}', cheap) == "budget"
+    assert evaluated == []  # spent: not even screened
     monkeypatch.setattr(schemas, "CHECK_SHARE", 1000.0)  # refilled at once
     assert structured_output_valid('{"n": 1}', cheap) is True  # "budget" was not cached
+    assert evaluated  # and now it is screened and checked, on the budget
 
 
 def test_schema_bounds() -> None:
