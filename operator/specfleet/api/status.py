@@ -109,6 +109,11 @@ class RevisionRecord(ApiModel):
         default="probation", description="`probation`, `good` or `bad` (rolled back)."
     )
     created: str | None = Field(default=None, description="When it was first seen.")
+    served_clean: bool = Field(
+        default=False,
+        description="It served consecutiveBreaches windows in a row judged good, with no "
+        "breach: a rollback target even before it passed probation.",
+    )
 
 
 class KillSwitchStatus(ApiModel):
@@ -126,14 +131,29 @@ class KillSwitchStatus(ApiModel):
     )
 
 
+class LatencyBaseline(ApiModel):
+    """One class's latency under the last good revision, in the window that promoted it."""
+
+    p95_ttft_seconds: float | None = Field(default=None, description="p95 time to first token.")
+    p95_tpot_seconds: float | None = Field(default=None, description="p95 time per output token.")
+    requests: float = Field(default=0.0, description="Requests in that window: the samples.")
+    speculation: bool = Field(
+        default=True, description="Whether it ran with speculation: compared only alike."
+    )
+
+
 class QualityBaseline(ApiModel):
-    """Quality of the last good revision, what a revision on probation is compared with."""
+    """Quality and latency of the last good revision, what a revision on probation is compared
+    with."""
 
     tool_call_validity: float | None = Field(default=None, description="Valid tool-call share.")
     structured_output_validity: float | None = Field(
         default=None, description="Valid structured-output share."
     )
     error_rate: float | None = Field(default=None, description="Upstream error share.")
+    latency: dict[str, LatencyBaseline] = Field(
+        default_factory=dict, description="Per class p95 TTFT and TPOT."
+    )
 
 
 class GuardStatus(ApiModel):
@@ -142,7 +162,9 @@ class GuardStatus(ApiModel):
     consecutive_bad: int = Field(default=0, description="Bad evaluations in a row.")
     consecutive_good: int = Field(default=0, description="Good evaluations in a row.")
     quality_bad: int = Field(
-        default=0, description="Evaluations in a row where the revision broke quality floors."
+        default=0,
+        description="Evaluations in a row where the revision breached its quality floors or "
+        "latency SLOs.",
     )
     quality_good: int = Field(
         default=0, description="Conclusive evaluations in a row where the revision met them."
@@ -161,6 +183,10 @@ class GuardStatus(ApiModel):
     )
     tpot_measured_at: str | None = Field(
         default=None, description="When tpotWithoutSpeculation was last measured (expires)."
+    )
+    tpot_revision: int | None = Field(
+        default=None,
+        description="The revision tpotWithoutSpeculation was measured on: evidence for it alone.",
     )
     baseline: QualityBaseline | None = Field(
         default=None, description="Quality of the last good revision."
