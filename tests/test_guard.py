@@ -11,7 +11,9 @@ import pytest
 from conftest import specmodel_doc
 from specfleet.api import parse_specmodel
 from specfleet.api.status import GuardStatus, KillSwitchStatus, QualityBaseline, RevisionRecord
-from specfleet.guard import Policy, Situation, decide
+from specfleet.guard import Decision, Policy, Situation
+from specfleet.guard import decide as decide_every_class
+from specfleet.guard.actions import PER_CLASS
 from specfleet.guard.speedup import (
     decode_steps,
     expected_speedup,
@@ -75,6 +77,13 @@ def observe(
             "chat": window(chat, mean_tpot_seconds=tpot, **chat_extra),
         },
     )
+
+
+def decide(situation: Situation) -> Decision:
+    """The fleet-wide decision: per-class decisions are tests/test_guard_classes.py's."""
+    decision = decide_every_class(situation)
+    decision.actions = [a for a in decision.actions if a.action not in PER_CLASS]
+    return decision
 
 
 def situation(observation: Observation | None, **changes: Any) -> Situation:

@@ -13,6 +13,7 @@ from specfleet.api import KILL_SWITCH_ANNOTATION, EngineConfig, SpecModel, parse
 from specfleet.api.status import SpecModelStatus
 from specfleet.controller.status import Observed
 from specfleet.controller.step import GuardTick, Step, step
+from specfleet.guard.actions import PER_CLASS, Action
 from specfleet.render import RenderSettings, revision_hash
 from specfleet.render.workload import SPECULATION_LABEL
 from specfleet.telemetry.model import Observation
@@ -56,6 +57,8 @@ class Loop:
     status: SpecModelStatus = field(default_factory=SpecModelStatus)
     configs: dict[str, EngineConfig] = field(default_factory=dict)
     actions: list[str] = field(default_factory=list)
+    """The fleet-wide actions; `named`, the per-class decisions."""
+    named: list[Action] = field(default_factory=list)
     last: Step | None = None
 
     def __post_init__(self) -> None:
@@ -79,7 +82,8 @@ class Loop:
             self.specmodel, self.status, self._observed(), tick, self.configs, self.now
         )
         self.status = self.last.status
-        self.actions += [a.action for a in self.last.actions]
+        self.actions += [a.action for a in self.last.actions if a.action not in PER_CLASS]
+        self.named += [a for a in self.last.actions if a.action in PER_CLASS]
         # the watch shows the planned pods serving: the reconcile it triggers
         self.last = step(
             self.specmodel, self.status, self._observed(), None, self.configs, self.now

@@ -156,6 +156,27 @@ class QualityBaseline(ApiModel):
     )
 
 
+class ClassState(StrEnum):
+    OK = "ok"
+    BREACHING = "breaching"
+
+
+class ClassGuardStatus(ApiModel):
+    """The guard's state of one prompt class, critical or not: breaching from the decision that
+    named it until one that says it recovered."""
+
+    name: str = Field(description="Class name.")
+    state: ClassState = Field(default=ClassState.OK, description="`ok` or `breaching`.")
+    since: str | None = Field(default=None, description="When the state was entered.")
+    signals: list[str] = Field(
+        default_factory=list,
+        description="What it breaches: speedup, acceptanceRate, p95TtftSeconds, p95TpotSeconds, "
+        "toolCallValidity, structuredOutputValidity.",
+    )
+    bad: int = Field(default=0, description="Windows in a row with a breach.")
+    good: int = Field(default=0, description="Conclusive windows in a row without one.")
+
+
 class GuardStatus(ApiModel):
     """The guard's memory between evaluations."""
 
@@ -200,6 +221,9 @@ class GuardStatus(ApiModel):
         default=None,
         description="Set when speculation lost to load, not to acceptance: trials wait until "
         "the requests in flight per replica fall to this many.",
+    )
+    classes: list[ClassGuardStatus] = Field(
+        default_factory=list, description="Each class's state: ok or breaching, and why."
     )
 
 

@@ -23,6 +23,8 @@ class ActionKind(StrEnum):
     FLAPPING = "flapping"
     METRICS_BLIND = "metrics_blind"
     METRICS_RESTORED = "metrics_restored"
+    CLASS_BREACH = "class_breach"
+    CLASS_RECOVERED = "class_recovered"
 
 
 ACTING = frozenset(
@@ -39,6 +41,8 @@ SCHEDULED = frozenset({ActionKind.TRIAL_STARTED, ActionKind.TRIAL_FAILED})
 """Trials come from the backed-off schedule; they do not count towards Flapping."""
 COUNTED = ACTING - SCHEDULED
 """The actions the rate limit counts."""
+PER_CLASS = frozenset({ActionKind.CLASS_BREACH, ActionKind.CLASS_RECOVERED})
+"""One class's state changed (`guard.classes`): named, never acting."""
 
 
 @dataclass(frozen=True)

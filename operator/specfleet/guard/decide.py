@@ -8,6 +8,8 @@ One evaluation per tick and SpecModel, each concern in its module:
    revision, or becomes the last good after probationSeconds (`probation`).
 4. Speculation: the kill switch engages when it does not pay and a trial on a canary may release
    it (`killswitch`, whose docstring says why speculation is off).
+   Every class, critical or not, is named once when it breaches and once when it is back
+   (`classes`); that changes nothing that runs.
 5. More than maxActionsPerHour actions latch speculation off (`ratelimit`).
 6. Overrides (annotation, spec mode) and dryRun: decide and alert, never act.
 """
@@ -19,7 +21,7 @@ from datetime import datetime
 from functools import cached_property
 
 from specfleet.api.status import ClassObservation, GuardStatus, KillSwitchStatus
-from specfleet.guard import blindness, killswitch, probation, ratelimit
+from specfleet.guard import blindness, classes, killswitch, probation, ratelimit
 from specfleet.guard.actions import Action
 from specfleet.guard.policy import TPOT_MEMORY_SECONDS, Policy
 from specfleet.guard.speedup import weighted
@@ -80,6 +82,7 @@ def decide(situation: Situation) -> Decision:
         _remember_tpot_without_speculation(tick, situation.observation)
     evaluation = _judge(tick, situation.observation, situation.policy)
     probation.judge_revision(tick, evaluation)
+    classes.judge(tick, evaluation)
     trial = situation.kill_switch.state == killswitch.TRIAL
     judged = _judge_canary(tick) if trial else evaluation
     if judged is not None:

@@ -1,0 +1,192 @@
+"""Every class, critical or not: one whose speculation does not pay, or which breaches one of
+its SLOs (acceptance floor, p95 TTFT or TPOT, tool-call or structured-output validity), is named
+once in a `class_breach` decision, and once in a `class_recovered` decision when it is back.
+
+The kill switch's evidence rules: N breaching windows in a row, or one decisive window (a 95%
+bound past the limit by the hysteresis band; a p95 latency has no interval, so it needs N); a
+signal with too few samples is not judged, and a window that judges none of a class's signals
+(or, while it breaches, not all of those it breaches) is inconclusive and counts for nothing.
+These decisions change nothing that runs, so they never count towards Flapping.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from specfleet.api.status import ClassGuardStatus, ClassState
+from specfleet.guard.actions import ActionKind
+from specfleet.guard.speedup import wilson_interval
+from specfleet.guard.tick import Tick
+from specfleet.guard.verdict import ClassVerdict, Evaluation
+
+BREACHING = ClassState.BREACHING
+"""Read once (as `killswitch.TRIAL`)."""
+MAXIMA = frozenset({"p95TtftSeconds", "p95TpotSeconds"})
+"""The signals whose limit is a maximum; the others' is a floor."""
+
+
+class Reading(NamedTuple):
+    """One signal of one class in one window, judged against its limit."""
+
+    signal: str
+    value: float
+    limit: float
+    samples: float
+    breached: bool
+    decisive: bool
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "signal": self.signal,
+            "value": round(self.value, 4),
+            "limit": self.limit,
+            "samples": round(self.samples),
+        }
+
+    def words(self) -> str:
+        if self.signal in MAXIMA:
+            side = ">" if self.value > self.limit else "<="
+        else:
+            side = "<" if self.value < self.limit else ">="
+        return f"{self.signal} {self.value:.3f} {side} {self.limit:.3f} (n={self.samples:.0f})"
+
+
+def judge(tick: Tick, evaluation: Evaluation) -> None:
+    """Each class's state after a judged window (the fleet's, not a trial's canary)."""
+    known = {c.name: c for c in tick.guard.classes}
+    before = tick.guard.classes
+    states = [_next(tick, v, known.get(v.name)) for v in evaluation.classes]
+    if len(states) != len(before) or any(s is not b for s, b in zip(states, before, strict=True)):
+        tick.guard.classes = states
+
+
+def readings(verdict: ClassVerdict) -> list[Reading]:
+    """The class's signals this window judged: acceptance and speedup when speculation ran,
+    latency and validity when the class had enough requests."""
+    window = verdict.window
+    if window is None:
+        return []
+    found = _speculation(verdict)
+    slo, requests = verdict.slo, window.requests or 0.0
+    for signal, value, limit in (
+        ("p95TtftSeconds", window.p95_ttft_seconds, slo.max_p95_ttft_seconds),
+        ("p95TpotSeconds", window.p95_tpot_seconds, slo.max_p95_tpot_seconds),
+    ):
+        if value is not None and limit is not None:
+            found.append(Reading(signal, value, limit, requests, value > limit, False))
+    band, least = verdict.policy.band, verdict.policy.guard.min_requests
+    for signal, value, samples, floor in (
+        ("toolCallValidity", window.tool_call_validity, window.tool_calls_judged,
+         slo.min_tool_call_validity),
+        ("structuredOutputValidity", window.structured_output_validity, window.structured_judged,
+         slo.min_structured_output_validity),
+    ):  # fmt: skip
+        if value is not None and floor is not None and samples >= least:
+            _, upper = wilson_interval(value * samples, samples)
+            breached, decisive = upper < floor, upper < floor * (1.0 - band)
+            found.append(Reading(signal, value, floor, samples, breached, decisive))
+    return found
+
+
+def _speculation(verdict: ClassVerdict) -> list[Reading]:
+    found: list[Reading] = []
+    window, guard = verdict.window, verdict.policy.guard
+    if window is None:
+        return found
+    requests = window.requests or 0.0
+    floor, alpha = verdict.slo.min_acceptance_rate, window.acceptance_rate
+    if floor is not None and alpha is not None and verdict.acceptance_bounds is not None:
+        breached, decisive = verdict.below_acceptance_floor, verdict.far_below_acceptance_floor
+        found.append(Reading("acceptanceRate", alpha, floor, requests, breached, decisive))
+    if verdict.speedup is not None and verdict.speedup_bounds is not None:
+        paying = guard.min_speedup
+        decisive = verdict.speedup_bounds[1] < paying - guard.release_margin
+        breached = verdict.speedup < paying
+        found.append(Reading("speedup", verdict.speedup, paying, requests, breached, decisive))
+    return found
+
+
+def _next(tick: Tick, verdict: ClassVerdict, old: ClassGuardStatus | None) -> ClassGuardStatus:
+    """The class's state after this window; the same object when nothing changed."""
+    state = old or ClassGuardStatus(name=verdict.name, since=tick.stamp)
+    found = readings(verdict)
+    if not found:
+        return state
+    breached = [r for r in found if r.breached]
+    if state.state == BREACHING:
+        return _while_breaching(tick, verdict, state, found, breached)
+    if not breached:
+        return state if not state.bad else state.model_copy(update={"bad": 0})
+    windows = state.bad + 1
+    decisive = any(r.decisive for r in breached)
+    if windows < tick.situation.policy.guard.consecutive_breaches and not decisive:
+        return state.model_copy(update={"bad": windows})
+    _breach(tick, verdict, breached, windows, decisive)
+    signals = [r.signal for r in breached]
+    return ClassGuardStatus(name=verdict.name, state=BREACHING, since=tick.stamp, signals=signals)
+
+
+def _while_breaching(
+    tick: Tick,
+    verdict: ClassVerdict,
+    state: ClassGuardStatus,
+    found: list[Reading],
+    breached: list[Reading],
+) -> ClassGuardStatus:
+    if breached:
+        signals = [r.signal for r in breached]
+        if signals == state.signals and not state.good:
+            return state
+        return state.model_copy(update={"signals": signals, "good": 0})
+    judged = {r.signal for r in found}
+    if not judged.issuperset(state.signals):
+        return state  # what it breached was not judged: no evidence it is back
+    windows = state.good + 1
+    if windows < tick.situation.policy.guard.consecutive_breaches:
+        return state.model_copy(update={"good": windows})
+    _recovered(tick, verdict, state, found, windows)
+    return ClassGuardStatus(name=verdict.name, since=tick.stamp)
+
+
+def _breach(
+    tick: Tick, verdict: ClassVerdict, breached: list[Reading], windows: int, decisive: bool
+) -> None:
+    first = breached[0]
+    evidence = {
+        "class": verdict.name,
+        "critical": verdict.critical,
+        **first.evidence(),
+        "breaches": [r.evidence() for r in breached],
+        "windows": windows,
+        "decisive": decisive,
+    }
+    kind = "critical" if verdict.critical else "not critical"
+    evidence_words = "1 decisive window" if windows == 1 else f"{windows} windows in a row"
+    message = (
+        f"Class {verdict.name} ({kind}) breaches after {evidence_words}: "
+        f"{'; '.join(r.words() for r in breached)}. This decision changes nothing that runs."
+    )
+    tick.act(ActionKind.CLASS_BREACH, "ClassBreach", message, evidence)
+
+
+def _recovered(
+    tick: Tick,
+    verdict: ClassVerdict,
+    state: ClassGuardStatus,
+    found: list[Reading],
+    windows: int,
+) -> None:
+    back = [r for r in found if r.signal in state.signals] or found
+    evidence = {
+        "class": verdict.name,
+        "critical": verdict.critical,
+        **back[0].evidence(),
+        "readings": [r.evidence() for r in back],
+        "windows": windows,
+        "breachingSince": state.since,
+    }
+    message = (
+        f"Class {verdict.name} is back for {windows} windows in a row: "
+        f"{'; '.join(r.words() for r in back)}."
+    )
+    tick.act(ActionKind.CLASS_RECOVERED, "ClassRecovered", message, evidence)
