@@ -90,6 +90,32 @@ def test_conditions_fire_and_one_shots_expire() -> None:
     assert later == {"SpecfleetRolledBack"}
 
 
+def class_breach(name: str, signal: str) -> Decision:
+    return Decision(
+        time=NOW.isoformat(),
+        action="class_breach",
+        reason="ClassBreach",
+        message=f"Class {name} breaches {signal}",
+        evidence={"class": name, "signal": signal, "value": 0.02, "limit": 0.3, "samples": 40},
+    )
+
+
+def test_a_class_breach_fires_once_per_class_with_its_class_and_signal() -> None:
+    breaches = [class_breach("prose", "acceptanceRate"), class_breach("chat", "p95TpotSeconds")]
+    status = SpecModelStatus(decisions=breaches)
+    alerts = firing("ns", "m", status, NOW)
+    assert [(a.labels()["class"], a.labels()["signal"]) for a in alerts] == [
+        ("prose", "acceptanceRate"),
+        ("chat", "p95TpotSeconds"),
+    ]
+    assert {a.name for a in alerts} == {"SpecfleetClassBreach"} and len(
+        {a.key for a in alerts}
+    ) == 2
+    assert alerts[0].ends_at == (NOW + timedelta(seconds=900)).isoformat()
+    assert json.loads(alerts[0].annotations()["evidence"])["samples"] == 40
+    assert firing("ns", "m", status, NOW + timedelta(hours=1)) == []
+
+
 def test_slack_message_is_text_first() -> None:
     alert = Alert(
         "SpecfleetRolledBack", "ns", "m", "warning", "rev 2 bad", {"toolCallValidity": 0.85}

@@ -12,7 +12,15 @@ from specfleet.api.status import Decision, KillSwitchState, SpeculationSource
 from specfleet.guard.actions import ActionKind
 
 ONE_SHOT_SECONDS = 900
-ONE_SHOT_ACTIONS = {ActionKind.ALERT, ActionKind.QUALITY_BREACH, ActionKind.TRIAL_FAILED}
+ONE_SHOT_ACTIONS = {
+    ActionKind.ALERT,
+    ActionKind.QUALITY_BREACH,
+    ActionKind.TRIAL_FAILED,
+    ActionKind.CLASS_BREACH,
+}
+CLASS_LABELS = ("class", "signal")
+"""Labels a one-shot alert takes from its decision's evidence: one alert per class breach."""
+AlertKey = tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -25,10 +33,13 @@ class Alert:
     evidence: dict[str, object] = field(default_factory=dict)
     starts_at: str | None = None
     ends_at: str | None = None
+    extra_labels: dict[str, str] = field(default_factory=dict)
+    """What tells apart alerts of one name on one SpecModel (a class breach: class, signal)."""
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return self.name, self.namespace, self.specmodel
+    def key(self) -> AlertKey:
+        extra = (f"{label}={value}" for label, value in sorted(self.extra_labels.items()))
+        return self.name, self.namespace, self.specmodel, *extra
 
     def labels(self) -> dict[str, str]:
         return {
@@ -37,6 +48,7 @@ class Alert:
             "specmodel": self.specmodel,
             "severity": self.severity,
             "source": "specfleet",
+            **self.extra_labels,
         }
 
     def annotations(self) -> dict[str, str]:
@@ -105,13 +117,16 @@ def _from(
 
 def _one_shot(namespace: str, name: str, decision: Decision, now: datetime) -> Alert:
     ends = datetime.fromisoformat(decision.time) + timedelta(seconds=ONE_SHOT_SECONDS)
+    evidence = decision.evidence or {}
+    labels = {label: str(evidence[label]) for label in CLASS_LABELS if label in evidence}
     return Alert(
         f"Specfleet{decision.reason}",
         namespace,
         name,
         "warning",
         decision.message,
-        dict(decision.evidence or {}),
+        dict(evidence),
         starts_at=decision.time,
         ends_at=ends.isoformat(),
+        extra_labels=labels,
     )

@@ -13,7 +13,7 @@ import httpx
 from tenacity import Retrying, stop_after_attempt, wait_exponential_jitter
 
 from specfleet.alerts.metrics import ALERT_DELIVERIES
-from specfleet.alerts.model import Alert
+from specfleet.alerts.model import Alert, AlertKey
 from specfleet.alerts.receivers import Receiver
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class AlertSender:
             reraise=True,
         )
         self._queue: queue.Queue[Delivery | None] = queue.Queue(maxsize=queue_size)
-        self._firing: dict[Key, dict[tuple[str, str, str], Alert]] = {}
+        self._firing: dict[Key, dict[AlertKey, Alert]] = {}
         self._sent_at: dict[Key, float] = {}
         self._thread = threading.Thread(target=self._work, name="alert-sender", daemon=True)
         self._thread.start()

@@ -1,0 +1,113 @@
+"""Every class, critical or not: named once when it breaches, once when it is back, never acting."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from specfleet.api.status import ClassGuardStatus
+from specfleet.guard import Decision, Situation, decide
+from specfleet.guard.actions import Action
+from specfleet.telemetry.model import ClassWindow, Observation
+from test_guard import FLOORS, T0, policy, situation, window
+
+CLASSES = [
+    *FLOORS,
+    {"name": "prose", "slo": {"minAcceptanceRate": 0.3, "maxP95TpotSeconds": 0.05}},
+]
+
+
+def observe(prose: ClassWindow | None) -> Observation:
+    """Code and chat healthy at 200 requests each; prose as given (absent: no requests)."""
+    classes = {"code": window(0.8), "chat": window(0.7)}
+    if prose is not None:
+        classes["prose"] = prose
+    return Observation(at=T0, window_seconds=60, revision=1, speculation=True, classes=classes)
+
+
+def start(**guard: Any) -> Situation:
+    return situation(None, policy=policy(classes=CLASSES, **guard))
+
+
+def run(current: Situation, *windows: ClassWindow | None) -> tuple[Situation, list[Decision]]:
+    """One tick per window of the prose class, carrying the guard's memory forward."""
+    decisions = []
+    for index, prose in enumerate(windows):
+        now = current.now + timedelta(seconds=15 if index or decisions else 0)
+        decision = decide(replace(current, observation=observe(prose), now=now))
+        decisions.append(decision)
+        current = replace(current, guard=decision.guard, kill_switch=decision.kill_switch, now=now)
+    return current, decisions
+
+
+def named(decisions: list[Decision]) -> list[Action]:
+    return [a for d in decisions for a in d.actions]
+
+
+def prose_state(current: Situation) -> ClassGuardStatus:
+    return next(c for c in current.guard.classes if c.name == "prose")
+
+
+COLLAPSED = window(0.02, requests=40)
+HEALTHY = window(0.7, requests=40)
+MARGINAL = window(0.7, requests=40, p95_tpot_seconds=0.06)
+
+
+def test_a_minor_class_collapse_is_named_in_one_decisive_window_the_switch_stays_on() -> None:
+    current, decisions = run(start(), COLLAPSED)
+    [breach] = named(decisions)
+    assert breach.action == "class_breach" and breach.reason == "ClassBreach"
+    assert not breach.acts and current.guard.action_times == []
+    evidence = breach.evidence
+    assert evidence["class"] == "prose" and not evidence["critical"] and evidence["decisive"]
+    assert evidence["signal"] == "acceptanceRate" and evidence["limit"] == 0.3
+    assert evidence["value"] == 0.02 and evidence["samples"] == 40
+    assert [b["signal"] for b in evidence["breaches"]] == ["acceptanceRate", "speedup"]
+    assert "Class prose (not critical)" in breach.message and "0.020 < 0.300" in breach.message
+    assert current.kill_switch.state == "released"
+    state = prose_state(current)
+    assert state.state == "breaching" and state.since == T0.isoformat()
+    assert state.signals == ["acceptanceRate", "speedup"]
+
+
+def test_the_breach_is_named_once_and_recovery_after_n_windows() -> None:
+    current, decisions = run(start(), COLLAPSED, COLLAPSED, None, HEALTHY, HEALTHY)
+    assert [a.action for a in named(decisions)] == ["class_breach"]
+    assert prose_state(current).good == 2  # the window without prose counted for nothing
+    current, decisions = run(current, HEALTHY)
+    [recovered] = named(decisions)
+    assert recovered.action == "class_recovered" and not recovered.acts
+    assert recovered.evidence["class"] == "prose" and recovered.evidence["windows"] == 3
+    assert recovered.evidence["breachingSince"] == T0.isoformat()
+    assert prose_state(current).state == "ok"
+
+
+def test_a_marginal_breach_needs_n_windows_in_a_row() -> None:
+    current, decisions = run(start(), MARGINAL, MARGINAL, HEALTHY, MARGINAL, MARGINAL)
+    assert named(decisions) == [] and prose_state(current).bad == 2
+    current, decisions = run(current, MARGINAL)
+    [breach] = named(decisions)
+    assert breach.evidence["signal"] == "p95TpotSeconds" and breach.evidence["windows"] == 3
+    assert not breach.evidence["decisive"] and "p95TpotSeconds 0.060 > 0.050" in breach.message
+
+
+def test_too_few_requests_never_count() -> None:
+    few = window(0.02, requests=10)
+    current, decisions = run(start(), *[few] * 5)
+    assert named(decisions) == [] and prose_state(current).bad == 0
+
+
+def test_a_non_critical_class_breaking_tool_calls_is_named() -> None:
+    broken = window(0.7, tool_calls_valid=120.0, tool_calls_invalid=80.0)
+    observation = replace(observe(None), classes={"code": window(0.8), "chat": broken})
+    [breach] = decide(replace(start(), observation=observation)).actions
+    assert breach.evidence["class"] == "chat" and breach.evidence["signal"] == "toolCallValidity"
+    assert breach.evidence["samples"] == 200 and breach.evidence["limit"] == 0.9
+
+
+def test_class_decisions_never_count_towards_flapping() -> None:
+    flickering = [COLLAPSED, HEALTHY, HEALTHY, HEALTHY] * 4
+    current, decisions = run(start(maxActionsPerHour=2), *flickering)
+    assert [a.action for a in named(decisions)].count("class_breach") == 4
+    assert not current.guard.flapping and current.guard.action_times == []
