@@ -421,12 +421,34 @@ def test_measured_tpot_overrides_the_model() -> None:
         },
     )
     measured = GuardStatus(
-        tpot_without_speculation={"code": 0.025, "chat": 0.025}, tpot_measured_at=T0.isoformat()
+        tpot_without_speculation={"code": 0.025, "chat": 0.025},
+        tpot_measured_at=T0.isoformat(),
+        tpot_revision=1,
     )
     decision = decide(situation(obs, guard=measured.model_copy(update={"consecutive_bad": 2})))
     assert [a.action for a in decision.actions] == ["kill_switch_engaged"]
     assert decision.actions[0].evidence["classes"]["code"]["speedupSource"] == "measured"
     assert not decide(situation(obs, guard=GuardStatus(consecutive_bad=2))).actions
+
+
+def test_tpot_without_speculation_is_evidence_for_its_own_revision_alone() -> None:
+    # revision 1 decoded at 0.025 s a token without speculation; revision 2 decodes 2.5 times
+    # slower with it: its own slowdown, not speculation's, so the speedup model judges it
+    slow = observe(0.6, 0.6, tpot=0.0625)
+    old = GuardStatus(
+        consecutive_bad=2,
+        tpot_without_speculation={"code": 0.025, "chat": 0.025},
+        tpot_measured_at=T0.isoformat(),
+        tpot_revision=1,
+    )
+    decision = decide(replace(on_probation(guard=old), observation=slow))
+    assert decision.actions == [] and decision.kill_switch.state == "released"
+    assert decision.evaluation and decision.evaluation.classes[0].source == "model"
+    # measured without speculation on revision 2, the old revision's numbers are dropped
+    off = observe(0.6, 0.6, speculation=False, tpot=0.05)
+    measured = decide(replace(on_probation(guard=old, speculation=False), observation=off)).guard
+    assert measured.tpot_revision == 2
+    assert measured.tpot_without_speculation == {"code": 0.05, "chat": 0.05}
 
 
 def test_cooldown_trial_and_release_with_hysteresis() -> None:
@@ -707,6 +729,7 @@ def test_measured_tpot_expires() -> None:
         consecutive_bad=2,
         tpot_without_speculation={"code": 0.025, "chat": 0.025},
         tpot_measured_at=(T0 - timedelta(hours=2)).isoformat(),
+        tpot_revision=1,
     )
     assert not decide(situation(obs, guard=stale)).actions
 

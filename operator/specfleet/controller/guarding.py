@@ -8,8 +8,8 @@ from datetime import datetime
 from specfleet.api import Decision as DecisionRecord
 from specfleet.api import SpecModel, SpecModelStatus
 from specfleet.api.spec import GuardSpec, SpeculativeSpec
-from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchStatus, RevisionVerdict
-from specfleet.controller.plan import Plan
+from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchStatus
+from specfleet.controller.plan import Plan, rollback_target
 from specfleet.controller.status import Rollout
 from specfleet.guard import Decision, Policy, Situation, killswitch
 from specfleet.telemetry.model import Observation
@@ -25,20 +25,19 @@ def situation(
     speculative: SpeculativeSpec | None = None,
 ) -> Situation:
     override = killswitch.override(the_plan.speculation_source)
+    target = rollback_target(the_plan.revisions, the_plan.active.number)
     return Situation(
         policy=Policy.of(specmodel, override, speculative),
         guard=status.guard or GuardStatus(),
         kill_switch=status.kill_switch or KillSwitchStatus(),
         revision=the_plan.active,
-        has_last_good=any(
-            r.verdict == RevisionVerdict.GOOD and r.number != the_plan.active.number
-            for r in the_plan.revisions
-        ),
+        has_last_good=target is not None,
         speculation=the_plan.speculation,
         settled=settled(status, the_plan, rollout, specmodel.spec.guard, now),
         observation=observation,
         now=now,
         canary=judged_canary(status, the_plan, observation, specmodel.spec.guard, now),
+        rollback_target=target.number if target else None,
     )
 
 
@@ -81,10 +80,11 @@ def _since(stamp: str, now: datetime) -> float:
 def apply_decision(
     status: SpecModelStatus, the_plan: Plan, decision: Decision, now: datetime
 ) -> SpecModelStatus:
+    judged: dict[str, object] = {"verdict": decision.verdict}
+    if decision.served_clean:
+        judged["served_clean"] = True
     revisions = [
-        r.model_copy(update={"verdict": decision.verdict})
-        if r.number == the_plan.active.number
-        else r
+        r.model_copy(update=judged) if r.number == the_plan.active.number else r
         for r in the_plan.revisions
     ]
     records = [

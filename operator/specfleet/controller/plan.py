@@ -1,7 +1,7 @@
 """Revisions and the serving plan, as pure functions of spec, status, annotations and the clock.
 
 A revision is a distinct engine config. The plan serves the desired revision unless it was
-judged bad (then the last good one, until the spec's engine config or the retry annotation
+judged bad (then the rollback target, until the spec's engine config or the retry annotation
 changes), with speculation on unless an override or the guard's kill switch says off
 (`guard.killswitch` says which, and why). While the guard tries speculation again (a trial),
 the fleet stays without it and a canary pod runs it.
@@ -77,7 +77,9 @@ def _serving(
     retry_token: str | None,
     new_revision: bool,
 ) -> Plan:
-    active = desired if desired.verdict != RevisionVerdict.BAD else _last_good(revisions, desired)
+    active = desired
+    if desired.verdict == RevisionVerdict.BAD:
+        active = rollback_target(revisions, desired.number) or desired
     speculation, source = killswitch.speculation(specmodel, kill_switch)
     return Plan(
         desired=desired,
@@ -120,8 +122,16 @@ def _bounded(revisions: list[RevisionRecord]) -> list[RevisionRecord]:
     return revisions[-MAX_REVISION_HISTORY:]
 
 
-def _last_good(revisions: list[RevisionRecord], fallback: RevisionRecord) -> RevisionRecord:
-    good = [
-        r for r in revisions if r.verdict == RevisionVerdict.GOOD and r.number != fallback.number
-    ]
-    return good[-1] if good else fallback
+def rollback_target(revisions: list[RevisionRecord], leaving: int) -> RevisionRecord | None:
+    """The newest revision but `leaving` with good evidence: promoted, or on probation having
+    served clean (N windows in a row judged good). One never judged good is never chosen."""
+    for record in reversed(revisions):
+        if record.number != leaving and _served_well(record):
+            return record
+    return None
+
+
+def _served_well(record: RevisionRecord) -> bool:
+    if record.verdict == RevisionVerdict.GOOD:
+        return True
+    return record.verdict == RevisionVerdict.PROBATION and record.served_clean

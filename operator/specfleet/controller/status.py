@@ -239,12 +239,16 @@ def _rolled_back_condition(plan: Plan) -> RawCondition:
     kind = ConditionType.ROLLED_BACK.value
     if not plan.rolled_back:
         return (kind, "False", "ServingDesiredRevision", f"serving revision {plan.active.number}")
+    active = plan.active
+    why = "the last good revision"
+    if active.verdict != RevisionVerdict.GOOD:
+        why = "on probation, it served clean"
     return (
         kind,
         "True",
         "RolledBackToLastGood",
         f"revision {plan.desired.number} ({plan.desired.hash}) was judged bad; serving "
-        f"revision {plan.active.number} ({plan.active.hash}) until the engine config or the "
+        f"revision {active.number} ({active.hash}, {why}) until the engine config or the "
         "specfleet.dev/retry annotation changes",
     )
 

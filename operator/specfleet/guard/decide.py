@@ -17,13 +17,12 @@ One evaluation per tick and SpecModel, each concern in its module:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
 from functools import cached_property
 
 from specfleet.api.status import ClassObservation, GuardStatus, KillSwitchStatus
 from specfleet.guard import blindness, classes, killswitch, probation, ratelimit
 from specfleet.guard.actions import Action
-from specfleet.guard.policy import TPOT_MEMORY_SECONDS, Policy
+from specfleet.guard.policy import Policy
 from specfleet.guard.speedup import weighted
 from specfleet.guard.tick import Situation, Tick
 from specfleet.guard.verdict import Evaluation, evaluate
@@ -43,6 +42,8 @@ class Decision:
     observation: Observation | None
     evaluation: Evaluation | None
     """None when the window was not judged (no data, or not settled)."""
+    served_clean: bool = False
+    """The active revision served N windows in a row judged good: a rollback target."""
 
     # What the window showed is built when the status is written, not on every tick.
     @cached_property
@@ -79,7 +80,7 @@ def decide(situation: Situation) -> Decision:
     if not situation.settled or situation.observation is None:
         return _decision(tick)
     if not situation.observation.speculation:
-        _remember_tpot_without_speculation(tick, situation.observation)
+        killswitch.remember_tpot_without_speculation(tick, situation.observation)
     evaluation = _judge(tick, situation.observation, situation.policy)
     probation.judge_revision(tick, evaluation)
     classes.judge(tick, evaluation)
@@ -99,6 +100,7 @@ def _decision(tick: Tick) -> Decision:
         actions=tick.actions,
         observation=tick.observation or tick.situation.observation,
         evaluation=tick.evaluation,
+        served_clean=tick.served_clean,
     )
 
 
@@ -110,7 +112,7 @@ def _judge(tick: Tick, observation: Observation, policy: Policy) -> Evaluation:
         policy,
         observation,
         killswitch.threshold(tick.situation),
-        _fresh_tpot_without_speculation(tick.guard, tick.situation.now),
+        killswitch.tpot_without_speculation(tick),
         tick.guard.baseline,
     )
     return tick.evaluation
@@ -129,25 +131,6 @@ def _has_data(observation: Observation | None) -> bool:
     if observation is None or observation.blind:
         return False
     return any(c.requests is not None for c in observation.classes.values())
-
-
-def _remember_tpot_without_speculation(tick: Tick, observation: Observation) -> None:
-    known = dict(tick.guard.tpot_without_speculation or {})
-    min_requests = tick.situation.policy.guard.min_requests
-    for name, window in observation.classes.items():
-        if window.mean_tpot_seconds and (window.requests or 0) >= min_requests:
-            known[name] = window.mean_tpot_seconds
-    tick.guard.tpot_without_speculation = known or None
-    if known:
-        tick.guard.tpot_measured_at = tick.stamp
-
-
-def _fresh_tpot_without_speculation(guard: GuardStatus, now: datetime) -> dict[str, float]:
-    measured = guard.tpot_measured_at
-    if measured is None or not guard.tpot_without_speculation:
-        return {}
-    age = (now - datetime.fromisoformat(measured)).total_seconds()
-    return guard.tpot_without_speculation if age <= TPOT_MEMORY_SECONDS else {}
 
 
 def _class_observation(

@@ -13,7 +13,12 @@
      doubles the cooldown; a trial waits while the load that made speculation lose holds;
    - latched by more than maxActionsPerHour actions (Flapping, `guard.ratelimit`) until the
      next revision.
-   A dry run decides and says so, never engages; a blind guard holds the switch as it is.
+   A dry run decides and says so, never engages; a blind guard holds the switch as it is; a
+   revision on probation that breaches its SLOs and can be rolled back holds it too (the
+   revision is to blame, `guard.probation`).
+
+TPOT measured without speculation is evidence for the revision it was measured on alone: a new
+revision is judged with the speedup model until it runs without speculation itself.
 
 An override (2, 3) decides and the guard only alerts: its kill switch is discarded while the
 override holds, and an override that ends hands the switch back to the guard, released.
@@ -27,9 +32,11 @@ from specfleet.api import KILL_SWITCH_ANNOTATION, SpecModel
 from specfleet.api.spec import GuardMode, GuardSpec
 from specfleet.api.status import KillSwitchState, KillSwitchStatus, SpeculationSource
 from specfleet.guard.actions import ActionKind, named
+from specfleet.guard.policy import TPOT_MEMORY_SECONDS
 from specfleet.guard.speedup import paying_batch
 from specfleet.guard.tick import Situation, Tick
 from specfleet.guard.verdict import Evaluation
+from specfleet.telemetry.model import Observation
 
 ANNOTATION_SPECULATION = {"engage": False, "release": True}
 """What the kill-switch annotation's values force speculation to."""
@@ -117,10 +124,36 @@ def threshold(situation: Situation) -> float:
     return guard.min_speedup + (guard.release_margin if trial else 0.0)
 
 
+def remember_tpot_without_speculation(tick: Tick, observation: Observation) -> None:
+    """The fleet's mean TPOT per class from a window without speculation, for this revision
+    (another revision's measures are dropped)."""
+    guard, revision = tick.guard, tick.situation.revision.number
+    known = dict(guard.tpot_without_speculation or {}) if guard.tpot_revision == revision else {}
+    min_requests = tick.situation.policy.guard.min_requests
+    for name, window in observation.classes.items():
+        if window.mean_tpot_seconds and (window.requests or 0) >= min_requests:
+            known[name] = window.mean_tpot_seconds
+    if known:
+        guard.tpot_without_speculation, guard.tpot_revision = known, revision
+        guard.tpot_measured_at = tick.stamp
+
+
+def tpot_without_speculation(tick: Tick) -> dict[str, float]:
+    """The active revision's TPOT without speculation, while fresh; {} when none stands."""
+    guard, situation = tick.guard, tick.situation
+    measured = guard.tpot_measured_at
+    if measured is None or not guard.tpot_without_speculation:
+        return {}
+    if guard.tpot_revision != situation.revision.number:
+        return {}
+    age = (situation.now - datetime.fromisoformat(measured)).total_seconds()
+    return guard.tpot_without_speculation if age <= TPOT_MEMORY_SECONDS else {}
+
+
 def transition(tick: Tick, evaluation: Evaluation) -> None:
     """The guard's kill switch after a judged window (a trial's: its canary's)."""
     situation = tick.situation
-    if not situation.policy.k or tick.guard.flapping:
+    if not situation.policy.k or tick.guard.flapping or tick.revision_suspect:
         return
     if situation.policy.override is not None:
         _overridden(tick, evaluation)

@@ -9,6 +9,8 @@ from specfleet.api.spec import ClassSlo, GuardSpec, SpeculativeSpec
 
 QUALITY_MARGIN = 0.02
 """A revision on probation may fall this far (absolute) below the last good one's validity."""
+LATENCY_MARGIN = 1.5
+"""A revision on probation may be this many times slower (p95) than the last good one."""
 MIN_ERROR_RATE_BREACH = 0.01
 MIN_ERRORS = 5
 """Fewer upstream errors in a window are never a quality breach, whatever the rate."""

@@ -1,12 +1,19 @@
-"""Probation: a new revision that breaks quality floors (tool-call / structured-output validity,
-error rate) N evaluations in a row is rolled back to the last good revision; after
-probationSeconds without breach, and N good evaluations, it becomes the last good."""
+"""Probation: a new revision that breaches a class's quality floors (tool-call / structured-output
+validity, error rate) or latency SLOs (p95 TTFT and TPOT, against the SLO and the last good
+revision's) N evaluations in a row is rolled back to the rollback target; after
+probationSeconds without breach, and N good evaluations, it becomes the last good.
+
+Attribution: a latency breach that speculation explains (it does not pay, and plain decoding
+would meet the limit) is the kill switch's to answer, not the revision's; one it does not
+explain is the revision's, and while it can be rolled back the kill switch waits. N good
+evaluations in a row make the revision a rollback target (it served clean) before it passes.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from specfleet.api.status import QualityBaseline, RevisionVerdict
+from specfleet.api.status import LatencyBaseline, QualityBaseline, RevisionVerdict
 from specfleet.guard.actions import ActionKind, named
 from specfleet.guard.tick import Tick
 from specfleet.guard.verdict import Evaluation
@@ -24,21 +31,23 @@ def judge_revision(tick: Tick, evaluation: Evaluation) -> None:
     if guard.probation_revision != revision.number:
         guard.probation_revision, guard.probation_since = revision.number, tick.stamp
         guard.quality_bad, guard.quality_good, guard.flapping = 0, 0, False
-    quality_bad = evaluation.quality_bad
-    if quality_bad:
+    bad = evaluation.revision_bad
+    if bad:
         guard.quality_bad, guard.quality_good = guard.quality_bad + 1, 0
-    elif quality_bad is False:
+        tick.revision_suspect = situation.has_last_good
+    elif bad is False:
         guard.quality_bad, guard.quality_good = 0, guard.quality_good + 1
     needed = situation.policy.guard.consecutive_breaches
     if guard.quality_bad >= needed:
-        _quality_breach(tick, evaluation)
+        _breach(tick, evaluation)
         return
+    tick.served_clean = guard.quality_good >= needed
     since = datetime.fromisoformat(guard.probation_since or tick.stamp)
     served = (situation.now - since).total_seconds() >= situation.policy.guard.probation_seconds
     # Time alone proves nothing: the last N windows must have judged the revision good.
-    if served and guard.quality_good >= needed:
+    if served and tick.served_clean:
         tick.verdict = RevisionVerdict.GOOD
-        guard.baseline = _baseline(situation.observation)
+        guard.baseline = _baseline(situation.observation, situation.policy.guard.min_requests)
         tick.act(
             ActionKind.REVISION_PROMOTED,
             "RevisionPromoted",
@@ -47,31 +56,33 @@ def judge_revision(tick: Tick, evaluation: Evaluation) -> None:
         )
 
 
-def _quality_breach(tick: Tick, evaluation: Evaluation) -> None:
-    breaches = named(evaluation, lambda v: v.quality_breaches)
+def _breach(tick: Tick, evaluation: Evaluation) -> None:
+    breaches = named(evaluation, lambda v: v.revision_breaches(evaluation.speculation_bad))
     evidence = {**evaluation.evidence(), "breaches": breaches}
     tick.guard.quality_bad = 0
-    number = tick.situation.revision.number
-    if not tick.situation.has_last_good:
+    situation = tick.situation
+    number, target = situation.revision.number, situation.rollback_target
+    if not situation.has_last_good:
         tick.act(
             ActionKind.QUALITY_BREACH,
             "QualityBreach",
-            f"Revision {number} breaks quality floors ({'; '.join(breaches)}) and there is "
-            "no earlier good revision to roll back to.",
+            f"Revision {number} breaches its SLOs ({'; '.join(breaches)}) and there is no "
+            "earlier revision that served clean to roll back to.",
             evidence,
         )
         return
+    to = f"revision {target}" if target is not None else "the last good revision"
     if tick.act(
         ActionKind.ROLLED_BACK,
         "RolledBack",
-        f"Revision {number} breaks quality floors ({'; '.join(breaches)}): rolled back to "
-        "the last good revision until the engine config or specfleet.dev/retry changes.",
-        evidence,
+        f"Revision {number} breaches its SLOs ({'; '.join(breaches)}): rolled back to {to} "
+        "until the engine config or specfleet.dev/retry changes.",
+        {**evidence, "rollbackTo": target},
     ):
         tick.verdict = RevisionVerdict.BAD
 
 
-def _baseline(observation: Observation | None) -> QualityBaseline | None:
+def _baseline(observation: Observation | None, min_requests: int) -> QualityBaseline | None:
     if observation is None:
         return None
     windows = list(observation.classes.values())
@@ -86,4 +97,14 @@ def _baseline(observation: Observation | None) -> QualityBaseline | None:
         tool_call_validity=total("tool_calls_valid") / tool if tool else None,
         structured_output_validity=total("structured_valid") / structured if structured else None,
         error_rate=total("errors") / requests if requests else None,
+        latency={
+            name: LatencyBaseline(
+                p95_ttft_seconds=w.p95_ttft_seconds,
+                p95_tpot_seconds=w.p95_tpot_seconds,
+                requests=w.requests or 0.0,
+                speculation=observation.speculation,
+            )
+            for name, w in observation.classes.items()
+            if (w.requests or 0.0) >= min_requests
+        },
     )

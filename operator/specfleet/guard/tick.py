@@ -25,6 +25,8 @@ class Situation:
     revision: RevisionRecord
     """The active revision."""
     has_last_good: bool
+    """A rollback target exists: a good revision, or one that served clean
+    (`controller.plan.rollback_target`)."""
     speculation: bool
     """Whether the running pods use speculation."""
     settled: bool
@@ -33,6 +35,8 @@ class Situation:
     now: datetime
     canary: Observation | None = None
     """A trial's canary over the window, once it has served long enough to be judged."""
+    rollback_target: int | None = None
+    """The revision a rollback serves, named in the decision."""
 
 
 @lru_cache(maxsize=4)
@@ -58,6 +62,11 @@ class Tick:
     observation: Observation | None = None
     evaluation: Evaluation | None = None
     """The window last judged and its evaluation: a trial's canary once it is judged."""
+    served_clean: bool = False
+    """The active revision has served N windows in a row judged good: a rollback target."""
+    revision_suspect: bool = False
+    """The revision on probation breached this window and can be rolled back: a rollback, not
+    the kill switch, answers it."""
 
     @classmethod
     def start(cls, situation: Situation) -> Tick:

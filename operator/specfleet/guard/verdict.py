@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from specfleet.api.spec import ClassSlo
-from specfleet.api.status import QualityBaseline
+from specfleet.api.status import LatencyBaseline, QualityBaseline
 from specfleet.guard.policy import (
+    LATENCY_MARGIN,
     MIN_ERROR_RATE_BREACH,
     MIN_ERRORS,
     QUALITY_MARGIN,
@@ -66,6 +67,9 @@ class ClassVerdict(NamedTuple):
     drafts_per_step: float | None = None
     """δ: draft tokens per decode step, steps that drafted nothing included (None: unknown,
     the acceptance rate was read as an i.i.d. α at depth k)."""
+    latency_baseline: LatencyBaseline | None = None
+    """The last good revision's latency for this class, when it ran with speculation as this
+    window did."""
 
     @property
     def below_acceptance_floor(self) -> bool:
@@ -100,10 +104,19 @@ class ClassVerdict(NamedTuple):
             return Judged([], {})
         return _judge_quality(self.slo, self.window, self.baseline, self.policy.guard.min_requests)
 
-    def latency(self) -> Judged:
+    def latency(self, plain: float = 1.0) -> Judged:
+        """Against the stricter of the SLO and the last good revision's p95 (LATENCY_MARGIN
+        above it); `plain` scales the window's p95s to what plain decoding would show."""
         if self.window is None:
             return Judged([], {})
-        return _judge_latency(self.slo, self.window)
+        return _judge_latency(self.slo, self.window, self.latency_baseline, plain)
+
+    def revision_breaches(self, speculation_bad: bool | None) -> list[str]:
+        """What the revision is to blame for: its quality breaches, and its latency breaches
+        unless speculation that does not pay explains them (the latency plain decoding would
+        show, the window's scaled by the speedup, meets the limit)."""
+        plain = min(self.speedup, 1.0) if speculation_bad and self.speedup is not None else 1.0
+        return [*self.quality_breaches, *self.latency(plain).breaches]
 
     def evidence(self) -> dict[str, Any]:
         window = self.window
@@ -173,10 +186,13 @@ class Evaluation(NamedTuple):
         return all(v.conclusive for v in self.classes if v.critical)
 
     @property
-    def quality_bad(self) -> bool | None:
-        """None: no class was conclusive."""
+    def revision_bad(self) -> bool | None:
+        """Whether the revision breached a class's quality floors or latency SLOs
+        (`ClassVerdict.revision_breaches`); None: no class was conclusive."""
         conclusive = [v for v in self.classes if v.conclusive]
-        return any(v.quality_breaches for v in conclusive) if conclusive else None
+        if not conclusive:
+            return None
+        return any(v.revision_breaches(self.speculation_bad) for v in conclusive)
 
     def evidence(self) -> dict[str, Any]:
         return {
@@ -216,6 +232,8 @@ def evaluate(
         )
         for c in policy.classes
     ]
+    if baseline is not None and baseline.latency:
+        verdicts = [_with_latency_baseline(v, baseline, speculation) for v in verdicts]
     speedup, bounds = _weighted_speedup(verdicts)
     speculation_bad: bool | None = None
     critical = [v for v in verdicts if v.critical]
@@ -237,6 +255,17 @@ def evaluate(
         bounds,
         decisive,
     )
+
+
+def _with_latency_baseline(
+    verdict: ClassVerdict, baseline: QualityBaseline, speculation: bool
+) -> ClassVerdict:
+    """Latency is compared with the last good revision's only alike: with speculation or
+    without."""
+    latency = baseline.latency.get(verdict.name)
+    if latency is None or latency.speculation != speculation:
+        return verdict
+    return verdict._replace(latency_baseline=latency)
 
 
 def _weighted_speedup(verdicts: list[ClassVerdict]) -> tuple[float | None, Bounds | None]:
@@ -495,17 +524,37 @@ def _judge_errors(
     return f"errorRate {error_rate:.3f} > {limit:.3f}" if lower > limit else None
 
 
-def _judge_latency(slo: ClassSlo, window: ClassWindow) -> Judged:
+def _judge_latency(
+    slo: ClassSlo, window: ClassWindow, baseline: LatencyBaseline | None, plain: float
+) -> Judged:
     breaches, readings = [], {}
-    for name, value, limit in (
-        ("p95TtftSeconds", window.p95_ttft_seconds, slo.max_p95_ttft_seconds),
-        ("p95TpotSeconds", window.p95_tpot_seconds, slo.max_p95_tpot_seconds),
+    for name, value, maximum, good in (
+        (
+            "p95TtftSeconds",
+            window.p95_ttft_seconds,
+            slo.max_p95_ttft_seconds,
+            baseline.p95_ttft_seconds if baseline else None,
+        ),
+        (
+            "p95TpotSeconds",
+            window.p95_tpot_seconds,
+            slo.max_p95_tpot_seconds,
+            baseline.p95_tpot_seconds if baseline else None,
+        ),
     ):
         if value is None:
             continue
         readings[name] = value
-        if limit is not None and value > limit:
-            breaches.append(f"{name} {value:.3f} > {limit:.3f}")
+        relative = good * LATENCY_MARGIN if good else None
+        limit = relative if maximum is None or (relative and relative < maximum) else maximum
+        if limit is None or value * plain <= limit:
+            continue
+        without = f" ({value * plain:.3f} without speculation)" if plain != 1.0 else ""
+        last_good = ""
+        if baseline is not None and limit == relative:
+            last_good = f"; last good {good:.3f}, n={baseline.requests:.0f}"
+        samples = f"n={window.requests or 0.0:.0f}{last_good}"
+        breaches.append(f"{name} {value:.3f} > {limit:.3f}{without} ({samples})")
     return Judged(breaches, readings)
 
 
