@@ -7,8 +7,10 @@ from datetime import timedelta
 from typing import Any
 
 from specfleet.api.status import ClassGuardStatus
+from specfleet.controller import events
+from specfleet.controller.metrics import REGISTRY, forget_classes, record_classes
 from specfleet.guard import Decision, Situation, decide
-from specfleet.guard.actions import Action
+from specfleet.guard.actions import Action, ActionKind
 from specfleet.telemetry.model import ClassWindow, Observation
 from test_guard import FLOORS, T0, policy, situation, window
 
@@ -111,3 +113,23 @@ def test_class_decisions_never_count_towards_flapping() -> None:
     current, decisions = run(start(maxActionsPerHour=2), *flickering)
     assert [a.action for a in named(decisions)].count("class_breach") == 4
     assert not current.guard.flapping and current.guard.action_times == []
+
+
+def test_a_breach_is_a_warning_event_a_recovery_a_normal_one() -> None:
+    assert events.action_type(ActionKind.CLASS_BREACH) == events.WARNING
+    assert events.action_type(ActionKind.CLASS_RECOVERED) == events.NORMAL
+
+
+def test_the_gauge_shows_each_breaching_signal_and_reads_0_once_back() -> None:
+    def value(signal: str) -> float | None:
+        labels = {"namespace": "ns", "specmodel": "g", "class": "prose", "signal": signal}
+        return REGISTRY.get_sample_value("specfleet_class_breaching", labels)
+
+    current, _ = run(start(), COLLAPSED)
+    record_classes("ns", "g", current.guard.classes)
+    assert value("acceptanceRate") == value("speedup") == 1
+    current, _ = run(current, HEALTHY, HEALTHY, HEALTHY)
+    record_classes("ns", "g", current.guard.classes)
+    assert value("acceptanceRate") == value("speedup") == 0
+    forget_classes("ns", "g")
+    assert value("acceptanceRate") is None

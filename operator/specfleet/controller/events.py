@@ -7,8 +7,11 @@ from dataclasses import dataclass
 
 from specfleet.api import SpecModelStatus
 from specfleet.api.status import CanaryState, ConditionType
+from specfleet.guard.actions import ActionKind
 
 NORMAL, WARNING = "Normal", "Warning"
+GOOD_NEWS = frozenset({ActionKind.REVISION_PROMOTED, ActionKind.CLASS_RECOVERED})
+"""Guard actions whose Event is Normal; the others' are Warnings."""
 
 
 @dataclass(frozen=True)
@@ -16,6 +19,11 @@ class Event:
     type: str
     reason: str
     message: str
+
+
+def action_type(action: str) -> str:
+    """The type of a guard action's Event (its reason is the action's)."""
+    return NORMAL if action in GOOD_NEWS else WARNING
 
 
 def transitions(before: SpecModelStatus, after: SpecModelStatus) -> list[Event]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from specfleet.alerts.metrics import ALERT_DELIVERIES
+from specfleet.api.status import ClassGuardStatus, ClassState
 
 REGISTRY = CollectorRegistry()
 REGISTRY.register(ALERT_DELIVERIES)
@@ -69,3 +70,27 @@ ALERT_RECEIVERS_UNREADABLE = Gauge(
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )
+CLASS_BREACHING = Gauge(
+    "specfleet_class_breaching",
+    "1 while a class breaches the signal (speculation not paying, or an SLO), 0 once it is back.",
+    ["namespace", "specmodel", "class", "signal"],
+    registry=REGISTRY,
+)
+_breached: dict[tuple[str, str], set[tuple[str, str]]] = {}
+"""Per SpecModel, the (class, signal) series set so far: they read 0 once back, not vanish."""
+
+
+def record_classes(namespace: str, specmodel: str, classes: list[ClassGuardStatus]) -> None:
+    breaching = {
+        (c.name, signal) for c in classes if c.state == ClassState.BREACHING for signal in c.signals
+    }
+    series = _breached.get((namespace, specmodel), set()) | breaching
+    for name, signal in series:
+        value = 1 if (name, signal) in breaching else 0
+        CLASS_BREACHING.labels(namespace, specmodel, name, signal).set(value)
+    _breached[(namespace, specmodel)] = series
+
+
+def forget_classes(namespace: str, specmodel: str) -> None:
+    for name, signal in _breached.pop((namespace, specmodel), set()):
+        CLASS_BREACHING.remove(namespace, specmodel, name, signal)

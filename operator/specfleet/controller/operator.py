@@ -30,6 +30,8 @@ from specfleet.controller.metrics import (
     RECONCILES,
     ROLLBACKS,
     SPECMODELS,
+    forget_classes,
+    record_classes,
 )
 from specfleet.controller.receivers import ReceiverCache
 from specfleet.controller.reconcile import Live, Outcome, reconcile
@@ -144,6 +146,7 @@ class Operator:
         for gauge in (KILL_SWITCH_ENGAGED, GUARD_BLIND, ACTIVE_REVISION):
             with contextlib.suppress(KeyError):
                 gauge.remove(*key)
+        forget_classes(*key)
 
     def retry_in(self, key: Key) -> float | None:
         """Seconds until a SpecModel whose apply failed may be tried again; None if it did not
@@ -222,6 +225,9 @@ class Operator:
             ACTIVE_REVISION.labels(namespace, name).set(outcome.status.active_revision)
         GUARD_BLIND.labels(namespace, name).set(
             1 if outcome.status.guard and outcome.status.guard.blind else 0
+        )
+        record_classes(
+            namespace, name, outcome.status.guard.classes if outcome.status.guard else []
         )
         for action in outcome.actions:
             if not action.dry_run:

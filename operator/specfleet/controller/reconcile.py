@@ -23,7 +23,6 @@ from specfleet.controller.revisions import RevisionConfigs
 from specfleet.controller.status import Observed, invalid_status
 from specfleet.controller.step import GuardTick, step
 from specfleet.guard import Action
-from specfleet.guard.actions import ActionKind
 from specfleet.render import RenderSettings
 from specfleet.render.workload import canary_name
 
@@ -117,8 +116,7 @@ def reconcile(
     status = the_step.status if error is None else the_step.failed(error)
     _write_status(kube, body, previous, status)
     for action in the_step.actions:
-        kind = events.NORMAL if action.action == ActionKind.REVISION_PROMOTED else events.WARNING
-        kube.event(body, kind, action.reason, action.message)
+        kube.event(body, events.action_type(action.action), action.reason, action.message)
     if applied or pruned:
         message = (
             f"applied {applied} and pruned {pruned} children for revision "
