@@ -151,3 +151,18 @@ def test_a_broken_revision_rolls_back_to_the_last_good_one_and_serves_its_config
     engine = next(m for m in loop.last.children(RenderSettings()) if m["kind"] == "Deployment")
     args = "".join(engine["spec"]["template"]["spec"]["containers"][0]["args"])
     assert '"num_speculative_tokens":4' in args.replace(" ", "")
+
+
+def test_a_minor_class_collapse_is_named_once_and_the_fleet_keeps_speculating() -> None:
+    loop = Loop(specmodel())
+    loop.tick(*[observe(0.8, 0.0)] * 5)  # chat drafts and never matches
+    [breach] = loop.named
+    assert breach.action == "class_breach" and not breach.acts
+    assert breach.evidence["class"] == "chat" and breach.evidence["signal"] == "speedup"
+    assert loop.actions == [] and loop.last and loop.last.plan.speculation
+    assert loop.status.guard is not None
+    chat = next(c for c in loop.status.guard.classes if c.name == "chat")
+    assert chat.state == "breaching" and chat.signals == ["speedup"]
+    loop.tick(*[observe(0.8, 0.8)] * 3)
+    assert [a.action for a in loop.named] == ["class_breach", "class_recovered"]
+    assert {c.state for c in loop.status.guard.classes} == {"ok"}

@@ -161,9 +161,8 @@ def _breach(
         "decisive": decisive,
     }
     kind = "critical" if verdict.critical else "not critical"
-    evidence_words = "1 decisive window" if windows == 1 else f"{windows} windows in a row"
     message = (
-        f"Class {verdict.name} ({kind}) breaches after {evidence_words}: "
+        f"Class {verdict.name} ({kind}) breaches after {_windows_words(windows, decisive)}: "
         f"{'; '.join(r.words() for r in breached)}. This decision changes nothing that runs."
     )
     tick.act(ActionKind.CLASS_BREACH, "ClassBreach", message, evidence)
@@ -176,7 +175,7 @@ def _recovered(
     found: list[Reading],
     windows: int,
 ) -> None:
-    back = [r for r in found if r.signal in state.signals] or found
+    back = sorted(found, key=lambda r: r.signal not in state.signals)  # what it breached first
     evidence = {
         "class": verdict.name,
         "critical": verdict.critical,
@@ -190,3 +189,9 @@ def _recovered(
         f"{'; '.join(r.words() for r in back)}."
     )
     tick.act(ActionKind.CLASS_RECOVERED, "ClassRecovered", message, evidence)
+
+
+def _windows_words(windows: int, decisive: bool) -> str:
+    if not decisive:
+        return f"{windows} windows in a row"
+    return "1 decisive window" if windows == 1 else f"{windows} windows, the last decisive"
