@@ -7,7 +7,8 @@
 - A `kill_switch_engaged` / `trial_failed` is false when the truth was never bad (at the
   threshold it was judged against) in the stretch of windows that led to it; a
   `kill_switch_released` is false when the truth is bad at that moment; a `rolled_back` is false
-  (or `quality_breach` alert) when the revision did not truly break a quality limit.
+  (or `quality_breach` alert) when the revision did not truly breach a quality limit or a
+  latency SLO. An episode on a revision that is rolled back is acted on by the rollback.
 - Missed: an episode never acted on, a truly bad revision promoted.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 from specfleet.api.spec import GuardSpec
 from specfleet.guard.actions import ActionKind
 from specfleet.simulate.replay import GuardedRun, Timebase
-from specfleet.simulate.truth import Truth, quality_breaches, truth_at
+from specfleet.simulate.truth import Truth, revision_breaches, truth_at
 from specfleet.simulate.world import World
 
 DETECTIONS = (ActionKind.KILL_SWITCH_ENGAGED, ActionKind.TRIAL_FAILED)
@@ -90,8 +91,13 @@ def _episode(table: TruthTable, guard: GuardSpec, first: int, end: int) -> Episo
     start, stop = base.time(first), base.time(end)
     grace = stop + guard.window_seconds
     speculation = run.serving[first].speculation
+    revision = table.world.revisions[run.serving[first].config].number
     detection = next(
-        (d for d in run.decisions if d["action"] in DETECTIONS and start <= d["t"] <= grace),
+        (
+            d
+            for d in run.decisions
+            if start <= d["t"] <= grace and (d["action"] in DETECTIONS or _rolled_back(d, revision))
+        ),
         None,
     )
     if not speculation:
@@ -109,6 +115,10 @@ def _episode(table: TruthTable, guard: GuardSpec, first: int, end: int) -> Episo
         requests_per_window=per_window,
         detectable=max(per_window.values(), default=0.0) >= guard.min_requests,
     )
+
+
+def _rolled_back(decision: dict[str, Any], revision: int) -> bool:
+    return bool(decision["action"] == ActionKind.ROLLED_BACK and decision["revision"] == revision)
 
 
 def false_actions(table: TruthTable, guard: GuardSpec) -> list[dict[str, Any]]:
@@ -136,7 +146,7 @@ def _why_false(table: TruthTable, guard: GuardSpec, decision: dict[str, Any]) ->
         return "speculation truly did not pay when released"
     quality = action in (ActionKind.ROLLED_BACK, ActionKind.QUALITY_BREACH)
     if quality and not _revision_bad(table, decision):
-        return f"revision {decision['revision']} broke no quality limit"
+        return f"revision {decision['revision']} breached no quality limit or latency SLO"
     return None
 
 
@@ -144,7 +154,7 @@ def _revision_bad(table: TruthTable, decision: dict[str, Any]) -> bool:
     world = table.world
     config = world.by_number(decision["revision"]).config
     reference = world.by_number(decision["lastGood"]).config if decision["lastGood"] else None
-    return bool(quality_breaches(world, decision["t"], config, reference))
+    return bool(revision_breaches(world, decision["t"], config, reference))
 
 
 def missed(table: TruthTable, found: list[Episode]) -> list[dict[str, Any]]:
@@ -158,7 +168,7 @@ def missed(table: TruthTable, found: list[Episode]) -> list[dict[str, Any]]:
             out.append(
                 {
                     "t": decision["t"],
-                    "what": f"revision {decision['revision']} promoted despite breaking quality",
+                    "what": f"revision {decision['revision']} promoted despite breaching its SLOs",
                 }
             )
     return out

@@ -96,7 +96,7 @@ def _decode(
     slice's successful requests."""
     k, step, match = conditions.k, conditions.step_seconds, klass.match_rate
     if not k:
-        return 0, 0, 0, step, step * PLAIN_TPOT_P95
+        return 0, 0, 0, step, p95_tpot_seconds(conditions, klass, klass.alpha, spread)
     alpha = _clamp(klass.alpha + spread * draw.alpha_noise / math.sqrt(max(ok, 1)))
     mean, variance = physics.step_moments(alpha, k, klass.decay, match)
     drafts = physics.drafts_per_step(k, match)
@@ -105,9 +105,21 @@ def _decode(
     noise = draw.steps_noise * math.sqrt(decoded * variance / mean**3)
     steps = min(max(round(expected + noise), math.ceil(decoded / (1 + drafts))), decoded)
     tpot = step * steps / decoded if decoded else step / mean
-    slow = physics.tokens_per_step(_clamp(alpha - physics.Z95 * spread), k, klass.decay, match)
     verify = round(steps * physics.drafting_share(k, match))
-    return verify, round(steps * drafts), decoded - steps, tpot, step / slow
+    p95 = p95_tpot_seconds(conditions, klass, alpha, spread)
+    return verify, round(steps * drafts), decoded - steps, tpot, p95
+
+
+def p95_tpot_seconds(
+    conditions: Conditions, klass: ClassConditions, alpha: float, spread: float = ALPHA_SPREAD
+) -> float:
+    """p95 TPOT of a class whose requests draft at `alpha` on average: its slowest requests
+    accept at α less 1.645 spreads; without speculation, batch composition alone."""
+    k, step = conditions.k, conditions.step_seconds
+    if not k:
+        return step * PLAIN_TPOT_P95
+    slow = _clamp(alpha - physics.Z95 * spread)
+    return step / physics.tokens_per_step(slow, k, klass.decay, klass.match_rate)
 
 
 def _clamp(alpha: float) -> float:

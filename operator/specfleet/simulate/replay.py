@@ -16,7 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from specfleet.api.spec import GuardSpec
-from specfleet.api.status import KillSwitchState, RevisionVerdict
+from specfleet.api.status import KillSwitchState
+from specfleet.controller.plan import rollback_target
 from specfleet.guard import Action, Decision
 from specfleet.guard.speedup import weighted
 from specfleet.simulate.control import Operator, initial_setting
@@ -253,13 +254,9 @@ def _follow(
 
 
 def _last_good(operator: Operator, active: int) -> int | None:
-    """The newest good revision other than the active one: what a rollback would serve."""
-    good = [
-        r.number
-        for r in operator.status.revisions
-        if r.verdict == RevisionVerdict.GOOD and r.number != active
-    ]
-    return good[-1] if good else None
+    """What a rollback would serve (`controller.plan.rollback_target`)."""
+    target = rollback_target(operator.status.revisions, active)
+    return target.number if target else None
 
 
 def _decision(t: float, now: datetime, action: Action, context: dict[str, Any]) -> dict[str, Any]:

@@ -5,17 +5,21 @@ and true batch (traffic-weighted by expected output tokens) falls below minSpeed
 critical class's true acceptance rate (the engines' accepted / drafted, in expectation) falls
 below its floor. The true TPOT speedup (the simulator's timing model) is reported beside it.
 A revision is truly bad when its effects put a class's tool-call / structured-output validity
-below the guard's limit or its error rate above it, judged against the last good revision.
+below the guard's limit or its error rate above it, judged against the last good revision, or
+its p95 TTFT or TPOT above the class's SLO or LATENCY_MARGIN times the last good revision's,
+each served as well as it can be (with speculation or without, whichever is faster).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specfleet.api.spec import ClassSlo
 from specfleet.guard import Policy
-from specfleet.guard.policy import MIN_ERROR_RATE_BREACH, QUALITY_MARGIN
+from specfleet.guard.policy import LATENCY_MARGIN, MIN_ERROR_RATE_BREACH, QUALITY_MARGIN
 from specfleet.guard.speedup import load_factor, weighted
 from specfleet.simulate import physics
+from specfleet.simulate.outcome import p95_tpot_seconds
 from specfleet.simulate.world import Conditions, Setting, World
 
 
@@ -71,6 +75,49 @@ def _tpot_speedup(on: Conditions, off: Conditions) -> float | None:
         for w, c in zip(weights, on.classes, strict=True)
     )
     return sum(weights) * off.step_seconds / tpot_on
+
+
+def revision_breaches(world: World, t: float, config: str, reference: str | None) -> list[str]:
+    """How revision `config` truly breaches the guard's quality limits and latency SLOs
+    against `reference`."""
+    return [
+        *quality_breaches(world, t, config, reference),
+        *latency_breaches(world, t, config, reference),
+    ]
+
+
+def latency_breaches(world: World, t: float, config: str, reference: str | None) -> list[str]:
+    slos = {c.name: c.slo or ClassSlo() for c in world.specmodel_at(t).spec.classes}
+    now = _best_latency(world, t, config)
+    good = _best_latency(world, t, reference) if reference else {}
+    breaches = []
+    for name, signals in now.items():
+        slo = slos.get(name, ClassSlo())
+        maxima = {"p95TtftSeconds": slo.max_p95_ttft_seconds}
+        maxima["p95TpotSeconds"] = slo.max_p95_tpot_seconds
+        for signal, value in signals.items():
+            limits = [maxima[signal]]
+            if name in good:
+                limits.append(good[name][signal] * LATENCY_MARGIN)
+            limit = min((x for x in limits if x is not None), default=None)
+            if limit is not None and value > limit:
+                breaches.append(f"{name} {signal} {value:.3f} > {limit:.3f}")
+    return breaches
+
+
+def _best_latency(world: World, t: float, config: str) -> dict[str, dict[str, float]]:
+    """Per class p95 TTFT and TPOT with speculation or without, whichever is faster."""
+    settings = [world.conditions(t, Setting(config, on)) for on in (True, False)]
+    best: dict[str, dict[str, float]] = {}
+    for conditions in settings:
+        for c in conditions.classes:
+            if c.rate <= 0:
+                continue
+            tpot = p95_tpot_seconds(conditions, c, c.alpha)
+            known = best.get(c.name)
+            if known is None or tpot < known["p95TpotSeconds"]:
+                best[c.name] = {"p95TtftSeconds": c.p95_ttft_seconds, "p95TpotSeconds": tpot}
+    return best
 
 
 def quality_breaches(world: World, t: float, config: str, reference: str | None) -> list[str]:
