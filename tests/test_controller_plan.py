@@ -10,7 +10,7 @@ import pytest
 from conftest import specmodel_doc
 from specfleet.api import SpecModelStatus, parse_specmodel
 from specfleet.api.status import KillSwitchStatus, RevisionRecord
-from specfleet.controller.plan import plan
+from specfleet.controller.plan import plan, rollback_target
 from specfleet.render import revision_hash
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -60,6 +60,34 @@ def test_bad_desired_revision_serves_the_last_good_until_retry() -> None:
     sm = specmodel(speculative=EAGLE)
     held = plan(sm, bad_desired_status(sm), NOW)
     assert held.rolled_back and held.active.number == 1 and held.desired.number == 2
+
+
+def test_a_bad_revision_rolls_back_to_the_newest_that_served_clean() -> None:
+    sm = specmodel(speculative=EAGLE)
+    digest = revision_hash(sm.engine_config())
+    records = [
+        RevisionRecord(number=1, hash="aaaaaaaaaa", verdict="probation", served_clean=True),
+        RevisionRecord(number=2, hash="bbbbbbbbbb", verdict="probation", served_clean=True),
+        RevisionRecord(number=3, hash=digest, verdict="bad"),
+    ]
+    held = plan(sm, SpecModelStatus(revisions=records), NOW)
+    assert held.rolled_back and held.active.number == 2
+    assert rollback_target(records, 2) == records[0]
+
+
+def test_a_revision_with_no_good_evidence_is_never_a_rollback_target() -> None:
+    sm = specmodel(speculative=EAGLE)
+    digest = revision_hash(sm.engine_config())
+    records = [
+        RevisionRecord(number=1, hash="aaaaaaaaaa", verdict="good"),
+        RevisionRecord(number=2, hash="bbbbbbbbbb", verdict="probation"),  # never judged good
+        RevisionRecord(number=3, hash="cccccccccc", verdict="bad", served_clean=True),
+        RevisionRecord(number=4, hash=digest, verdict="bad"),
+    ]
+    assert plan(sm, SpecModelStatus(revisions=records), NOW).active.number == 1
+    assert rollback_target(records[1:], 4) is None
+    held = plan(sm, SpecModelStatus(revisions=records[1:]), NOW)
+    assert held.active.number == 4 and not held.rolled_back  # nothing to return to
 
 
 def test_retry_annotation_change_puts_the_bad_revision_back_on_probation() -> None:

@@ -10,7 +10,13 @@ import pytest
 
 from conftest import specmodel_doc
 from specfleet.api import parse_specmodel
-from specfleet.api.status import GuardStatus, KillSwitchStatus, QualityBaseline, RevisionRecord
+from specfleet.api.status import (
+    GuardStatus,
+    KillSwitchStatus,
+    LatencyBaseline,
+    QualityBaseline,
+    RevisionRecord,
+)
 from specfleet.guard import Decision, Policy, Situation
 from specfleet.guard import decide as decide_every_class
 from specfleet.guard.actions import PER_CLASS
@@ -775,3 +781,110 @@ def test_scheduled_trials_do_not_count_as_flapping() -> None:
     _, actions = run(start, [bad] * 3 + cycle * 3)
     assert "flapping" not in actions
     assert actions.count("trial_failed") == 3
+
+
+LATENCY = [
+    {
+        "name": "code",
+        "critical": True,
+        "slo": {"minAcceptanceRate": 0.5, "maxP95TpotSeconds": 0.05},
+    },
+    {"name": "chat", "slo": {"minToolCallValidity": 0.9}},
+]
+
+
+def timed(alpha: float, p95_tpot: float, speculation: bool = True) -> Observation:
+    """Both classes at acceptance α with this p95 TPOT (code's SLO: 0.05 s)."""
+    classes = {name: window(alpha, p95_tpot_seconds=p95_tpot) for name in ("code", "chat")}
+    return Observation(
+        at=T0, window_seconds=60, revision=2, speculation=speculation, classes=classes
+    )
+
+
+def with_slos(**changes: Any) -> Situation:
+    """Revision 2 on probation, revision 1 to roll back to, code's p95 TPOT at most 0.05 s."""
+    return on_probation(**{"policy": policy(classes=LATENCY), "rollback_target": 1, **changes})
+
+
+def nth_decision(start: Situation, observation: Observation, n: int = 3) -> Decision:
+    """The decision on the n-th window of the same observation."""
+    state, _ = run(start, [observation] * (n - 1))
+    return decide(replace(state, observation=observation, now=state.now + timedelta(seconds=15)))
+
+
+def test_a_slow_revision_on_probation_rolls_back_on_its_latency_slo() -> None:
+    slow = timed(0.8, 0.15)  # speculation pays; the revision decodes three times too slowly
+    state, actions = run(with_slos(), [slow] * 3)
+    assert actions == ["rolled_back"] and state.revision.verdict == "bad"
+    assert state.kill_switch.state == "released"
+    [action] = nth_decision(with_slos(), slow).actions
+    assert "code: p95TpotSeconds 0.150 > 0.050 (n=200)" in action.message
+    assert "rolled back to revision 1" in action.message
+    assert action.evidence["rollbackTo"] == 1
+
+
+def test_a_latency_breach_without_a_rollback_target_alerts_and_is_never_promoted() -> None:
+    start = with_slos(has_last_good=False, rollback_target=None)
+    start = replace(start, policy=policy(classes=LATENCY, probationSeconds=60))
+    state, actions = run(start, [timed(0.8, 0.15)] * 12)
+    assert actions == ["quality_breach"] * 4 and state.revision.verdict == "probation"
+
+
+def test_latency_is_judged_against_the_last_good_revision_alike() -> None:
+    # 0.04 s meets the 0.05 s SLO but is twice the last good revision's 0.02 s
+    slower = timed(0.8, 0.04)
+    remembered = LatencyBaseline(p95_tpot_seconds=0.02, requests=180, speculation=True)
+    guard = GuardStatus(baseline=QualityBaseline(latency={"code": remembered}))
+    _, actions = run(with_slos(guard=guard), [slower] * 3)
+    assert actions == ["rolled_back"]
+    [breach] = nth_decision(with_slos(guard=guard), slower).actions
+    assert "code: p95TpotSeconds 0.040 > 0.030 (n=200; last good 0.020, n=180)" in breach.message
+    # measured without speculation, the last good revision's latency is no comparison
+    plain = remembered.model_copy(update={"speculation": False})
+    guard = GuardStatus(baseline=QualityBaseline(latency={"code": plain}))
+    _, actions = run(with_slos(guard=guard), [slower] * 3)
+    assert actions == []
+
+
+def test_a_slowdown_speculation_explains_is_the_kill_switchs() -> None:
+    # acceptance 0.02: speedup 1.08 / 1.2 = 0.9, so plain decoding would show 0.9 x 0.052 s,
+    # within the SLO: speculation, not the revision, is to blame
+    collapsed = timed(0.02, 0.052)
+    decision = decide(replace(with_slos(), observation=collapsed))
+    assert [a.action for a in decision.actions] == ["kill_switch_engaged"]
+    assert decision.guard.quality_bad == 0
+
+
+def test_a_slowdown_speculation_does_not_explain_rolls_back_and_the_kill_switch_waits() -> None:
+    # plain decoding would still show 0.9 x 0.15 s: the revision is to blame
+    slow = timed(0.02, 0.15)
+    state, actions = run(with_slos(), [slow] * 3)
+    assert actions == ["rolled_back"] and state.kill_switch.state == "released"
+    [breach] = nth_decision(with_slos(), slow).actions
+    assert (
+        "code: p95TpotSeconds 0.150 > 0.050 (0.135 without speculation) (n=200)" in breach.message
+    )
+    # with nothing to roll back to, the kill switch is the only remedy left
+    alone = with_slos(has_last_good=False, rollback_target=None)
+    assert [a.action for a in decide(replace(alone, observation=slow)).actions] == [
+        "kill_switch_engaged"
+    ]
+
+
+def test_probation_records_the_latency_it_passed_with() -> None:
+    fine = timed(0.8, 0.02)
+    state, actions = run(with_slos(policy=policy(classes=LATENCY, probationSeconds=60)), [fine] * 6)
+    assert actions == ["revision_promoted"]
+    baseline = state.guard.baseline
+    assert baseline and baseline.latency["code"] == LatencyBaseline(
+        p95_tpot_seconds=0.02, requests=200, speculation=True
+    )
+
+
+def test_n_good_windows_in_a_row_make_a_revision_served_clean() -> None:
+    fine, broken = timed(0.8, 0.02), timed(0.8, 0.15)
+    state, _ = run(with_slos(), [fine] * 2)
+    assert not decide(replace(state, observation=broken)).served_clean
+    assert decide(
+        replace(state, observation=fine, now=state.now + timedelta(seconds=15))
+    ).served_clean
