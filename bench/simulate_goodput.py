@@ -40,6 +40,7 @@ EXAMPLES = {
     "high-load": DAILY,
     "low-traffic": LLAMA,
     "moderate-acceptance": LLAMA,
+    "minor-class-collapse": SCENARIOS / "minor-class-collapse.specmodel.yaml",
 }
 SCHEDULES = [{}, {"maxCooldownSeconds": 900}, {"maxCooldownSeconds": 120}]
 """Trial schedules the collapse sweeps run under: the default backoff (cooldown 60 s doubling

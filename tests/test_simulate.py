@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from specfleet.guard.actions import PER_CLASS
 from specfleet.scenario import load_scenario, parse_scenario
 from specfleet.simulate import report
 from specfleet.simulate.inputs import build_world, load_specmodel_document, load_world
@@ -26,7 +27,16 @@ def run(scenario: str, specmodel: Path = LLAMA, **settings: Any) -> Result:
 
 
 def actions(result: Result) -> list[tuple[float, str]]:
-    return [(d["t"], d["action"]) for d in result.run.decisions]
+    """The fleet-wide actions; `named` has the per-class decisions."""
+    return [(d["t"], d["action"]) for d in result.run.decisions if d["action"] not in PER_CLASS]
+
+
+def named(result: Result) -> list[tuple[float, str, str, str]]:
+    return [
+        (d["t"], d["action"], d["evidence"]["class"], d["evidence"]["signal"])
+        for d in result.run.decisions
+        if d["action"] in PER_CLASS
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +112,15 @@ def test_bad_quantization_rolls_back_and_the_revision_effects_stop() -> None:
     assert after and min(after) > 0.95
     assert result.goodput["guarded"].slo_violation_seconds < 200
     assert result.goodput["always_on"].slo_violation_seconds > 1000
+
+
+def test_a_minor_class_collapse_is_named_and_the_fleet_keeps_speculating() -> None:
+    result = run("minor-class-collapse", SCENARIOS / "minor-class-collapse.specmodel.yaml")
+    [(breached, *breach), (back, *recovery)] = named(result)
+    assert breach == ["class_breach", "translation", "acceptanceRate"]
+    assert recovery[:2] == ["class_recovered", "translation"]
+    assert 600 < breached <= 600 + DETECTION_BOUND and 1500 < back <= 1500 + DETECTION_BOUND
+    assert result.acting == [] and all(s.speculation for s in result.run.serving)
 
 
 def test_noisy_healthy_two_hours_takes_no_action() -> None:

@@ -24,6 +24,8 @@ ACTION_COLORS: dict[str, str] = {
     ActionKind.KILL_SWITCH_RELEASED: "tab:green",
     ActionKind.ROLLED_BACK: "tab:purple",
     ActionKind.REVISION_PROMOTED: "tab:blue",
+    ActionKind.CLASS_BREACH: "tab:pink",
+    ActionKind.CLASS_RECOVERED: "tab:olive",
 }
 STATE_COLORS: dict[str, str] = {
     KillSwitchState.ENGAGED: "tab:red",
