@@ -26,10 +26,10 @@ CLASSES = [
 ]
 
 
-def specmodel(k: int = 4, **metadata: Any) -> SpecModel:
+def specmodel(k: int = 4, classes: list[dict[str, Any]] = CLASSES, **metadata: Any) -> SpecModel:
     doc = specmodel_doc(
         speculative={"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": k},
-        classes=CLASSES,
+        classes=classes,
         defaultClass="chat",
         pod={"replicas": 2},
     )
@@ -151,6 +151,40 @@ def test_a_broken_revision_rolls_back_to_the_last_good_one_and_serves_its_config
     engine = next(m for m in loop.last.children(RenderSettings()) if m["kind"] == "Deployment")
     args = "".join(engine["spec"]["template"]["spec"]["containers"][0]["args"])
     assert '"num_speculative_tokens":4' in args.replace(" ", "")
+
+
+def test_a_revision_broken_during_probation_rolls_back_to_the_one_that_served_clean() -> None:
+    loop = Loop(specmodel(k=4))
+    loop.tick(*[observe(0.8, 0.8)] * 3)  # three good windows, far from passing probation
+    assert loop.actions == [] and loop.status.revisions[0].served_clean
+    loop.change(specmodel(k=3))  # the next commit, revision 1 still on probation
+    broken = observe(0.8, 0.8, tool_calls_valid=70.0, tool_calls_invalid=30.0)
+    loop.tick(broken, broken, broken)
+    assert loop.actions == ["rolled_back"]
+    assert loop.last and loop.last.plan.active.number == 1
+    assert [(r.number, r.verdict) for r in loop.status.revisions] == [(1, "probation"), (2, "bad")]
+    status, _ = loop.condition("RolledBack")
+    [rolled_back] = [c for c in loop.status.conditions if c.type == "RolledBack"]
+    assert status == "True" and "serving revision 1" in rolled_back.message
+    assert "on probation, it served clean" in rolled_back.message
+
+
+def test_a_slow_revision_rolls_back_and_never_engages_the_kill_switch() -> None:
+    slo = [CLASSES[0], {**CLASSES[1], "slo": {"maxP95TpotSeconds": 0.05}}]
+    loop = Loop(specmodel(k=4, classes=slo))
+    loop.tick(*[observe(0.8, 0.8, p95_tpot_seconds=0.02)] * 41)
+    assert loop.actions == ["revision_promoted"] and loop.status.guard
+    # revision 1 was once measured without speculation at 0.025 s a token
+    measured = {"code": 0.025, "chat": 0.025}
+    memory = {"tpot_without_speculation": measured, "tpot_measured_at": loop.now.isoformat()}
+    guard = loop.status.guard.model_copy(update={**memory, "tpot_revision": 1})
+    loop.status = loop.status.model_copy(update={"guard": guard})
+    loop.change(specmodel(k=3, classes=slo))
+    slow = observe(0.8, 0.8, tpot=0.05, p95_tpot_seconds=0.125)  # 2.5x, outputs fine
+    loop.tick(slow, slow, slow)
+    assert loop.actions == ["revision_promoted", "rolled_back"]
+    assert loop.last and loop.last.plan.active.number == 1 and loop.last.plan.speculation
+    assert loop.status.kill_switch is None or loop.status.kill_switch.state == "released"
 
 
 def test_a_minor_class_collapse_is_named_once_and_the_fleet_keeps_speculating() -> None:
