@@ -29,6 +29,8 @@ ACTIONS = {
     "metrics_restored",
     "alert",
     "flapping",
+    "class_breach",
+    "class_recovered",
 }
 SHORT_COLLAPSE = {
     "duration_s": 900,
