@@ -84,7 +84,7 @@ def body(status: SpecModelStatus) -> dict[str, Any]:
 def fleet_without(canary: Observation | None = None) -> Observation:
     """The fleet's window, without speculation, and the canary's beside it."""
     classes = {"code": ClassWindow(requests=200)}
-    return Observation(NOW, 60, 1, False, classes, other_speculation=canary)
+    return Observation(NOW, 60, 1, False, classes, canary=canary)
 
 
 def test_a_trial_applies_the_canary_and_leaves_the_fleet_alone() -> None:

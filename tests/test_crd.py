@@ -59,7 +59,10 @@ def test_status_subresource_short_name_and_columns() -> None:
     assert version["subresources"] == {"status": {}}
     assert crd()["spec"]["names"]["shortNames"] == ["sm"]
     columns = [c["name"] for c in version["additionalPrinterColumns"] if "priority" not in c]
-    assert columns == ["Engine", "Quant", "Spec", "Active", "Canary", "Accept", "Phase", "Age"]
+    assert columns == [
+        *("Engine", "Quant", "Spec", "Active", "Canary", "Rollout", "Step", "Accept", "Phase"),
+        "Age",
+    ]
 
 
 def test_object_defaults_match_pydantic_defaults() -> None:

@@ -26,12 +26,18 @@ CLASSES = [
 ]
 
 
-def specmodel(k: int = 4, classes: list[dict[str, Any]] = CLASSES, **metadata: Any) -> SpecModel:
+def specmodel(
+    k: int = 4,
+    classes: list[dict[str, Any]] = CLASSES,
+    strategy: str = "canary",
+    **metadata: Any,
+) -> SpecModel:
     doc = specmodel_doc(
         speculative={"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": k},
         classes=classes,
         defaultClass="chat",
         pod={"replicas": 2},
+        rollout={"strategy": strategy},
     )
     doc["metadata"] |= metadata
     return parse_specmodel(doc)
@@ -106,7 +112,7 @@ class Loop:
 def beside(canary: Observation) -> Observation:
     """The fleet's window without speculation, a trial's canary window beside it."""
     fleet = observe(0.8, 0.8, speculation=False)
-    return Observation(T0, 60, 1, False, fleet.classes, other_speculation=canary)
+    return Observation(T0, 60, 1, False, fleet.classes, canary=canary)
 
 
 def test_a_collapse_engages_a_trial_runs_on_a_canary_and_a_recovery_releases() -> None:
@@ -138,10 +144,10 @@ def test_a_human_override_is_never_fought_the_guard_alerts_instead() -> None:
 
 
 def test_a_broken_revision_rolls_back_to_the_last_good_one_and_serves_its_config() -> None:
-    loop = Loop(specmodel(k=4))
+    loop = Loop(specmodel(k=4, strategy="direct"))
     loop.tick(*[observe(0.8, 0.8)] * 41)  # probation: 600 s of good windows
     assert loop.actions == ["revision_promoted"]
-    loop.change(specmodel(k=3))
+    loop.change(specmodel(k=3, strategy="direct"))
     assert loop.last and loop.last.plan.desired.number == 2
     broken = observe(0.8, 0.8, tool_calls_valid=70.0, tool_calls_invalid=30.0)
     loop.tick(broken, broken, broken)
@@ -154,10 +160,10 @@ def test_a_broken_revision_rolls_back_to_the_last_good_one_and_serves_its_config
 
 
 def test_a_revision_broken_during_probation_rolls_back_to_the_one_that_served_clean() -> None:
-    loop = Loop(specmodel(k=4))
+    loop = Loop(specmodel(k=4, strategy="direct"))
     loop.tick(*[observe(0.8, 0.8)] * 3)  # three good windows, far from passing probation
     assert loop.actions == [] and loop.status.revisions[0].served_clean
-    loop.change(specmodel(k=3))  # the next commit, revision 1 still on probation
+    loop.change(specmodel(k=3, strategy="direct"))  # the next commit, revision 1 still on probation
     broken = observe(0.8, 0.8, tool_calls_valid=70.0, tool_calls_invalid=30.0)
     loop.tick(broken, broken, broken)
     assert loop.actions == ["rolled_back"]
@@ -171,7 +177,7 @@ def test_a_revision_broken_during_probation_rolls_back_to_the_one_that_served_cl
 
 def test_a_slow_revision_rolls_back_and_never_engages_the_kill_switch() -> None:
     slo = [CLASSES[0], {**CLASSES[1], "slo": {"maxP95TpotSeconds": 0.05}}]
-    loop = Loop(specmodel(k=4, classes=slo))
+    loop = Loop(specmodel(k=4, strategy="direct", classes=slo))
     loop.tick(*[observe(0.8, 0.8, p95_tpot_seconds=0.02)] * 41)
     assert loop.actions == ["revision_promoted"] and loop.status.guard
     # revision 1 was once measured without speculation at 0.025 s a token
@@ -179,7 +185,7 @@ def test_a_slow_revision_rolls_back_and_never_engages_the_kill_switch() -> None:
     memory = {"tpot_without_speculation": measured, "tpot_measured_at": loop.now.isoformat()}
     guard = loop.status.guard.model_copy(update={**memory, "tpot_revision": 1})
     loop.status = loop.status.model_copy(update={"guard": guard})
-    loop.change(specmodel(k=3, classes=slo))
+    loop.change(specmodel(k=3, strategy="direct", classes=slo))
     slow = observe(0.8, 0.8, tpot=0.05, p95_tpot_seconds=0.125)  # 2.5x, outputs fine
     loop.tick(slow, slow, slow)
     assert loop.actions == ["revision_promoted", "rolled_back"]

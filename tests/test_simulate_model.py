@@ -221,9 +221,7 @@ def test_a_trial_runs_a_canary_judged_one_interval_after_it_serves() -> None:
     operator = operator.reconciled(starting, start)
     assert operator.status.canary and operator.status.canary.state == "Starting"
     canary = Observation(at=start, window_seconds=60, revision=1, speculation=True)
-    beside = Observation(
-        at=start, window_seconds=60, revision=1, speculation=False, other_speculation=canary
-    )
+    beside = Observation(at=start, window_seconds=60, revision=1, speculation=False, canary=canary)
     assert judged(operator, beside, starting, start + timedelta(seconds=29)).canary is None
     serving = starting.advance(30.0)
     assert serving.canary_serving == Setting(config, True)

@@ -55,13 +55,13 @@ def test_a_trial_canary_is_read_beside_the_fleet_with_the_same_queries() -> None
     target = Target("ns", "m", 60, 1, False)  # the fleet without speculation, as planned
     observation = reader.read([target], datetime.now(UTC))[("ns", "m")]
     assert observation.classes["code"].requests == 200.0 and not observation.speculation
-    canary = observation.other_speculation
+    canary = observation.canary
     assert canary is not None and canary.speculation and canary.revision == 1
     assert canary.classes["code"].requests == 100.0
     # nothing extra asked: the query set and the unjudged checks' one
     assert reader.queries == len({t for t, _, _ in QUERIES.values()}) + 1
     alone = reader.read([Target("ns", "other", 60, 1, False)], datetime.now(UTC))
-    assert alone[("ns", "other")].other_speculation is None
+    assert alone[("ns", "other")].canary is None
 
 
 def test_unjudged_quality_checks_are_read_by_kind_and_reason() -> None:

@@ -5,6 +5,7 @@ from specfleet.api.base import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from specfleet.api.model import (
     KILL_SWITCH_ANNOTATION,
     RETRY_ANNOTATION,
+    ROLLOUT_ANNOTATION,
     EngineConfig,
     ObjectMeta,
     SpecModel,
@@ -20,6 +21,7 @@ __all__ = [
     "KIND",
     "PLURAL",
     "RETRY_ANNOTATION",
+    "ROLLOUT_ANNOTATION",
     "VERSION",
     "Condition",
     "ConditionType",

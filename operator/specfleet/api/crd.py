@@ -12,7 +12,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from specfleet.api.base import CANARY_SUFFIX, GROUP, KIND, MAX_NAME_LENGTH, PLURAL, VERSION, cel
+from specfleet.api.base import (
+    CANARY_SUFFIX,
+    GROUP,
+    KIND,
+    MAX_NAME_LENGTH,
+    PLURAL,
+    ROLLOUT_SUFFIX,
+    VERSION,
+    cel,
+)
 from specfleet.api.spec import SpecModelSpec
 from specfleet.api.status import SpecModelStatus
 from specfleet.yamlio import dump
@@ -25,6 +34,8 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Spec", "type": "string", "jsonPath": ".status.speculation"},
     {"name": "Active", "type": "boolean", "jsonPath": ".status.speculationActive"},
     {"name": "Canary", "type": "string", "jsonPath": ".status.canary.state"},
+    {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.phase"},
+    {"name": "Step", "type": "integer", "jsonPath": ".status.rollout.step"},
     {"name": "Accept", "type": "string", "jsonPath": ".status.acceptance"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Rev", "type": "integer", "jsonPath": ".status.activeRevision", "priority": 1},
@@ -118,6 +129,12 @@ NAME_RULES = [
         f"!self.metadata.name.endsWith('{CANARY_SUFFIX}')",
         f"must not end in '{CANARY_SUFFIX}': SpecModel x names its trial's canary "
         f"x{CANARY_SUFFIX}, so the two would fight over it; rename this SpecModel",
+        ".metadata.name",
+    ),
+    cel(
+        f"!self.metadata.name.endsWith('{ROLLOUT_SUFFIX}')",
+        f"must not end in '{ROLLOUT_SUFFIX}': SpecModel x names its canary rollout's pods "
+        f"x{ROLLOUT_SUFFIX}, so the two would fight over them; rename this SpecModel",
         ".metadata.name",
     ),
 ]

@@ -18,6 +18,8 @@ from specfleet.api.status import SpecModelStatus
 
 KILL_SWITCH_ANNOTATION = "specfleet.dev/kill-switch"
 RETRY_ANNOTATION = "specfleet.dev/retry"
+ROLLOUT_ANNOTATION = "specfleet.dev/rollout"
+"""`promote` or `abort`: ends the canary rollout in progress (acts when its value changes)."""
 
 
 class ObjectMeta(BaseModel):

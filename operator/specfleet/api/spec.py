@@ -566,6 +566,79 @@ class GuardSpec(ApiModel):
     alerts: AlertReceivers | None = Field(default=None, description="Alert receivers.")
 
 
+class RolloutStrategy(StrEnum):
+    CANARY = "canary"
+    DIRECT = "direct"
+
+
+MAX_ROLLOUT_STEPS = 10
+
+
+class RolloutStep(ApiModel):
+    """One canary step: the new revision on `pods` pods beside the fleet on the control."""
+
+    pods: int = Field(
+        ge=1,
+        le=1000,
+        description="Pods running the new revision; the fleet's shrink by as many. Fewer than "
+        "pod.replicas: the control must keep serving to be compared with.",
+    )
+    windows: int | None = Field(
+        default=None,
+        ge=1,
+        le=100,
+        description="Good conclusive windows before the step passes (at least one guard window "
+        "of time); omitted means guard.consecutiveBreaches.",
+    )
+
+
+class RolloutSpec(ApiModel):
+    """How a new revision reaches the fleet."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.steps) || self.steps.all(a, "
+                    "self.steps.filter(b, b.pods == a.pods).size() == 1)",
+                    "rollout.steps: two steps run the same number of pods; give each step "
+                    "more pods than the one before",
+                    ".steps",
+                )
+            ]
+        }
+    )
+
+    strategy: RolloutStrategy | None = Field(
+        default=None,
+        description="`canary`: a new revision serves on a few pods beside the fleet on the "
+        "revision before it (the control), judged against it step by step, promoted or "
+        "aborted; `direct`: the whole fleet rolls and probation judges it. Omitted: canary "
+        "with pod.replicas >= 2, direct otherwise.",
+    )
+    steps: list[RolloutStep] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_ROLLOUT_STEPS,
+        description="The canary's steps, in order of pods; after the last, the whole fleet "
+        "(promotion). Omitted: 1 pod, then half the replicas.",
+    )
+
+    def resolved_strategy(self, replicas: int) -> RolloutStrategy:
+        if self.strategy is not None:
+            return RolloutStrategy(self.strategy)
+        return RolloutStrategy.CANARY if replicas >= 2 else RolloutStrategy.DIRECT
+
+    def resolved_steps(self, replicas: int, windows: int) -> list[RolloutStep]:
+        """The steps as pod counts in increasing order, each with its windows."""
+        if self.steps:
+            chosen = sorted(self.steps, key=lambda s: s.pods)
+        else:
+            counts = sorted({1, replicas // 2} - {0})
+            chosen = [RolloutStep(pods=n) for n in counts if n < replicas]
+        return [RolloutStep(pods=s.pods, windows=s.windows or windows) for s in chosen]
+
+
 class GpuSpec(ApiModel):
     count: int | None = Field(
         default=None,
@@ -778,6 +851,22 @@ class SpecModelSpec(ApiModel):
                     f"{SCRAPE_INTERVAL_SECONDS} s and increase() needs two samples in the window",
                     ".guard.windowSeconds",
                 ),
+                cel(
+                    "!has(self.rollout) || !has(self.rollout.strategy) || "
+                    "self.rollout.strategy != 'canary' || self.pod.replicas >= 2",
+                    "rollout.strategy canary needs pod.replicas >= 2: the canary runs beside "
+                    "the fleet on the revision before it, which must keep a pod to compare "
+                    "with; use strategy direct or more replicas",
+                    ".rollout.strategy",
+                ),
+                cel(
+                    "!has(self.rollout) || !has(self.rollout.steps) || "
+                    "self.rollout.steps.all(s, s.pods < self.pod.replicas)",
+                    "rollout.steps: every step must run fewer pods than pod.replicas: the "
+                    "fleet on the control keeps the rest and the last step is followed by the "
+                    "whole fleet anyway (promotion)",
+                    ".rollout.steps",
+                ),
                 *fp4_rules(),
             ]
         }
@@ -803,4 +892,8 @@ class SpecModelSpec(ApiModel):
     pod: PodSpec = Field(default_factory=PodSpec, description="Engine pods.")
     monitoring: MonitoringSpec = Field(
         default_factory=MonitoringSpec, description="Monitoring objects to render."
+    )
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec,
+        description="How a new revision (a distinct engine config) reaches the fleet.",
     )

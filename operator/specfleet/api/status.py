@@ -97,6 +97,50 @@ class CanaryStatus(ApiModel):
     )
 
 
+class RolloutPhase(StrEnum):
+    PROGRESSING = "Progressing"
+    WAITING = "Waiting"
+    PROMOTED = "Promoted"
+    ABORTED = "Aborted"
+
+
+class RolloutAnalysis(ApiModel):
+    """The last window a canary step judged, canary against control."""
+
+    time: str = Field(description="When (RFC 3339).")
+    verdict: str = Field(description="good, bad or inconclusive.")
+    decisive: bool = Field(default=False, description="Bad enough to abort on its own.")
+    breaches: list[str] = Field(
+        default_factory=list, description="Per class and signal: canary vs control, both samples."
+    )
+
+
+class RolloutStatus(ApiModel):
+    """A canary rollout: the new revision on a few pods (`<name>-rollout`) beside the fleet on
+    the control, behind the same Service, traffic split by pods; step after step, then the whole
+    fleet (Promoted), or the canary removed and the fleet untouched (Aborted)."""
+
+    revision: int = Field(description="The new revision, on the canary.")
+    control: int = Field(description="The revision the fleet serves, compared with.")
+    step: int = Field(description="The step running, from 1.")
+    steps: int = Field(description="Steps before promotion.")
+    pods: int = Field(description="Canary pods at this step.")
+    windows: int = Field(description="Good windows in a row this step needs to pass.")
+    phase: RolloutPhase = Field(
+        description="`Progressing`, `Waiting` (a kill-switch trial ends first), `Promoted` or "
+        "`Aborted`."
+    )
+    started: str = Field(description="When the rollout started (RFC 3339).")
+    step_since: str | None = Field(
+        default=None,
+        description="When every canary pod of this step was available: its windows count.",
+    )
+    good_windows: int = Field(default=0, description="Good windows in a row at this step.")
+    bad_windows: int = Field(default=0, description="Breaching windows in a row.")
+    last_analysis: RolloutAnalysis | None = Field(default=None, description="The last window.")
+    message: str = Field(default="", description="Where the rollout stands, in words.")
+
+
 class RevisionRecord(ApiModel):
     """One distinct engine config. Its full config lives in a ControllerRevision."""
 
@@ -302,6 +346,12 @@ class SpecModelStatus(ApiModel):
     kill_switch: KillSwitchStatus | None = Field(default=None, description="Kill switch.")
     canary: CanaryStatus | None = Field(
         default=None, description="The canary of a running trial; absent between trials."
+    )
+    rollout: RolloutStatus | None = Field(
+        default=None, description="The last canary rollout of a new revision."
+    )
+    rollout_override: str | None = Field(
+        default=None, description="Last `specfleet.dev/rollout` value seen (acts when it changes)."
     )
     guard: GuardStatus | None = Field(default=None, description="The guard's memory.")
     retry_token: str | None = Field(

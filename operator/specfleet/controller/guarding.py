@@ -3,15 +3,24 @@ folds its Decision back into status. Pure."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from specfleet.api import Decision as DecisionRecord
 from specfleet.api import SpecModel, SpecModelStatus
 from specfleet.api.spec import GuardSpec, SpeculativeSpec
-from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchStatus
+from specfleet.api.status import (
+    MAX_DECISIONS,
+    GuardStatus,
+    KillSwitchStatus,
+    RevisionRecord,
+    RevisionVerdict,
+    RolloutStatus,
+)
+from specfleet.controller import rollouts
 from specfleet.controller.plan import Plan, rollback_target
 from specfleet.controller.status import Rollout
-from specfleet.guard import Decision, Policy, Situation, killswitch
+from specfleet.guard import Action, Decision, Policy, Situation, killswitch
 from specfleet.telemetry.model import Observation
 
 
@@ -26,8 +35,10 @@ def situation(
 ) -> Situation:
     override = killswitch.override(the_plan.speculation_source)
     target = rollback_target(the_plan.revisions, the_plan.active.number)
+    policy = Policy.of(specmodel, override, speculative)
+    the_rollout = the_plan.rollout if the_plan.rollout_pods else None
     return Situation(
-        policy=Policy.of(specmodel, override, speculative),
+        policy=replace(policy, replicas=policy.replicas - the_plan.rollout_pods),
         guard=status.guard or GuardStatus(),
         kill_switch=status.kill_switch or KillSwitchStatus(),
         revision=the_plan.active,
@@ -38,6 +49,7 @@ def situation(
         now=now,
         canary=judged_canary(status, the_plan, observation, specmodel.spec.guard, now),
         rollback_target=target.number if target else None,
+        rollout=the_rollout,
     )
 
 
@@ -65,12 +77,17 @@ def judged_canary(
     now: datetime,
 ) -> Observation | None:
     """A trial's canary window (the active revision's pods with speculation, beside a fleet
-    without), once the canary has served long enough (`killswitch.canary_judged`)."""
+    without), once the canary has served long enough (`killswitch.canary_judged`); a rollout's
+    (the new revision's pods) once its step's pods have served an interval."""
+    if the_plan.rollout_pods and the_plan.rollout and observation is not None:
+        since = the_plan.rollout.step_since
+        judged = since is not None and _since(since, now) >= guard.interval_seconds
+        return observation.canary if judged else None
     canary = status.canary
     if not the_plan.canary or observation is None or canary is None or canary.ready_since is None:
         return None
     judged = killswitch.canary_judged(canary.ready_since, guard, now)
-    return observation.other_speculation if judged else None
+    return observation.canary if judged else None
 
 
 def _since(stamp: str, now: datetime) -> float:
@@ -80,13 +97,45 @@ def _since(stamp: str, now: datetime) -> float:
 def apply_decision(
     status: SpecModelStatus, the_plan: Plan, decision: Decision, now: datetime
 ) -> SpecModelStatus:
-    judged: dict[str, object] = {"verdict": decision.verdict}
-    if decision.served_clean:
-        judged["served_clean"] = True
-    revisions = [
-        r.model_copy(update=judged) if r.number == the_plan.active.number else r
-        for r in the_plan.revisions
-    ]
+    the_rollout = decision.rollout or the_plan.rollout
+    revisions = [_judged(r, the_plan, decision, the_rollout) for r in the_plan.revisions]
+    kill_switch = killswitch.after_decision(
+        the_plan.speculation_source, status.kill_switch, decision.kill_switch
+    )
+    return recorded(status, decision.actions, now).model_copy(
+        update={
+            "guard": decision.guard,
+            "kill_switch": kill_switch,
+            "revisions": revisions,
+            "rollout": the_rollout,
+            "classes": decision.classes or status.classes,
+            "acceptance": decision.acceptance or status.acceptance,
+        }
+    )
+
+
+def _judged(
+    record: RevisionRecord, the_plan: Plan, decision: Decision, the_rollout: RolloutStatus | None
+) -> RevisionRecord:
+    """The active revision's verdict as decided; a rollout's revision good once promoted, bad
+    once aborted."""
+    if record.number == the_plan.active.number:
+        judged: dict[str, object] = {"verdict": decision.verdict}
+        if decision.served_clean:
+            judged["served_clean"] = True
+        return record.model_copy(update=judged)
+    if (
+        the_rollout is not None
+        and the_rollout.phase in rollouts.ENDED_VERDICT
+        and record.number == the_rollout.revision
+        and record.verdict == RevisionVerdict.PROBATION
+    ):
+        return record.model_copy(update={"verdict": rollouts.ENDED_VERDICT[the_rollout.phase]})
+    return record
+
+
+def recorded(status: SpecModelStatus, actions: list[Action], now: datetime) -> SpecModelStatus:
+    """Status with the actions recorded as decisions."""
     records = [
         DecisionRecord(
             time=now.isoformat(),
@@ -95,18 +144,6 @@ def apply_decision(
             message=a.message,
             evidence={**a.evidence, **({"dryRun": True} if a.dry_run else {})},
         )
-        for a in decision.actions
+        for a in actions
     ]
-    kill_switch = killswitch.after_decision(
-        the_plan.speculation_source, status.kill_switch, decision.kill_switch
-    )
-    return status.model_copy(
-        update={
-            "guard": decision.guard,
-            "kill_switch": kill_switch,
-            "revisions": revisions,
-            "classes": decision.classes or status.classes,
-            "acceptance": decision.acceptance or status.acceptance,
-            "decisions": (status.decisions + records)[-MAX_DECISIONS:],
-        }
-    )
+    return status.model_copy(update={"decisions": (status.decisions + records)[-MAX_DECISIONS:]})

@@ -19,6 +19,7 @@ from specfleet.alerts.model import firing
 from specfleet.alerts.receivers import Receiver
 from specfleet.alerts.sender import AlertSender
 from specfleet.api import InvalidSpecModel, SpecModel, SpecModelStatus, parse_specmodel
+from specfleet.api.status import RolloutPhase
 from specfleet.controller import children
 from specfleet.controller.kube import Kube
 from specfleet.controller.metrics import (
@@ -193,7 +194,10 @@ class Operator:
         if not plan or specmodel is None:
             return None
         window = specmodel.spec.guard.window_seconds
-        return Target(key[0], key[1], window, plan["revision"], plan["speculation"])
+        rollout = (body.get("status") or {}).get("rollout") or {}
+        running = rollout.get("phase") == RolloutPhase.PROGRESSING
+        canary = (rollout["revision"], plan["speculation"]) if running else None
+        return Target(key[0], key[1], window, plan["revision"], plan["speculation"], canary)
 
     def _recently_applied(self, key: Key) -> dict[children.ChildKey, str]:
         at, hashes = self._applied.get(key, (0.0, {}))

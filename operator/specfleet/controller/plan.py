@@ -4,23 +4,28 @@ A revision is a distinct engine config. The plan serves the desired revision unl
 judged bad (then the rollback target, until the spec's engine config or the retry annotation
 changes), with speculation on unless an override or the guard's kill switch says off
 (`guard.killswitch` says which, and why). While the guard tries speculation again (a trial),
-the fleet stays without it and a canary pod runs it.
+the fleet stays without it and a canary pod runs it. While a new revision rolls out as a canary
+(`controller.rollouts`), the fleet serves the control and the canary the new revision; after an
+abort the fleet stays on the control.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
-from specfleet.api import RETRY_ANNOTATION, SpecModel
+from specfleet.api import RETRY_ANNOTATION, ROLLOUT_ANNOTATION, SpecModel
 from specfleet.api.status import (
     MAX_REVISION_HISTORY,
     KillSwitchStatus,
     RevisionRecord,
     RevisionVerdict,
+    RolloutPhase,
+    RolloutStatus,
     SpecModelStatus,
     SpeculationSource,
 )
+from specfleet.controller import rollouts
 from specfleet.guard import killswitch
 from specfleet.render import revision_hash
 
@@ -39,10 +44,22 @@ class Plan:
     revisions: list[RevisionRecord]
     retry_token: str | None
     new_revision: bool
+    rollout: RolloutStatus | None = None
+    """The desired revision's canary rollout, running or ended."""
+    rollout_override: str | None = None
+    """The `specfleet.dev/rollout` value seen."""
+    overridden: str | None = None
+    """The override acted on now: `promote` or `abort`."""
 
     @property
     def rolled_back(self) -> bool:
-        return self.active.number != self.desired.number
+        return self.active.number != self.desired.number and not rollouts.running(self.rollout)
+
+    @property
+    def rollout_pods(self) -> int:
+        """The rollout canary's pods now (0 while it waits or once it ended)."""
+        rollout = self.rollout
+        return rollout.pods if rollout and rollout.phase == RolloutPhase.PROGRESSING else 0
 
 
 def plan(specmodel: SpecModel, status: SpecModelStatus, now: datetime) -> Plan:
@@ -52,20 +69,36 @@ def plan(specmodel: SpecModel, status: SpecModelStatus, now: datetime) -> Plan:
         desired = desired.model_copy(update={"verdict": RevisionVerdict.PROBATION})
         revisions = [desired if r.number == desired.number else r for r in revisions]
     retry_token = token if token is not None else status.retry_token
-    return _serving(specmodel, revisions, desired, status.kill_switch, retry_token, new)
+    progress = rollouts.progress(specmodel, status, desired, revisions, now)
+    if progress.overridden and progress.rollout:
+        verdict = rollouts.ENDED_VERDICT[progress.rollout.phase]
+        desired = desired.model_copy(update={"verdict": verdict})
+        revisions = [desired if r.number == desired.number else r for r in revisions]
+    the_plan = _serving(
+        specmodel, revisions, desired, status.kill_switch, retry_token, new, progress.rollout
+    )
+    override = specmodel.metadata.annotations.get(ROLLOUT_ANNOTATION)
+    return replace(the_plan, rollout_override=override, overridden=progress.overridden)
 
 
 def replan(specmodel: SpecModel, the_plan: Plan, status: SpecModelStatus) -> Plan:
     """The plan once the guard's decision is folded into `status` (the revisions' verdicts, the
     kill switch): the revisions as `the_plan` recorded them, served as the decision says."""
     desired = next(r for r in status.revisions if r.number == the_plan.desired.number)
-    return _serving(
+    the_rollout = None
+    if the_plan.rollout is not None:
+        the_rollout = rollouts.restepped(specmodel, status.rollout, status.kill_switch)
+    replanned = _serving(
         specmodel,
         status.revisions,
         desired,
         status.kill_switch,
         the_plan.retry_token,
         the_plan.new_revision,
+        the_rollout,
+    )
+    return replace(
+        replanned, rollout_override=the_plan.rollout_override, overridden=the_plan.overridden
     )
 
 
@@ -76,10 +109,9 @@ def _serving(
     kill_switch: KillSwitchStatus | None,
     retry_token: str | None,
     new_revision: bool,
+    rollout: RolloutStatus | None,
 ) -> Plan:
-    active = desired
-    if desired.verdict == RevisionVerdict.BAD:
-        active = rollback_target(revisions, desired.number) or desired
+    active = _active(revisions, desired, rollout)
     speculation, source = killswitch.speculation(specmodel, kill_switch)
     return Plan(
         desired=desired,
@@ -90,7 +122,23 @@ def _serving(
         revisions=revisions,
         retry_token=retry_token,
         new_revision=new_revision,
+        rollout=rollout,
     )
+
+
+def _active(
+    revisions: list[RevisionRecord], desired: RevisionRecord, rollout: RolloutStatus | None
+) -> RevisionRecord:
+    """The control while a rollout runs and after it aborted (the fleet untouched); else the
+    desired revision unless it was judged bad (then the rollback target)."""
+    control = rollouts.control_of(rollout, revisions)
+    if control is not None and (
+        rollouts.running(rollout) or desired.verdict == RevisionVerdict.BAD
+    ):
+        return control
+    if desired.verdict != RevisionVerdict.BAD:
+        return desired
+    return rollback_target(revisions, desired.number) or desired
 
 
 def _record_revision(

@@ -24,7 +24,7 @@ from specfleet.controller.status import Observed, invalid_status
 from specfleet.controller.step import GuardTick, step
 from specfleet.guard import Action
 from specfleet.render import RenderSettings
-from specfleet.render.workload import canary_name
+from specfleet.render.workload import canary_name, rollout_name
 
 Body = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -79,6 +79,7 @@ def reconcile(
         deployment=live.children.get(("Deployment", name)),
         pods=live.pods,
         canary=live.children.get(("Deployment", canary_name(name))),
+        rollout=live.children.get(("Deployment", rollout_name(name))),
     )
     known = (configs or RevisionConfigs(kube)).of(specmodel, previous.revisions)
     the_step = step(specmodel, previous, observed, tick, known, now)

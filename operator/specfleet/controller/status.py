@@ -17,10 +17,13 @@ from specfleet.api.status import (
     GuardStatus,
     ReplicaStatus,
     RevisionVerdict,
+    RolloutPhase,
+    RolloutStatus,
     ServingPlanStatus,
     SpeculationSource,
 )
 from specfleet.controller.plan import Plan
+from specfleet.controller.rollouts import RUNNING
 from specfleet.guard import killswitch
 from specfleet.render.workload import SPECULATION_LABEL, canary_name
 
@@ -36,6 +39,8 @@ class Observed:
     apply_error: str | None = None
     canary: Body | None = None
     """A trial's canary Deployment."""
+    rollout: Body | None = None
+    """A canary rollout's Deployment (`<name>-rollout`)."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,8 @@ def next_status(
                 plan.speculation_source, plan.speculation, previous.kill_switch, now
             ),
             "canary": _canary(specmodel, plan, observed.canary, previous, now),
+            "rollout": _rollout(plan, observed.rollout, now),
+            "rollout_override": plan.rollout_override,
             "retry_token": plan.retry_token,
             "replicas": state.replicas,
         }
@@ -183,6 +190,8 @@ def _conditions(
         degraded = ("Degraded", "True", "Unschedulable", pending)
     else:
         degraded = ("Degraded", "False", "AsExpected", "")
+    if plan.rollout is not None and plan.rollout.phase in RUNNING:
+        progressing = ("Progressing", "True", "CanaryStep", plan.rollout.message)
     return [
         ready,
         progressing,
@@ -239,6 +248,9 @@ def _rolled_back_condition(plan: Plan) -> RawCondition:
     kind = ConditionType.ROLLED_BACK.value
     if not plan.rolled_back:
         return (kind, "False", "ServingDesiredRevision", f"serving revision {plan.active.number}")
+    aborted = plan.rollout
+    if aborted is not None and aborted.phase == RolloutPhase.ABORTED:
+        return (kind, "True", "CanaryAborted", aborted.message)
     active = plan.active
     why = "the last good revision"
     if active.verdict != RevisionVerdict.GOOD:
@@ -307,3 +319,15 @@ def _canary(
         state=CanaryState.SERVING if since else CanaryState.STARTING,
         ready_since=since,
     )
+
+
+def _rollout(plan: Plan, deployment: Body | None, now: datetime) -> RolloutStatus | None:
+    """The rollout as planned; its step's windows count from when every canary pod of the step
+    is available."""
+    the_rollout = plan.rollout
+    if the_rollout is None or not plan.rollout_pods or the_rollout.step_since:
+        return the_rollout
+    state = rollout(deployment)
+    if not state.complete or state.replicas.desired != plan.rollout_pods:
+        return the_rollout
+    return the_rollout.model_copy(update={"step_since": now.isoformat()})

@@ -16,12 +16,14 @@ from datetime import datetime
 
 from specfleet.api import EngineConfig, SpecModel, SpecModelStatus
 from specfleet.api.spec import SpeculativeSpec
-from specfleet.controller import children, guarding
+from specfleet.api.status import RevisionRecord
+from specfleet.controller import children, guarding, rollouts
 from specfleet.controller.plan import Plan, plan, replan
 from specfleet.controller.revisions import controller_revision
 from specfleet.controller.status import Observed, next_status, rollout
 from specfleet.guard import Action, Decision, Situation, decide
 from specfleet.render import Manifest, RenderSettings, ServingPlan, render
+from specfleet.render.plan import RolloutCanary
 from specfleet.telemetry.model import Observation
 
 Configs = Mapping[str, EngineConfig]
@@ -65,7 +67,8 @@ class Step:
             revision=self.plan.active.number,
             speculation=self.plan.speculation,
             canary=self.plan.canary,
-            engine_config=self._active_config(),
+            engine_config=self._config(self.plan.active),
+            rollout=self._rollout_canary(),
         )
         return [children.with_applied_hash(m) for m in render(self.specmodel, serving, settings)]
 
@@ -74,14 +77,23 @@ class Step:
         observed = replace(self.observed, apply_error=error)
         return next_status(self.specmodel, self.plan, observed, self.guarded, self.now)
 
-    def _active_config(self) -> EngineConfig:
-        config = self.configs.get(self.plan.active.hash)
+    def _config(self, revision: RevisionRecord) -> EngineConfig:
+        config = self.configs.get(revision.hash)
         if config is None:
             raise ValueError(
-                f"the engine config of revision {self.plan.active.number} "
-                f"({self.plan.active.hash}) is unreadable; it is kept in its ControllerRevision"
+                f"the engine config of revision {revision.number} "
+                f"({revision.hash}) is unreadable; it is kept in its ControllerRevision"
             )
         return config
+
+    def _rollout_canary(self) -> RolloutCanary | None:
+        pods = self.plan.rollout_pods
+        if not pods:
+            return None
+        desired = self.plan.desired
+        return RolloutCanary(
+            revision=desired.number, pods=pods, engine_config=self._config(desired)
+        )
 
 
 def step(
@@ -93,12 +105,13 @@ def step(
     now: datetime,
 ) -> Step:
     situation = decision = None
-    guarded = status
     the_plan = plan(specmodel, status, now)
+    overridden = rollouts.override_actions(the_plan.rollout, the_plan.overridden)
+    guarded = guarding.recorded(status, overridden, now) if overridden else status
     if tick is not None:
         situation = guarding.situation(
             specmodel,
-            status,
+            guarded,
             the_plan,
             rollout(observed.deployment),
             tick.observation,
@@ -106,12 +119,12 @@ def step(
             _speculative(specmodel, the_plan, configs),
         )
         decision = decide(situation)
-        guarded = guarding.apply_decision(status, the_plan, decision, now)
+        guarded = guarding.apply_decision(guarded, the_plan, decision, now)
         the_plan = replan(specmodel, the_plan, guarded)
     return Step(
         plan=the_plan,
         status=next_status(specmodel, the_plan, observed, guarded, now),
-        actions=decision.actions if decision else [],
+        actions=overridden + (decision.actions if decision else []),
         situation=situation,
         decision=decision,
         specmodel=specmodel,

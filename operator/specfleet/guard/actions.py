@@ -25,8 +25,15 @@ class ActionKind(StrEnum):
     METRICS_RESTORED = "metrics_restored"
     CLASS_BREACH = "class_breach"
     CLASS_RECOVERED = "class_recovered"
+    ROLLOUT_STEP_PASSED = "rollout_step_passed"
+    ROLLOUT_PROMOTED = "rollout_promoted"
+    ROLLOUT_ABORTED = "rollout_aborted"
 
 
+ROLLOUT = frozenset(
+    {ActionKind.ROLLOUT_STEP_PASSED, ActionKind.ROLLOUT_PROMOTED, ActionKind.ROLLOUT_ABORTED}
+)
+"""A canary rollout's steps and end (`guard.rollout`)."""
 ACTING = frozenset(
     {
         ActionKind.KILL_SWITCH_ENGAGED,
@@ -34,11 +41,13 @@ ACTING = frozenset(
         ActionKind.TRIAL_STARTED,
         ActionKind.TRIAL_FAILED,
         ActionKind.ROLLED_BACK,
+        *ROLLOUT,
     }
 )
 """The actions that change what runs (unless in a dry run)."""
-SCHEDULED = frozenset({ActionKind.TRIAL_STARTED, ActionKind.TRIAL_FAILED})
-"""Trials come from the backed-off schedule; they do not count towards Flapping."""
+SCHEDULED = frozenset({ActionKind.TRIAL_STARTED, ActionKind.TRIAL_FAILED, *ROLLOUT})
+"""Trials come from the backed-off schedule and rollouts from Git; neither counts towards
+Flapping (which latches speculation off)."""
 COUNTED = ACTING - SCHEDULED
 """The actions the rate limit counts."""
 PER_CLASS = frozenset({ActionKind.CLASS_BREACH, ActionKind.CLASS_RECOVERED})

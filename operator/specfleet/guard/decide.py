@@ -3,7 +3,8 @@
 One evaluation per tick and SpecModel, each concern in its module:
 1. No data: inconclusive; after blindAfterSeconds raise MetricsBlind and alert; state frozen
    (`blindness`).
-2. Rollout in progress: inconclusive (windows must show only the new pods).
+2. A canary rollout's step: the canary against the control on the same window (`rollout`).
+   The fleet's rollout in progress: inconclusive (windows must show only the new pods).
 3. Probation: a new revision that breaks quality floors is rolled back to the last good
    revision, or becomes the last good after probationSeconds (`probation`).
 4. Speculation: the kill switch engages when it does not pay and a trial on a canary may release
@@ -19,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from specfleet.api.status import ClassObservation, GuardStatus, KillSwitchStatus
-from specfleet.guard import blindness, classes, killswitch, probation, ratelimit
+from specfleet.api.status import ClassObservation, GuardStatus, KillSwitchStatus, RolloutStatus
+from specfleet.guard import blindness, classes, killswitch, probation, ratelimit, rollout
 from specfleet.guard.actions import Action
 from specfleet.guard.policy import Policy
 from specfleet.guard.speedup import weighted
@@ -44,6 +45,8 @@ class Decision:
     """None when the window was not judged (no data, or not settled)."""
     served_clean: bool = False
     """The active revision served N windows in a row judged good: a rollback target."""
+    rollout: RolloutStatus | None = None
+    """The canary rollout in progress after this evaluation."""
 
     # What the window showed is built when the status is written, not on every tick.
     @cached_property
@@ -77,6 +80,7 @@ def decide(situation: Situation) -> Decision:
         blindness.blind(tick)
         return _decision(tick)
     blindness.data_seen(tick)
+    rollout.judge_step(tick)
     if not situation.settled or situation.observation is None:
         return _decision(tick)
     if not situation.observation.speculation:
@@ -101,6 +105,7 @@ def _decision(tick: Tick) -> Decision:
         observation=tick.observation or tick.situation.observation,
         evaluation=tick.evaluation,
         served_clean=tick.served_clean,
+        rollout=tick.rollout,
     )
 
 

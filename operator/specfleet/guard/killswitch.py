@@ -10,7 +10,8 @@
      without; the trial is judged on the canary's windows alone against minSpeedup +
      releaseMargin, held for a window (none for a decisive window), with the fleet's TPOT of
      the same window as the measure without speculation; a failed trial engages it again and
-     doubles the cooldown; a trial waits while the load that made speculation lose holds;
+     doubles the cooldown; a trial waits while the load that made speculation lose holds, and
+     while a canary rollout runs (the two never run at once; a rollout waits for a trial);
    - latched by more than maxActionsPerHour actions (Flapping, `guard.ratelimit`) until the
      next revision.
    A dry run decides and says so, never engages; a blind guard holds the switch as it is; a
@@ -260,7 +261,7 @@ def _load_holds_trial(tick: Tick, evaluation: Evaluation, due: datetime) -> bool
 def _maybe_trial(tick: Tick, evaluation: Evaluation) -> None:
     situation = tick.situation
     due = tick.kill_switch.next_trial_after
-    if due is None or situation.now < datetime.fromisoformat(due):
+    if due is None or situation.now < datetime.fromisoformat(due) or situation.rollout:
         return
     if _load_holds_trial(tick, evaluation, datetime.fromisoformat(due)):
         return

@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from specfleet.api.status import GuardStatus, KillSwitchStatus, RevisionRecord
+from specfleet.api.status import GuardStatus, KillSwitchStatus, RevisionRecord, RolloutStatus
 from specfleet.guard.actions import ACTING, COUNTED, Action, ActionKind
 from specfleet.guard.policy import Policy
 from specfleet.guard.verdict import Evaluation
@@ -34,9 +34,12 @@ class Situation:
     observation: Observation | None
     now: datetime
     canary: Observation | None = None
-    """A trial's canary over the window, once it has served long enough to be judged."""
+    """The canary over the window, once it has served long enough to be judged: a trial's, or
+    a rollout's (the new revision beside the control)."""
     rollback_target: int | None = None
     """The revision a rollback serves, named in the decision."""
+    rollout: RolloutStatus | None = None
+    """A canary rollout in progress (the fleet serves its control)."""
 
 
 @lru_cache(maxsize=4)
@@ -67,6 +70,8 @@ class Tick:
     revision_suspect: bool = False
     """The revision on probation breached this window and can be rolled back: a rollback, not
     the kill switch, answers it."""
+    rollout: RolloutStatus | None = None
+    """The rollout in progress, as this tick's judgement leaves it."""
 
     @classmethod
     def start(cls, situation: Situation) -> Tick:
@@ -74,7 +79,14 @@ class Tick:
         guard = situation.guard.model_copy(update={"last_evaluation": stamp})
         if guard.last_data is None:
             guard.last_data = stamp  # the blind clock starts at first sight
-        return cls(situation, stamp, guard, situation.kill_switch, situation.revision.verdict)
+        return cls(
+            situation,
+            stamp,
+            guard,
+            situation.kill_switch,
+            situation.revision.verdict,
+            rollout=situation.rollout,
+        )
 
     def act(self, action: ActionKind, reason: str, message: str, evidence: dict[str, Any]) -> bool:
         """Records an action; returns whether it may change what runs."""

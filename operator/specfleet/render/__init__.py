@@ -8,7 +8,13 @@ from specfleet.api.model import EngineConfig, SpecModel
 from specfleet.render import trtllm, vllm
 from specfleet.render.engine import EngineLaunch
 from specfleet.render.plan import RenderSettings, ServingPlan, revision_hash
-from specfleet.render.workload import Manifest, Workload, deployment_and_configs, manifests
+from specfleet.render.workload import (
+    Manifest,
+    Role,
+    Workload,
+    deployment_and_configs,
+    manifests,
+)
 
 LAUNCHERS: dict[str, Callable[[EngineConfig, str, bool], EngineLaunch]] = {
     "vllm": vllm.launch,
@@ -24,16 +30,20 @@ def render(
     settings: RenderSettings | None = None,
 ) -> list[Manifest]:
     """The children of `specmodel` as the plan says they run. `specmodel` must be valid
-    (`specfleet.api.parse_specmodel`). A canary is rendered only for a config that speculates:
-    without one there is nothing to try."""
+    (`specfleet.api.parse_specmodel`). A trial's canary is rendered only for a config that
+    speculates: without one there is nothing to try. A rollout's canary runs the new revision's
+    config with the fleet's speculation setting, so the two differ by the revision alone."""
     plan = plan or ServingPlan()
     config = plan.engine_config or specmodel.engine_config()
     settings = settings or RenderSettings()
     objects = manifests(_workload(specmodel, plan, config, settings))
     if plan.canary and config.speculative is not None:
         trial = plan.model_copy(update={"speculation": True})
+        objects += deployment_and_configs(_workload(specmodel, trial, config, settings, Role.TRIAL))
+    if plan.rollout is not None:
+        step = plan.model_copy(update={"revision": plan.rollout.revision})
         objects += deployment_and_configs(
-            _workload(specmodel, trial, config, settings, canary=True)
+            _workload(specmodel, step, plan.rollout.engine_config, settings, Role.ROLLOUT)
         )
     return objects
 
@@ -43,7 +53,7 @@ def _workload(
     plan: ServingPlan,
     config: EngineConfig,
     settings: RenderSettings,
-    canary: bool = False,
+    role: Role = Role.FLEET,
 ) -> Workload:
     launch = LAUNCHERS[config.engine.name](config, specmodel.served_name(), plan.speculation)
     return Workload(
@@ -53,5 +63,5 @@ def _workload(
         revision_hash=revision_hash(config),
         launch=launch,
         settings=settings,
-        canary=canary,
+        role=role,
     )

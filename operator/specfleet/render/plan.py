@@ -15,6 +15,14 @@ from specfleet.api.model import EngineConfig
 DEFAULT_GATEWAY_IMAGE = "ghcr.io/specfleet/specfleet:0.1.0"
 
 
+class RolloutCanary(ApiModel):
+    """A canary rollout's step: the new revision on `pods` pods beside the fleet."""
+
+    revision: int = Field(ge=1, description="The new revision's number.")
+    pods: int = Field(ge=1, description="Its pods; the fleet's shrink by as many.")
+    engine_config: EngineConfig = Field(description="The new revision's engine config.")
+
+
 class ServingPlan(ApiModel):
     """Which revision is active, whether the fleet runs speculation, and whether a trial's canary
     runs beside it."""
@@ -28,6 +36,9 @@ class ServingPlan(ApiModel):
     engine_config: EngineConfig | None = Field(
         default=None,
         description="The active revision's engine config; omitted means the spec's own.",
+    )
+    rollout: RolloutCanary | None = Field(
+        default=None, description="A canary rollout's step, beside the fleet."
     )
 
 

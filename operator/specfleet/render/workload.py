@@ -1,11 +1,13 @@
 """The Kubernetes objects of one SpecModel: Deployment (engine + gateway sidecar), Service,
 ConfigMaps, PodDisruptionBudget, an optional ServiceMonitor (the gateways) and PodMonitor (the
-engines), and during a trial the canary's Deployment and ConfigMaps. Pure: data in, data out.
+engines), during a trial the canary's Deployment and ConfigMaps, and during a canary rollout the
+new revision's (`<name>-rollout`). Pure: data in, data out.
 
 The Service exposes the gateway only: inference that bypassed it would never be measured, so
 the engine's port is scraped from the pods, never served.
 
-The canary's pods carry `app.kubernetes.io/name: specfleet-engine-canary`, so the fleet's
+The canaries' pods carry `app.kubernetes.io/name: specfleet-engine-canary` (a trial's) or
+`specfleet-engine-rollout` (a rollout's), so the fleet's
 Deployment selector (immutable, unchanged since the first release) and its PodDisruptionBudget
 never match them, and no ReplicaSet of the fleet can adopt them. The Service selects every pod
 that serves the SpecModel by `app.kubernetes.io/instance` and `app.kubernetes.io/managed-by`,
@@ -17,12 +19,13 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import yaml
 
 from specfleet import series
-from specfleet.api.base import CANARY_SUFFIX, SCRAPE_INTERVAL_SECONDS
+from specfleet.api.base import CANARY_SUFFIX, ROLLOUT_SUFFIX, SCRAPE_INTERVAL_SECONDS
 from specfleet.api.gateway import GatewayConfig
 from specfleet.api.model import EngineConfig, SpecModel
 from specfleet.api.spec import PodSpec
@@ -43,6 +46,17 @@ ENGINE_CONFIG_HASH_ANNOTATION = "specfleet.dev/engine-config-hash"
 REVISION_HASH_ANNOTATION = "specfleet.dev/revision-hash"
 ENGINE_APP = "specfleet-engine"
 CANARY_APP = "specfleet-engine-canary"
+ROLLOUT_APP = "specfleet-engine-rollout"
+
+
+class Role(Enum):
+    """Which pods a Deployment runs: (its name's suffix, its pods' app name)."""
+
+    FLEET = ("", ENGINE_APP)
+    TRIAL = (CANARY_SUFFIX, CANARY_APP)
+    """A trial's canary: one pod, with speculation."""
+    ROLLOUT = (ROLLOUT_SUFFIX, ROLLOUT_APP)
+    """A rollout's canary: the new revision on the step's pods."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +70,7 @@ class Workload:
     revision_hash: str
     launch: EngineLaunch
     settings: RenderSettings
-    canary: bool = False
-    """A trial's canary: one pod, with speculation, in a Deployment of its own."""
+    role: Role = Role.FLEET
 
     @property
     def name(self) -> str:
@@ -70,21 +83,25 @@ class Workload:
     @property
     def deployment_name(self) -> str:
         """Names the Deployment and the ConfigMaps its pods mount."""
-        return canary_name(self.name) if self.canary else self.name
+        return f"{self.name}{self.role.value[0]}"
 
     @property
     def replicas(self) -> int:
-        return 1 if self.canary else self.specmodel.spec.pod.replicas
+        """The pod count stays pod.replicas during a rollout: the fleet gives the canary its."""
+        rollout = self.plan.rollout
+        if self.role == Role.TRIAL:
+            return 1
+        if self.role == Role.ROLLOUT and rollout is not None:
+            return rollout.pods
+        replicas = self.specmodel.spec.pod.replicas
+        return replicas - rollout.pods if rollout is not None else replicas
 
     def selector(self) -> dict[str, str]:
-        """The Deployment's own pods: the fleet's and the canary's never overlap."""
-        return {
-            "app.kubernetes.io/name": CANARY_APP if self.canary else ENGINE_APP,
-            INSTANCE: self.name,
-        }
+        """The Deployment's own pods: the fleet's and the canaries' never overlap."""
+        return {"app.kubernetes.io/name": self.role.value[1], INSTANCE: self.name}
 
     def serving_selector(self) -> dict[str, str]:
-        """Every pod that serves the SpecModel: the fleet's and a trial's canary."""
+        """Every pod that serves the SpecModel: the fleet's and the canaries'."""
         return managed_labels(self.name)
 
     def labels(self) -> dict[str, str]:
@@ -111,6 +128,10 @@ class Workload:
 
 def canary_name(specmodel: str) -> str:
     return f"{specmodel}{CANARY_SUFFIX}"
+
+
+def rollout_name(specmodel: str) -> str:
+    return f"{specmodel}{ROLLOUT_SUFFIX}"
 
 
 def manifests(workload: Workload) -> list[Manifest]:

@@ -286,7 +286,7 @@ def observe(
     first = max(start, base.index(fleet.canary.ready_at), 0)
     served = [s for s in run.canary[first:end] if s is not None]
     canary = _window(world, served, fleet.canary.setting, base, now)
-    return replace(observation, other_speculation=canary if served else None)
+    return replace(observation, canary=canary if served else None)
 
 
 def _window(

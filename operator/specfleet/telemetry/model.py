@@ -96,6 +96,6 @@ class Observation:
     speculation: bool
     classes: dict[str, ClassWindow] = field(default_factory=dict)
     blind: str | None = None
-    other_speculation: Observation | None = None
-    """The same revision's pods with speculation the other way, over the same window, when
-    any served: during a trial, the canary beside the fleet."""
+    canary: Observation | None = None
+    """The canary's pods over the same window, when any served: a trial's (the same revision
+    with speculation the other way) or a rollout's (the new revision beside the control)."""

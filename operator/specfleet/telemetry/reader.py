@@ -36,6 +36,9 @@ class Target:
     window_seconds: int
     revision: int
     speculation: bool
+    canary: tuple[int, bool] | None = None
+    """The canary's (revision, speculation); None: the same revision with speculation the other
+    way (a trial's canary, if one runs)."""
 
 
 def _increase(metric: str, extra: str = "") -> str:
@@ -193,13 +196,14 @@ def _by_pod_state(
 def _observations(
     target: Target, now: datetime, values: dict[StateKey, dict[str, dict[str, Any]]]
 ) -> Observation:
-    """The target's pods, with the same revision's pods of the other speculation setting beside
-    them (a trial's canary): the same queries answered both, so reading them costs nothing."""
-    other = replace(target, speculation=not target.speculation)
+    """The target's pods, with its canary's beside them: the same queries answered both, so
+    reading them costs nothing."""
+    revision, speculation = target.canary or (target.revision, not target.speculation)
+    other = replace(target, revision=revision, speculation=speculation, canary=None)
     found = values.get(_state(other))
     beside = _observation(other, now, found) if found else None
     observation = _observation(target, now, values.get(_state(target), {}))
-    return replace(observation, other_speculation=beside)
+    return replace(observation, canary=beside)
 
 
 def _observation(

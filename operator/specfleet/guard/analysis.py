@@ -1,0 +1,207 @@
+"""Canary analysis of one window: per class, the rollout's canary against the control on the same
+window, and against the class's SLOs, with the guard's evidence rules: minimum samples on both
+sides, Wilson bounds for shares, inconclusive never bad.
+
+A slowdown or a quality drop the control does not show is the new revision's: that is what a
+comparison on the same window attributes (the kill switch judges the control alone)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from specfleet.api.spec import ClassSlo
+from specfleet.guard.policy import MIN_ERROR_RATE_BREACH, MIN_ERRORS, QUALITY_MARGIN, Policy
+from specfleet.guard.speedup import wilson_interval
+from specfleet.telemetry.model import ClassWindow, Observation
+
+LATENCY_TOLERANCE = 1.2
+"""A canary's p95 may be this many times the control's before it breaches."""
+DECISIVE_LATENCY = 2.0
+"""A canary p95 this many times the control's is evidence enough alone."""
+ACCEPTANCE_MARGIN = 0.1
+"""A canary's acceptance rate may fall this far (absolute) below the control's."""
+
+
+class Breach(NamedTuple):
+    klass: str
+    signal: str
+    canary: float
+    control: float | None
+    """None: judged against the class's SLO alone (the control had too few samples)."""
+    canary_samples: float
+    control_samples: float
+    limit: float
+    decisive: bool
+
+    def words(self) -> str:
+        versus = "" if self.control is None else f" vs control {self.control:.3f}"
+        return (
+            f"{self.klass}: {self.signal} {self.canary:.3f} on the canary{versus}, limit "
+            f"{self.limit:.3f} (n={self.canary_samples:.0f} vs {self.control_samples:.0f})"
+        )
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "class": self.klass,
+            "signal": self.signal,
+            "canary": round(self.canary, 4),
+            "control": None if self.control is None else round(self.control, 4),
+            "canarySamples": round(self.canary_samples, 1),
+            "controlSamples": round(self.control_samples, 1),
+            "limit": round(self.limit, 4),
+            "decisive": self.decisive,
+        }
+
+
+class Analysis(NamedTuple):
+    verdict: str
+    """good, bad or inconclusive."""
+    breaches: list[Breach]
+
+    @property
+    def decisive(self) -> bool:
+        return any(b.decisive for b in self.breaches)
+
+
+class Sides(NamedTuple):
+    """One class's window on the canary and on the control (None: too few requests)."""
+
+    name: str
+    canary: ClassWindow
+    control: ClassWindow | None
+    slo: ClassSlo
+    min_samples: int
+
+
+def analyse(policy: Policy, canary: Observation, control: Observation) -> Analysis:
+    breaches: list[Breach] = []
+    conclusive: dict[str, bool] = {}
+    minimum = policy.guard.min_requests
+    for klass in policy.classes:
+        window = canary.classes.get(klass.name)
+        conclusive[klass.name] = window is not None and (window.requests or 0) >= minimum
+        if window is None or not conclusive[klass.name]:
+            continue
+        other = control.classes.get(klass.name)
+        enough = other is not None and (other.requests or 0) >= minimum
+        sides = Sides(klass.name, window, other if enough else None, klass.slo, minimum)
+        breaches += _class_breaches(sides, policy)
+    critical = [c.name for c in policy.classes if c.critical]
+    if breaches:
+        return Analysis("bad", breaches)
+    if any(conclusive.values()) and all(conclusive[name] for name in critical):
+        return Analysis("good", [])
+    return Analysis("inconclusive", [])
+
+
+def _class_breaches(sides: Sides, policy: Policy) -> list[Breach]:
+    found = [
+        _latency(
+            sides, "p95TtftSeconds", lambda w: w.p95_ttft_seconds, sides.slo.max_p95_ttft_seconds
+        ),
+        _latency(
+            sides, "p95TpotSeconds", lambda w: w.p95_tpot_seconds, sides.slo.max_p95_tpot_seconds
+        ),
+        _share(
+            sides,
+            policy,
+            "toolCallValidity",
+            lambda w: (w.tool_call_validity, w.tool_calls_judged),
+            sides.slo.min_tool_call_validity,
+            QUALITY_MARGIN,
+        ),
+        _share(
+            sides,
+            policy,
+            "structuredOutputValidity",
+            lambda w: (w.structured_output_validity, w.structured_judged),
+            sides.slo.min_structured_output_validity,
+            QUALITY_MARGIN,
+        ),
+        _acceptance(sides, policy),
+        _errors(sides),
+    ]
+    return [b for b in found if b is not None]
+
+
+def _latency(
+    sides: Sides, signal: str, read: Callable[[ClassWindow], float | None], slo: float | None
+) -> Breach | None:
+    """Over the control's p95 by the tolerance, or over the SLO where the control is within it."""
+    canary = read(sides.canary)
+    if canary is None:
+        return None
+    control = read(sides.control) if sides.control else None
+    samples = (sides.canary.requests or 0.0, _requests(sides.control))
+    if control:
+        limit = control * LATENCY_TOLERANCE
+        if canary > limit:
+            decisive = canary > control * DECISIVE_LATENCY
+            return Breach(sides.name, signal, canary, control, *samples, limit, decisive)
+    if slo is not None and canary > slo and (control is None or control <= slo):
+        return Breach(sides.name, signal, canary, control, *samples, slo, False)
+    return None
+
+
+def _share(
+    sides: Sides,
+    policy: Policy,
+    signal: str,
+    read: Callable[[ClassWindow], tuple[float | None, float]],
+    floor: float | None,
+    margin: float,
+) -> Breach | None:
+    """Confidently below the control's lower bound less the margin, or below the floor where
+    the control meets it."""
+    canary, samples = read(sides.canary)
+    if canary is None or samples < sides.min_samples:
+        return None
+    control, control_samples = read(sides.control) if sides.control else (None, 0.0)
+    limits = []
+    if control is not None and control_samples >= sides.min_samples:
+        limits.append(wilson_interval(control * control_samples, control_samples)[0] - margin)
+    else:
+        control, control_samples = None, 0.0
+    if floor is not None and (control is None or control >= floor):
+        limits.append(floor)
+    if not limits:
+        return None
+    limit = max(limits)
+    _, upper = wilson_interval(canary * samples, samples)
+    if upper >= limit:
+        return None
+    decisive = upper < limit * (1.0 - policy.band)
+    return Breach(sides.name, signal, canary, control, samples, control_samples, limit, decisive)
+
+
+def _acceptance(sides: Sides, policy: Policy) -> Breach | None:
+    """Acceptance where both sides drafted enough: judged over requests, as the guard does."""
+
+    def read(window: ClassWindow) -> tuple[float | None, float]:
+        drafted = (window.draft_tokens or 0.0) >= policy.guard.min_draft_tokens
+        return (window.acceptance_rate if drafted else None), window.requests or 0.0
+
+    floor = sides.slo.min_acceptance_rate
+    return _share(sides, policy, "acceptanceRate", read, floor, ACCEPTANCE_MARGIN)
+
+
+def _errors(sides: Sides) -> Breach | None:
+    """The error rate's lower bound over twice the control's (at least 1%)."""
+    window = sides.canary
+    errors, requests = window.errors or 0.0, window.requests or 0.0
+    if errors < MIN_ERRORS or not requests:
+        return None
+    control = sides.control.error_rate if sides.control else None
+    limit = max(MIN_ERROR_RATE_BREACH, 2 * (control or 0.0))
+    lower, _ = wilson_interval(errors, requests)
+    if lower <= limit:
+        return None
+    samples = (requests, _requests(sides.control))
+    return Breach(
+        sides.name, "errorRate", errors / requests, control, *samples, limit, lower > 2 * limit
+    )
+
+
+def _requests(window: ClassWindow | None) -> float:
+    return (window.requests or 0.0) if window else 0.0
