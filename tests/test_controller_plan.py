@@ -151,3 +151,76 @@ def test_revision_history_is_bounded_but_keeps_the_last_good() -> None:
     result = plan(specmodel(), SpecModelStatus(revisions=records), NOW)
     assert len(result.revisions) == 10
     assert result.revisions[0].number == 1 and result.revisions[-1].number == 11
+
+
+def rollout_status(
+    active: int, revisions: list[tuple[int, str]], spec: dict[str, Any], **extra: Any
+) -> SpecModelStatus:
+    """Revision 1 .. n-1 as given; the spec's own config is the last, on probation."""
+    own = revision_hash(specmodel(**spec).engine_config())
+    records = [
+        RevisionRecord(number=n, hash=own if n == revisions[-1][0] else f"h{n}", verdict=v)
+        for n, v in revisions
+    ]
+    return SpecModelStatus(active_revision=active, revisions=records, **extra)
+
+
+CANARY = {"speculative": EAGLE, "pod": {"replicas": 4}}
+
+
+def test_a_new_revision_rolls_out_beside_the_fleet_on_the_one_it_served() -> None:
+    status = rollout_status(1, [(1, "probation"), (2, "probation")], CANARY)
+    result = plan(specmodel(**CANARY), status, NOW)
+    assert result.active.number == 1 and result.desired.number == 2
+    assert result.rollout and result.rollout.control == 1 and result.rollout_pods == 1
+    assert (result.rollout.step, result.rollout.steps) == (1, 2)
+    assert not result.rolled_back
+
+
+@pytest.mark.parametrize(
+    ("spec", "revisions", "active"),
+    [
+        ({**CANARY, "rollout": {"strategy": "direct"}}, [(1, "good"), (2, "probation")], 1),
+        ({"speculative": EAGLE, "pod": {"replicas": 1}}, [(1, "good"), (2, "probation")], 1),
+        (CANARY, [(1, "bad"), (2, "probation")], 1),  # a bad revision is no control
+        (CANARY, [(1, "good"), (2, "probation")], 2),  # the fleet already serves it
+    ],
+    ids=["direct", "one-replica", "bad-control", "already-served"],
+)
+def test_without_a_canary_the_whole_fleet_serves_the_new_revision(
+    spec: dict[str, Any], revisions: list[tuple[int, str]], active: int
+) -> None:
+    result = plan(specmodel(**spec), rollout_status(active, revisions, spec), NOW)
+    assert result.active.number == 2 and result.rollout is None and not result.rollout_pods
+
+
+def test_a_rollout_waits_while_a_trial_runs() -> None:
+    trial = KillSwitchStatus(state="trial", source="guard")
+    status = rollout_status(1, [(1, "good"), (2, "probation")], CANARY, kill_switch=trial)
+    result = plan(specmodel(**CANARY), status, NOW)
+    assert result.rollout and result.rollout.phase == "Waiting" and result.rollout_pods == 0
+    assert result.active.number == 1 and result.canary
+    assert "waits for the kill-switch trial" in result.rollout.message
+
+
+def test_after_an_abort_the_fleet_stays_on_the_control_and_a_retry_starts_again() -> None:
+    status = rollout_status(1, [(1, "probation"), (2, "probation")], CANARY)
+    started = plan(specmodel(**CANARY), status, NOW)
+    assert started.rollout
+    aborted = started.rollout.model_copy(update={"phase": "Aborted"})
+    bad = [
+        r.model_copy(update={"verdict": "bad"}) if r.number == 2 else r for r in status.revisions
+    ]
+    after = status.model_copy(update={"rollout": aborted, "revisions": bad})
+    result = plan(specmodel(**CANARY), after, NOW)
+    assert result.active.number == 1 and result.rolled_back and result.rollout_pods == 0
+    retried = plan(specmodel({"specfleet.dev/retry": "1"}, **CANARY), after, NOW)
+    assert retried.rollout and retried.rollout.phase == "Progressing" and retried.rollout_pods == 1
+
+
+def test_steps_default_to_one_pod_then_half_and_follow_the_spec() -> None:
+    spec = {**CANARY, "pod": {"replicas": 10}, "rollout": {"steps": [{"pods": 5}, {"pods": 2}]}}
+    status = rollout_status(1, [(1, "good"), (2, "probation")], spec)
+    result = plan(specmodel(**spec), status, NOW)
+    assert result.rollout and (result.rollout.pods, result.rollout.steps) == (2, 2)
+    assert result.rollout.windows == 3

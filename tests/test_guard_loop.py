@@ -100,9 +100,13 @@ class Loop:
         if self.last is None:
             return Observed()
         the_plan = self.last.plan
-        replicas = self.specmodel.spec.pod.replicas
+        replicas = self.specmodel.spec.pod.replicas - the_plan.rollout_pods
         canary = deployment(1, True) if the_plan.canary else None
-        return Observed(deployment=deployment(replicas, the_plan.speculation), canary=canary)
+        pods = the_plan.rollout_pods
+        rollout = deployment(pods, the_plan.speculation) if pods else None
+        return Observed(
+            deployment=deployment(replicas, the_plan.speculation), canary=canary, rollout=rollout
+        )
 
     def condition(self, kind: str) -> tuple[str, str]:
         found = next(c for c in self.status.conditions if c.type == kind)

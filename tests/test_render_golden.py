@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT, specmodel_doc
 from specfleet.api import parse_specmodel
 from specfleet.render import ServingPlan, render
+from specfleet.render.plan import RolloutCanary
 from specfleet.yamlio import dump_all
 
 GOLDEN = ROOT / "tests/golden"
@@ -49,7 +50,8 @@ QUANTIZATIONS: dict[str, dict[str, Any]] = {
 
 def cases() -> list[tuple[str, dict[str, Any], ServingPlan]]:
     """(name, spec, plan): every method on bf16 with speculation on and off, every quantization
-    with the engine's first method, and a trial's canary beside two replicas per engine."""
+    with the engine's first method, a trial's canary beside two replicas and a canary rollout's
+    step per engine."""
     out = []
     for engine, methods in ENGINE_METHODS.items():
         for method in methods:
@@ -70,6 +72,7 @@ def cases() -> list[tuple[str, dict[str, Any], ServingPlan]]:
                 ServingPlan(speculation=False, canary=True),
             )
         )
+        out.append((f"{engine}-bf16-{methods[0]}-rollout", *rollout_step(engine, methods[0])))
         for quant, quantization in QUANTIZATIONS.items():
             if quant == "bf16":
                 continue
@@ -86,6 +89,16 @@ def cases() -> list[tuple[str, dict[str, Any], ServingPlan]]:
         spec = {"engine": {"name": "tensorrt-llm"}, "speculative": speculative}
         out.append((f"tensorrt-llm-bf16-{name}", spec, ServingPlan()))
     return out
+
+
+def rollout_step(engine: str, method: str) -> tuple[dict[str, Any], ServingPlan]:
+    """A canary rollout's first step: revision 2 (FP8 weights) on 1 of 4 pods beside the fleet
+    on revision 1."""
+    spec = {"engine": {"name": engine}, "speculative": METHODS[method], "pod": {"replicas": 4}}
+    fp8 = {**spec, "quantization": QUANTIZATIONS["fp8"]}
+    config = parse_specmodel(specmodel_doc(**fp8)).engine_config()
+    step = RolloutCanary(revision=2, pods=1, engine_config=config)
+    return spec, ServingPlan(revision=1, rollout=step)
 
 
 GATE = {"acceptance_window": 128, "acceptance_length_threshold": 1.5}

@@ -64,6 +64,23 @@ def test_a_trial_canary_is_read_beside_the_fleet_with_the_same_queries() -> None
     assert alone[("ns", "other")].canary is None
 
 
+def test_a_rollout_canary_is_read_by_its_revision_beside_the_control() -> None:
+    def series(revision: str, value: float) -> dict[str, Any]:
+        labels = {"namespace": "ns", "specmodel": "m", "class": "code", "speculation": "on"}
+        return {"metric": {**labels, "revision": revision}, "value": [0, str(value)]}
+
+    reader = TelemetryReader("http://127.0.0.1:9")
+    rows = [series("1", 300.0), series("2", 100.0), series("3", 7.0)]
+    reader._prometheus.custom_query = lambda text, params: rows if "requests" in text else []
+    target = Target("ns", "m", 60, 4, True, canary=(2, True))
+    control = Target("ns", "m", 60, 1, True, canary=(2, True))
+    assert reader.read([target], datetime.now(UTC))[("ns", "m")].classes == {}
+    observation = reader.read([control], datetime.now(UTC))[("ns", "m")]
+    assert observation.classes["code"].requests == 300.0
+    assert observation.canary is not None and observation.canary.revision == 2
+    assert observation.canary.classes["code"].requests == 100.0
+
+
 def test_unjudged_quality_checks_are_read_by_kind_and_reason() -> None:
     labels = {"namespace": "ns", "specmodel": "m", "class": "code", "revision": "1"}
 

@@ -2,7 +2,8 @@
 -- argocd-cm: resource.customizations.health.specfleet.dev_SpecModel: | <this file>
 -- A kill switch the guard engaged and a rollback are Degraded: the fleet serves, but not what
 -- Git asked for. Set these to false to report them as Healthy instead. A trial (a canary pod
--- runs speculation beside the fleet) is Progressing, like a canary step of an Argo Rollout.
+-- runs speculation beside the fleet) is Progressing, like a canary step of an Argo Rollout, and
+-- so is a canary rollout's step (Progressing, reason CanaryStep); an aborted one is RolledBack.
 local killSwitchIsDegraded = true
 local rollbackIsDegraded = true
 
@@ -57,6 +58,9 @@ elseif speculation ~= nil and speculation.reason == "KillSwitchEngaged" and kill
 elseif is("MetricsBlind", "True") then
   hs.status = "Degraded"
   hs.message = message("MetricsBlind")
+elseif is("Progressing", "True") and condition("Progressing").reason == "CanaryStep" then
+  hs.status = "Progressing"
+  hs.message = message("Progressing")
 elseif speculation ~= nil and speculation.reason == "CanaryTrial" then
   hs.status = "Progressing"
   hs.message = message("SpeculationActive")

@@ -1,0 +1,128 @@
+"""A canary rollout through the whole tick (`controller.step`), window after window: the fleet
+stays on the control while the new revision serves on the rollout's pods, then the whole fleet
+(promoted) or none of it (aborted)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from argocd_lua import health
+from conftest import specmodel_doc
+from specfleet.api import ROLLOUT_ANNOTATION, SpecModel, parse_specmodel
+from specfleet.render import RenderSettings
+from specfleet.telemetry.model import Observation
+from test_guard import observe
+from test_guard_loop import CLASSES, Loop
+
+GOOD = {"tool_calls_valid": 98.0, "tool_calls_invalid": 2.0, "p95_tpot_seconds": 0.02}
+
+
+def specmodel(k: int = 4, replicas: int = 4, **annotations: str) -> SpecModel:
+    doc = specmodel_doc(
+        speculative={"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": k},
+        classes=CLASSES,
+        defaultClass="chat",
+        pod={"replicas": replicas},
+    )
+    doc["metadata"]["annotations"] = annotations
+    return parse_specmodel(doc)
+
+
+def window(canary: dict[str, float] | None = None, tpot: float = 0.02) -> Observation:
+    """The control's window (revision 1, good), the canary's (revision 2) beside it."""
+    control = observe(0.8, 0.8, **GOOD)
+    beside = replace(observe(0.8, 0.8, tpot=tpot, **(GOOD | (canary or {}))), revision=2)
+    return replace(control, canary=beside)
+
+
+def started(replicas: int = 4) -> Loop:
+    loop = Loop(specmodel(replicas=replicas))
+    loop.tick(*[observe(0.8, 0.8, **GOOD)] * 3)
+    loop.change(specmodel(k=3, replicas=replicas))
+    return loop
+
+
+def deployments(loop: Loop) -> dict[str, int]:
+    assert loop.last is not None
+    children = loop.last.children(RenderSettings())
+    return {
+        m["metadata"]["name"]: m["spec"]["replicas"] for m in children if m["kind"] == "Deployment"
+    }
+
+
+def test_a_new_revision_starts_on_one_pod_beside_the_fleet_on_the_control() -> None:
+    loop = started()
+    assert loop.last and loop.last.plan.active.number == 1
+    assert loop.last.plan.desired.number == 2
+    assert deployments(loop) == {"m": 3, "m-rollout": 1}
+    assert loop.condition("Progressing") == ("True", "CanaryStep")
+    assert loop.condition("RolledBack") == ("False", "ServingDesiredRevision")
+    assert loop.status.rollout and loop.status.rollout.step_since is not None
+
+
+def test_a_slow_revision_is_aborted_on_the_canary_and_the_fleet_is_untouched() -> None:
+    loop = started()
+    loop.tick(window(), window({"p95_tpot_seconds": 0.05}, tpot=0.05))
+    assert loop.actions == ["rollout_aborted"]
+    assert loop.last and loop.last.plan.active.number == 1 and loop.last.plan.speculation
+    assert deployments(loop) == {"m": 4}
+    assert [(r.number, r.verdict) for r in loop.status.revisions] == [(1, "probation"), (2, "bad")]
+    status, reason = loop.condition("RolledBack")
+    assert (status, reason) == ("True", "CanaryAborted")
+    [rolled_back] = [c for c in loop.status.conditions if c.type == "RolledBack"]
+    assert rolled_back.message.startswith("chat p95TpotSeconds")
+    assert loop.status.kill_switch is None or loop.status.kill_switch.state == "released"
+    loop.tick(*[observe(0.8, 0.8, **GOOD)] * 3)  # held until Git or the retry annotation
+    assert deployments(loop) == {"m": 4}
+
+
+def test_a_revision_broken_while_the_last_is_on_probation_is_aborted() -> None:
+    loop = started()
+    broken = window({"tool_calls_valid": 80.0, "tool_calls_invalid": 20.0})
+    loop.tick(window(), broken, broken, broken)
+    assert loop.actions == ["rollout_aborted"]
+    [decision] = [d for d in loop.status.decisions if d.action == "rollout_aborted"]
+    assert decision.evidence and decision.evidence["breaches"][0]["signal"] == "toolCallValidity"
+
+
+def test_every_step_passed_promotes_and_the_whole_fleet_rolls() -> None:
+    loop = started()
+    loop.tick(*[window()] * 4)
+    assert loop.actions == ["rollout_step_passed"]
+    assert deployments(loop) == {"m": 2, "m-rollout": 2}
+    loop.tick(*[window()] * 4)
+    assert loop.actions == ["rollout_step_passed", "rollout_promoted"]
+    assert loop.last and loop.last.plan.active.number == 2
+    assert deployments(loop) == {"m": 4}
+    assert loop.status.revisions[-1].verdict == "good"
+    assert loop.condition("Progressing")[1] != "CanaryStep"
+
+
+def test_the_rollout_annotation_promotes_or_aborts_once_and_is_recorded() -> None:
+    loop = started()
+    loop.change(specmodel(k=3, **{ROLLOUT_ANNOTATION: "abort"}))
+    assert loop.last and loop.last.plan.active.number == 1
+    assert [d.action for d in loop.status.decisions][-1] == "rollout_aborted"
+    assert loop.status.revisions[-1].verdict == "bad"
+    loop.change(specmodel(k=2, **{ROLLOUT_ANNOTATION: "abort"}))  # unchanged: not again
+    assert loop.status.rollout and loop.status.rollout.phase == "Progressing"
+    loop.change(specmodel(k=2, **{ROLLOUT_ANNOTATION: "promote"}))
+    assert loop.last.plan.active.number == 3 and loop.status.revisions[-1].verdict == "good"
+    assert [d.action for d in loop.status.decisions][-1] == "rollout_promoted"
+
+
+def test_strategy_direct_and_one_replica_keep_probation() -> None:
+    loop = Loop(specmodel(replicas=1))
+    loop.change(specmodel(k=3, replicas=1))
+    assert loop.last and loop.last.plan.active.number == 2 and loop.status.rollout is None
+
+
+def test_argo_cd_health_is_progressing_during_a_rollout_and_degraded_after_an_abort() -> None:
+    loop = started()
+    doc = {**specmodel_doc(), "status": loop.status.to_wire()}
+    assert health(doc)["status"] == "Progressing"
+    assert health(doc)["message"].startswith("CanaryStep: canary step 1 of 2")
+    loop.tick(window({"p95_tpot_seconds": 0.05}, tpot=0.05))
+    doc = {**specmodel_doc(), "status": loop.status.to_wire()}
+    assert health(doc)["status"] == "Degraded"
+    assert health(doc)["message"].startswith("CanaryAborted: chat p95TpotSeconds")

@@ -1,0 +1,181 @@
+"""Canary analysis (`guard.analysis`) and a rollout's steps (`guard.rollout`): the canary against
+the control on the same window, per class and signal, inconclusive never bad."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from specfleet.api.status import KillSwitchStatus, RevisionRecord, RolloutStatus
+from specfleet.guard.analysis import analyse
+from specfleet.telemetry.model import Observation
+from test_guard import T0, decide, observe, policy, situation, window
+
+CONTROL = observe(0.8, 0.8, p95_tpot_seconds=0.02, tool_calls_valid=98.0, tool_calls_invalid=2.0)
+
+
+def canary(**chat: Any) -> Observation:
+    fields = {"p95_tpot_seconds": 0.02, "tool_calls_valid": 98.0, "tool_calls_invalid": 2.0}
+    return replace(observe(0.8, 0.8, **(fields | chat)), revision=2)
+
+
+def rollout(**changes: Any) -> RolloutStatus:
+    base = RolloutStatus(
+        revision=2,
+        control=1,
+        step=1,
+        steps=2,
+        pods=1,
+        windows=3,
+        phase="Progressing",
+        started=T0.isoformat(),
+        step_since=(T0 - timedelta(minutes=5)).isoformat(),
+    )
+    return base.model_copy(update=changes)
+
+
+def test_a_canary_like_its_control_is_good() -> None:
+    assert analyse(policy(), canary(), CONTROL).verdict == "good"
+
+
+def test_a_canary_decoding_2_5x_slower_than_its_control_breaches_decisively() -> None:
+    analysis = analyse(policy(), canary(p95_tpot_seconds=0.05), CONTROL)
+    [breach] = analysis.breaches
+    assert analysis.verdict == "bad" and analysis.decisive
+    assert (breach.klass, breach.signal) == ("chat", "p95TpotSeconds")
+    assert (breach.canary, breach.control) == (0.05, 0.02)
+    assert (breach.canary_samples, breach.control_samples) == (200, 200)
+
+
+def test_a_slowdown_within_the_tolerance_is_no_breach() -> None:
+    assert analyse(policy(), canary(p95_tpot_seconds=0.023), CONTROL).verdict == "good"
+
+
+def test_over_the_slo_breaches_only_where_the_control_meets_it() -> None:
+    classes = [
+        {"name": "code", "critical": True},
+        {"name": "chat", "slo": {"maxP95TtftSeconds": 1}},
+    ]
+    slow = canary(p95_ttft_seconds=1.1)
+    within = replace(
+        CONTROL, classes={**CONTROL.classes, "chat": window(0.8, p95_ttft_seconds=1.0)}
+    )
+    over = replace(CONTROL, classes={**CONTROL.classes, "chat": window(0.8, p95_ttft_seconds=1.05)})
+    [breach] = analyse(policy(classes=classes), slow, within).breaches
+    assert breach.signal == "p95TtftSeconds" and breach.limit == 1 and not breach.decisive
+    assert analyse(policy(classes=classes), slow, over).verdict == "good"
+
+
+def test_broken_tool_calls_breach_against_the_control() -> None:
+    analysis = analyse(policy(), canary(tool_calls_valid=80.0, tool_calls_invalid=20.0), CONTROL)
+    [breach] = analysis.breaches
+    assert (breach.klass, breach.signal, breach.canary) == ("chat", "toolCallValidity", 0.8)
+    assert breach.control == 0.98 and breach.control_samples == 100
+    assert "vs control 0.980" in breach.words()
+
+
+def test_a_few_invalid_tool_calls_are_noise_not_a_breach() -> None:
+    few = canary(tool_calls_valid=23.0, tool_calls_invalid=2.0)
+    assert analyse(policy(), few, CONTROL).verdict == "good"
+
+
+def test_too_few_requests_on_the_canary_is_inconclusive_never_bad() -> None:
+    thin = Observation(T0, 60, 2, True, {"code": window(0.8, requests=5), "chat": window(0.1, 5)})
+    assert analyse(policy(), thin, CONTROL) == ("inconclusive", [])
+
+
+def test_errors_breach_over_twice_the_controls_rate() -> None:
+    failing = canary(errors=20.0)
+    [breach] = analyse(policy(), failing, CONTROL).breaches
+    assert breach.signal == "errorRate" and breach.canary == 0.1
+
+
+def test_an_acceptance_drop_the_control_does_not_show_breaches() -> None:
+    drop = replace(canary(), classes={**canary().classes, "code": window(0.3)})
+    signals = {(b.klass, b.signal) for b in analyse(policy(), drop, CONTROL).breaches}
+    assert signals == {("code", "acceptanceRate")}
+
+
+def judged(
+    the_rollout: RolloutStatus,
+    observed: Observation,
+    control: Observation = CONTROL,
+    **changes: Any,
+) -> Any:
+    return decide(
+        situation(
+            control,
+            canary=observed,
+            rollout=the_rollout,
+            revision=RevisionRecord(number=1, hash="aaaaaaaaaa", verdict="good"),
+            **changes,
+        )
+    )
+
+
+def test_one_decisive_window_aborts_with_the_evidence() -> None:
+    decision = judged(rollout(), canary(p95_tpot_seconds=0.05))
+    [action] = decision.actions
+    assert action.action == "rollout_aborted" and action.acts
+    assert decision.rollout.phase == "Aborted"
+    [breach] = action.evidence["breaches"]
+    assert breach["class"] == "chat" and breach["signal"] == "p95TpotSeconds"
+    assert (breach["canary"], breach["control"]) == (0.05, 0.02)
+    assert "chat p95TpotSeconds" in decision.rollout.message
+
+
+def test_a_marginal_breach_aborts_after_n_windows_in_a_row() -> None:
+    marginal = canary(p95_tpot_seconds=0.03)
+    decision = judged(rollout(), marginal)
+    assert decision.actions == [] and decision.rollout.bad_windows == 1
+    decision = judged(rollout(bad_windows=2), marginal)
+    assert [a.action for a in decision.actions] == ["rollout_aborted"]
+
+
+def test_a_step_passes_after_its_good_windows_and_the_last_promotes() -> None:
+    decision = judged(rollout(good_windows=2), canary())
+    assert [a.action for a in decision.actions] == ["rollout_step_passed"]
+    assert decision.rollout.step == 2 and decision.rollout.step_since is None
+    decision = judged(rollout(step=2, good_windows=2), canary())
+    assert [a.action for a in decision.actions] == ["rollout_promoted"]
+    assert decision.rollout.phase == "Promoted"
+
+
+def test_a_step_lasts_at_least_a_guard_window() -> None:
+    fresh = rollout(good_windows=5, step_since=(T0 - timedelta(seconds=30)).isoformat())
+    assert judged(fresh, canary()).actions == []
+
+
+def test_inconclusive_windows_count_neither_way() -> None:
+    thin = Observation(T0, 60, 2, True, {"code": window(0.8, requests=5)})
+    decision = judged(rollout(good_windows=2, bad_windows=0), thin)
+    assert decision.actions == [] and decision.rollout.good_windows == 2
+    assert decision.rollout.last_analysis.verdict == "inconclusive"
+
+
+def test_a_dry_run_says_it_would_abort_and_aborts_nothing() -> None:
+    dry = policy(dryRun=True)
+    decision = judged(rollout(), canary(p95_tpot_seconds=0.05), policy=dry)
+    [action] = decision.actions
+    assert action.dry_run and decision.rollout.phase == "Progressing"
+
+
+def test_a_trial_waits_for_the_rollout() -> None:
+    engaged = {"state": "engaged", "source": "guard", "next_trial_after": T0.isoformat()}
+    decision = judged(
+        rollout(),
+        canary(),
+        observe(0.8, 0.8, speculation=False),
+        kill_switch=KillSwitchStatus(**engaged),
+        speculation=False,
+    )
+    assert "trial_started" not in [a.action for a in decision.actions]
+    without = decide(
+        situation(
+            observe(0.8, 0.8, speculation=False),
+            kill_switch=KillSwitchStatus(**engaged),
+            speculation=False,
+        )
+    )
+    assert [a.action for a in without.actions] == ["trial_started"]
