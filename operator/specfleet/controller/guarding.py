@@ -8,7 +8,7 @@ from datetime import datetime
 from specfleet.api import Decision as DecisionRecord
 from specfleet.api import SpecModel, SpecModelStatus
 from specfleet.api.spec import GuardSpec, SpeculativeSpec
-from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchStatus
+from specfleet.api.status import MAX_DECISIONS, GuardStatus, KillSwitchStatus, RevisionVerdict
 from specfleet.controller.plan import Plan, rollback_target
 from specfleet.controller.status import Rollout
 from specfleet.guard import Decision, Policy, Situation, killswitch
@@ -81,7 +81,9 @@ def apply_decision(
     status: SpecModelStatus, the_plan: Plan, decision: Decision, now: datetime
 ) -> SpecModelStatus:
     judged: dict[str, object] = {"verdict": decision.verdict}
-    if decision.served_clean:
+    if decision.verdict == RevisionVerdict.BAD:
+        judged["served_clean"] = False  # rolled back: no longer a rollback target
+    elif decision.served_clean:
         judged["served_clean"] = True
     revisions = [
         r.model_copy(update=judged) if r.number == the_plan.active.number else r
