@@ -60,3 +60,17 @@ def test_an_unreadable_revision_is_left_out_and_tried_again() -> None:
     assert set(configs.of(new, history)) == {record(new, 2).hash}
     configs.of(new, history)
     assert len(kube.reads) == 2  # a failed read is not remembered
+
+
+def test_a_revision_that_served_clean_on_probation_is_read_as_a_rollback_target() -> None:
+    clean, broken, never = specmodel(3), specmodel(5), specmodel(7)
+    kept = {
+        controller_revision(m, record(m, n))["metadata"]["name"]: m.engine_config().canonical()
+        for n, m in ((1, clean), (2, never))
+    }
+    kube = StoredRevisions(kept)
+    served = record(clean, 1, "probation").model_copy(update={"served_clean": True})
+    history = [served, record(never, 2, "probation"), record(broken, 3, "probation")]
+    configs = RevisionConfigs(cast(Kube, kube)).of(broken, history)
+    assert configs[served.hash] == clean.engine_config()
+    assert record(never, 2).hash not in configs  # no good evidence: never served, never read

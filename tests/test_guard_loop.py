@@ -167,12 +167,14 @@ def test_a_revision_broken_during_probation_rolls_back_to_the_one_that_served_cl
     loop = Loop(specmodel(k=4, strategy="direct"))
     loop.tick(*[observe(0.8, 0.8)] * 3)  # three good windows, far from passing probation
     assert loop.actions == [] and loop.status.revisions[0].served_clean
-    loop.change(specmodel(k=3, strategy="direct"))  # the next commit, revision 1 still on probation
+    loop.change(specmodel(k=3, strategy="direct"))  # the next commit, revision 1 on probation
+    loop.tick(*[observe(0.8, 0.8)] * 3)  # it serves clean too, then breaks
     broken = observe(0.8, 0.8, tool_calls_valid=70.0, tool_calls_invalid=30.0)
     loop.tick(broken, broken, broken)
     assert loop.actions == ["rolled_back"]
     assert loop.last and loop.last.plan.active.number == 1
-    assert [(r.number, r.verdict) for r in loop.status.revisions] == [(1, "probation"), (2, "bad")]
+    records = [(r.number, r.verdict, r.served_clean) for r in loop.status.revisions]
+    assert records == [(1, "probation", True), (2, "bad", False)]  # rolled back: no target
     status, _ = loop.condition("RolledBack")
     [rolled_back] = [c for c in loop.status.conditions if c.type == "RolledBack"]
     assert status == "True" and "serving revision 1" in rolled_back.message

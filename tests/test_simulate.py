@@ -123,6 +123,36 @@ def test_a_minor_class_collapse_is_named_and_the_fleet_keeps_speculating() -> No
     assert result.acting == [] and all(s.speculation for s in result.run.serving)
 
 
+def test_a_slow_revision_rolls_back_and_never_engages_the_kill_switch() -> None:
+    result = run("slow-revision", SCENARIOS / "slow-revision.specmodel.yaml")
+    timeline = actions(result)
+    assert [a for _, a in timeline] == ["revision_promoted", "rolled_back"]
+    promoted, rolled_back = (t for t, _ in timeline)
+    rollout, settle, breaches = 60, 60, 3 * 15
+    assert promoted < 300 < rolled_back <= 300 + rollout + settle + breaches
+    [rollback] = [d for d in result.run.decisions if d["action"] == "rolled_back"]
+    assert "code: p95TpotSeconds" in rollback["message"] and rollback["lastGood"] == 1
+    numbers = [result.world.revisions[s.config].number for s in result.run.serving]
+    assert numbers[-1] == 1 and 2 in numbers
+    assert all(s.speculation for s in result.run.serving)
+    assert result.false_actions == [] and result.missed == []
+
+
+def test_a_revision_broken_during_probation_rolls_back_to_the_one_before() -> None:
+    result = run("broken-during-probation", SCENARIOS / "broken-during-probation.specmodel.yaml")
+    timeline = actions(result)
+    assert [a for _, a in timeline] == ["rolled_back", "revision_promoted"]
+    [rollback] = [d for d in result.run.decisions if d["action"] == "rolled_back"]
+    assert (rollback["revision"], rollback["lastGood"]) == (3, 2)
+    assert 540 < rollback["t"] <= 540 + 60 + 60 + 3 * 15
+    numbers = [result.world.revisions[s.config].number for s in result.run.serving]
+    assert numbers[-1] == 2 and 3 in numbers
+    validity = {tick.t: tick.observed_validity["tools"] for tick in result.run.ticks}
+    after = [v for t, v in validity.items() if t > rollback["t"] + 120 and v is not None]
+    assert after and min(after) > 0.95
+    assert result.false_actions == [] and result.missed == []
+
+
 def test_noisy_healthy_two_hours_takes_no_action() -> None:
     document = yaml.safe_load((SCENARIOS / "noisy-healthy-24h.yaml").read_text())
     document["duration_s"] = 2 * 3600

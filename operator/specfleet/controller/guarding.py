@@ -121,7 +121,9 @@ def _judged(
     once aborted."""
     if record.number == the_plan.active.number:
         judged: dict[str, object] = {"verdict": decision.verdict}
-        if decision.served_clean:
+        if decision.verdict == RevisionVerdict.BAD:
+            judged["served_clean"] = False  # rolled back: no longer a rollback target
+        elif decision.served_clean:
             judged["served_clean"] = True
         return record.model_copy(update=judged)
     if (

@@ -174,12 +174,13 @@ def rollback_target(revisions: list[RevisionRecord], leaving: int) -> RevisionRe
     """The newest revision but `leaving` with good evidence: promoted, or on probation having
     served clean (N windows in a row judged good). One never judged good is never chosen."""
     for record in reversed(revisions):
-        if record.number != leaving and _served_well(record):
+        if record.number != leaving and served_well(record):
             return record
     return None
 
 
-def _served_well(record: RevisionRecord) -> bool:
+def served_well(record: RevisionRecord) -> bool:
+    """Good evidence: promoted, or on probation having served clean."""
     if record.verdict == RevisionVerdict.GOOD:
         return True
     return record.verdict == RevisionVerdict.PROBATION and record.served_clean

@@ -10,8 +10,9 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from specfleet.api import EngineConfig, SpecModel
-from specfleet.api.status import RevisionRecord, RevisionVerdict
+from specfleet.api.status import RevisionRecord
 from specfleet.controller.kube import Kube
+from specfleet.controller.plan import served_well
 from specfleet.render import revision_hash
 from specfleet.render.labels import managed_labels, owner_reference
 
@@ -50,12 +51,11 @@ class RevisionConfigs:
         self._read: dict[tuple[str, str], EngineConfig] = {}
 
     def of(self, specmodel: SpecModel, records: list[RevisionRecord]) -> dict[str, EngineConfig]:
-        """The spec's own config and every good revision's (what a rollback may serve), by
-        hash. One that cannot be read is left out and logged: the step says so if it must be
-        served."""
+        """The spec's own config and that of every revision a rollback may serve, by hash.
+        One that cannot be read is left out and logged: the step says so if it must be served."""
         configs = {revision_hash(specmodel.engine_config()): specmodel.engine_config()}
         for record in records:
-            if record.verdict == RevisionVerdict.GOOD and record.hash not in configs:
+            if served_well(record) and record.hash not in configs:
                 config = self._config(specmodel, record)
                 if config is not None:
                     configs[record.hash] = config

@@ -11,6 +11,7 @@ These decisions change nothing that runs, so they never count towards Flapping.
 
 from __future__ import annotations
 
+from operator import is_not
 from typing import Any, NamedTuple
 
 from specfleet.api.status import ClassGuardStatus, ClassState
@@ -53,57 +54,65 @@ class Reading(NamedTuple):
 
 def judge(tick: Tick, evaluation: Evaluation) -> None:
     """Each class's state after a judged window (the fleet's, not a trial's canary)."""
-    known = {c.name: c for c in tick.guard.classes}
     before = tick.guard.classes
+    known = {s.name: s for s in before}
     states = [_next(tick, v, known.get(v.name)) for v in evaluation.classes]
-    if len(states) != len(before) or any(s is not b for s, b in zip(states, before, strict=True)):
+    if len(states) != len(before) or any(map(is_not, states, before)):
         tick.guard.classes = states
 
 
 def readings(verdict: ClassVerdict) -> list[Reading]:
     """The class's signals this window judged: acceptance and speedup when speculation ran,
-    latency and validity when the class had enough requests."""
+    latency and validity when the class had enough requests. (Written out rather than looped
+    over: this runs per class, SpecModel and tick, and most classes declare few SLOs.)"""
     window = verdict.window
     if window is None:
         return []
-    found = _speculation(verdict)
-    slo, requests = verdict.slo, window.requests or 0.0
-    for signal, value, limit in (
-        ("p95TtftSeconds", window.p95_ttft_seconds, slo.max_p95_ttft_seconds),
-        ("p95TpotSeconds", window.p95_tpot_seconds, slo.max_p95_tpot_seconds),
-    ):
-        if value is not None and limit is not None:
-            found.append(Reading(signal, value, limit, requests, value > limit, False))
-    band, least = verdict.policy.band, verdict.policy.guard.min_requests
-    for signal, value, samples, floor in (
-        ("toolCallValidity", window.tool_call_validity, window.tool_calls_judged,
-         slo.min_tool_call_validity),
-        ("structuredOutputValidity", window.structured_output_validity, window.structured_judged,
-         slo.min_structured_output_validity),
-    ):  # fmt: skip
-        if value is not None and floor is not None and samples >= least:
-            _, upper = wilson_interval(value * samples, samples)
-            breached, decisive = upper < floor, upper < floor * (1.0 - band)
-            found.append(Reading(signal, value, floor, samples, breached, decisive))
-    return found
-
-
-def _speculation(verdict: ClassVerdict) -> list[Reading]:
     found: list[Reading] = []
-    window, guard = verdict.window, verdict.policy.guard
-    if window is None:
-        return found
-    requests = window.requests or 0.0
-    floor, alpha = verdict.slo.min_acceptance_rate, window.acceptance_rate
-    if floor is not None and alpha is not None and verdict.acceptance_bounds is not None:
-        breached, decisive = verdict.below_acceptance_floor, verdict.far_below_acceptance_floor
+    requests, slo, bounds = window.requests or 0.0, verdict.slo, verdict.acceptance_bounds
+    floor, alpha = slo.min_acceptance_rate, window.acceptance_rate
+    if floor is not None and bounds is not None and alpha is not None:
+        breached, decisive = bounds[1] < floor, bounds[1] < floor * (1.0 - verdict.policy.band)
         found.append(Reading("acceptanceRate", alpha, floor, requests, breached, decisive))
     if verdict.speedup is not None and verdict.speedup_bounds is not None:
-        paying = guard.min_speedup
-        decisive = verdict.speedup_bounds[1] < paying - guard.release_margin
-        breached = verdict.speedup < paying
-        found.append(Reading("speedup", verdict.speedup, paying, requests, breached, decisive))
+        found.append(_speedup(verdict, verdict.speedup, verdict.speedup_bounds[1], requests))
+    limit, value = slo.max_p95_ttft_seconds, window.p95_ttft_seconds
+    if limit is not None and value is not None:
+        found.append(Reading("p95TtftSeconds", value, limit, requests, value > limit, False))
+    limit, value = slo.max_p95_tpot_seconds, window.p95_tpot_seconds
+    if limit is not None and value is not None:
+        found.append(Reading("p95TpotSeconds", value, limit, requests, value > limit, False))
+    least = verdict.policy.guard.min_requests
+    if slo.min_tool_call_validity is not None and window.tool_calls_judged >= least:
+        found.append(
+            _validity(verdict, "toolCallValidity", slo.min_tool_call_validity,
+                      window.tool_call_validity, window.tool_calls_judged)
+        )  # fmt: skip
+    if slo.min_structured_output_validity is not None and window.structured_judged >= least:
+        found.append(
+            _validity(verdict, "structuredOutputValidity", slo.min_structured_output_validity,
+                      window.structured_output_validity, window.structured_judged)
+        )  # fmt: skip
     return found
+
+
+def _speedup(verdict: ClassVerdict, speedup: float, upper: float, requests: float) -> Reading:
+    guard = verdict.policy.guard
+    paying = guard.min_speedup
+    decisive = upper < paying - guard.release_margin
+    return Reading("speedup", speedup, paying, requests, speedup < paying, decisive)
+
+
+def _validity(
+    verdict: ClassVerdict, signal: str, floor: float, value: float | None, samples: float
+) -> Reading:
+    """Samples > 0, so the share is known. (At or above the floor needs no interval.)"""
+    share = value or 0.0
+    if share >= floor:
+        return Reading(signal, share, floor, samples, False, False)
+    _, upper = wilson_interval(share * samples, samples)
+    decisive = upper < floor * (1.0 - verdict.policy.band)
+    return Reading(signal, share, floor, samples, upper < floor, decisive)
 
 
 def _next(tick: Tick, verdict: ClassVerdict, old: ClassGuardStatus | None) -> ClassGuardStatus:

@@ -5,8 +5,8 @@ One evaluation per tick and SpecModel, each concern in its module:
    (`blindness`).
 2. A canary rollout's step: the canary against the control on the same window (`rollout`).
    The fleet's rollout in progress: inconclusive (windows must show only the new pods).
-3. Probation: a new revision that breaks quality floors is rolled back to the last good
-   revision, or becomes the last good after probationSeconds (`probation`).
+3. Probation: a new revision that breaches quality floors or latency SLOs is rolled back to
+   the rollback target, or becomes the last good after probationSeconds (`probation`).
 4. Speculation: the kill switch engages when it does not pay and a trial on a canary may release
    it (`killswitch`, whose docstring says why speculation is off).
    Every class, critical or not, is named once when it breaches and once when it is back
