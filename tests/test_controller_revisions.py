@@ -74,3 +74,13 @@ def test_a_revision_that_served_clean_on_probation_is_read_as_a_rollback_target(
     configs = RevisionConfigs(cast(Kube, kube)).of(broken, history)
     assert configs[served.hash] == clean.engine_config()
     assert record(never, 2).hash not in configs  # no good evidence: never served, never read
+
+
+def test_the_revision_the_fleet_serves_is_read_as_a_rollouts_control() -> None:
+    control, new = specmodel(3), specmodel(5)
+    kept = controller_revision(control, record(control, 1))
+    kube = StoredRevisions({kept["metadata"]["name"]: kept["data"]})
+    history = [record(control, 1, "probation"), record(new, 2, "probation")]
+    assert record(control, 1).hash not in RevisionConfigs(cast(Kube, kube)).of(new, history)
+    configs = RevisionConfigs(cast(Kube, kube)).of(new, history, serving=1)
+    assert configs[record(control, 1).hash] == control.engine_config()

@@ -81,7 +81,9 @@ def reconcile(
         canary=live.children.get(("Deployment", canary_name(name))),
         rollout=live.children.get(("Deployment", rollout_name(name))),
     )
-    known = (configs or RevisionConfigs(kube)).of(specmodel, previous.revisions)
+    known = (configs or RevisionConfigs(kube)).of(
+        specmodel, previous.revisions, previous.active_revision
+    )
     the_step = step(specmodel, previous, observed, tick, known, now)
     applied = pruned = 0
     applied_hashes: dict[ChildKey, str] = {}

@@ -50,12 +50,16 @@ class RevisionConfigs:
         self._capacity = capacity
         self._read: dict[tuple[str, str], EngineConfig] = {}
 
-    def of(self, specmodel: SpecModel, records: list[RevisionRecord]) -> dict[str, EngineConfig]:
-        """The spec's own config and that of every revision a rollback may serve, by hash.
-        One that cannot be read is left out and logged: the step says so if it must be served."""
+    def of(
+        self, specmodel: SpecModel, records: list[RevisionRecord], serving: int | None = None
+    ) -> dict[str, EngineConfig]:
+        """The spec's own config and that of every revision a rollback may serve, and of
+        `serving`, the revision the fleet serves (a canary rollout's control), by hash. One
+        that cannot be read is left out and logged: the step says so if it must be served."""
         configs = {revision_hash(specmodel.engine_config()): specmodel.engine_config()}
         for record in records:
-            if served_well(record) and record.hash not in configs:
+            wanted = served_well(record) or record.number == serving
+            if wanted and record.hash not in configs:
                 config = self._config(specmodel, record)
                 if config is not None:
                     configs[record.hash] = config
