@@ -43,6 +43,7 @@ EXAMPLES = {
     "minor-class-collapse": SCENARIOS / "minor-class-collapse.specmodel.yaml",
     "slow-revision": SCENARIOS / "slow-revision.specmodel.yaml",
     "broken-during-probation": SCENARIOS / "broken-during-probation.specmodel.yaml",
+    "canary-rollouts": SCENARIOS / "canary-rollouts.specmodel.yaml",
 }
 SCHEDULES = [{}, {"maxCooldownSeconds": 900}, {"maxCooldownSeconds": 120}]
 """Trial schedules the collapse sweeps run under: the default backoff (cooldown 60 s doubling

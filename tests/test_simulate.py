@@ -114,6 +114,25 @@ def test_bad_quantization_rolls_back_and_the_revision_effects_stop() -> None:
     assert result.goodput["always_on"].slo_violation_seconds > 1000
 
 
+def test_slow_and_broken_revisions_are_aborted_on_their_canaries_the_third_promoted() -> None:
+    result = run("canary-rollouts", SCENARIOS / "canary-rollouts.specmodel.yaml")
+    timeline = [(t, a) for t, a in actions(result) if a != "revision_promoted"]
+    assert [a for _, a in timeline] == [
+        *("rollout_aborted", "rollout_aborted", "rollout_step_passed", "rollout_promoted")
+    ]
+    slow, broken = (t for t, a in timeline if a == "rollout_aborted")
+    assert 300 < slow <= 300 + 60 and 900 < broken <= 900 + 60
+    bad = report.summary(result)["badRevisions"]
+    assert [b["revision"] for b in bad] == [2, 3]
+    assert all(b["shareOfRequestsAfterChange"] < 0.05 for b in bad)
+    numbers = {result.world.revisions[s.config].number for s in result.run.serving}
+    assert numbers == {1, 4}  # the fleet never served a bad revision
+    on_canaries = {result.world.revisions[r[0].config].number for r in result.run.rollout if r}
+    assert on_canaries == {2, 3, 4}
+    assert all(t.kill_switch == "released" for t in result.run.ticks)
+    assert result.false_actions == [] and result.missed == []
+
+
 def test_a_minor_class_collapse_is_named_and_the_fleet_keeps_speculating() -> None:
     result = run("minor-class-collapse", SCENARIOS / "minor-class-collapse.specmodel.yaml")
     [(breached, *breach), (back, *recovery)] = named(result)

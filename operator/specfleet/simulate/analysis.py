@@ -8,8 +8,10 @@
   threshold it was judged against) in the stretch of windows that led to it; a
   `kill_switch_released` is false when the truth is bad at that moment; a `rolled_back` is false
   (or `quality_breach` alert) when the revision did not truly breach a quality limit or a
-  latency SLO. An episode on a revision that is rolled back is acted on by the rollback.
-- Missed: an episode never acted on, a truly bad revision promoted.
+  latency SLO, and a `rollout_aborted` when its canary's revision did not against the control.
+  An episode on a revision that is rolled back is acted on by the rollback.
+- Missed: an episode never acted on, a truly bad revision promoted (after probation or on its
+  canary).
 """
 
 from __future__ import annotations
@@ -147,7 +149,15 @@ def _why_false(table: TruthTable, guard: GuardSpec, decision: dict[str, Any]) ->
     quality = action in (ActionKind.ROLLED_BACK, ActionKind.QUALITY_BREACH)
     if quality and not _revision_bad(table, decision):
         return f"revision {decision['revision']} breached no quality limit or latency SLO"
+    if action == ActionKind.ROLLOUT_ABORTED and not _revision_bad(table, _canary(decision)):
+        return f"revision {decision['evidence']['revision']} breached nothing on its canary"
     return None
+
+
+def _canary(decision: dict[str, Any]) -> dict[str, Any]:
+    """A rollout's decision as about its revision, with its control as the reference."""
+    evidence = decision["evidence"]
+    return {**decision, "revision": evidence["revision"], "lastGood": evidence["control"]}
 
 
 def _revision_bad(table: TruthTable, decision: dict[str, Any]) -> bool:
@@ -164,7 +174,11 @@ def missed(table: TruthTable, found: list[Episode]) -> list[dict[str, Any]]:
         if e.detected_at is None and e.speculation_at_start
     ]
     for decision in table.run.decisions:
-        if decision["action"] == ActionKind.REVISION_PROMOTED and _revision_bad(table, decision):
+        if decision["action"] == ActionKind.ROLLOUT_PROMOTED:
+            decision = _canary(decision)
+        elif decision["action"] != ActionKind.REVISION_PROMOTED:
+            continue
+        if _revision_bad(table, decision):
             out.append(
                 {
                     "t": decision["t"],

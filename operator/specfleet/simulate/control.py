@@ -47,6 +47,13 @@ class Operator:
         """The serving plan's canary (the active revision with speculation), if a trial runs."""
         return Setting(self.plan.active.hash, True) if self.plan.canary else None
 
+    @property
+    def rollout_canary(self) -> tuple[Setting, int] | None:
+        """The canary rollout's step: the desired revision, with the fleet's speculation, on
+        so many pods."""
+        pods = self.plan.rollout_pods
+        return (Setting(self.plan.desired.hash, self.plan.speculation), pods) if pods else None
+
     def with_spec(self, specmodel: SpecModel, fleet: Fleet, now: datetime) -> Operator:
         """Git changed the spec: the controller reconciles at once."""
         configs = {**self.configs, **_config_of(specmodel)}
@@ -68,6 +75,7 @@ class Operator:
         observed = Observed(
             deployment=deployment(fleet, self.specmodel.spec.pod.replicas),
             canary=canary_deployment(fleet),
+            rollout=rollout_deployment(fleet),
         )
         the_step = step(self.specmodel, self.status, observed, tick, self.configs, now)
         return replace(self, status=the_step.status, plan=the_step.plan), the_step
@@ -97,6 +105,15 @@ def canary_deployment(fleet: Fleet) -> Body | None:
         return None
     ready = 1 if fleet.canary.ready else 0
     return _deployment(1, 1, True, 1, ready)
+
+
+def rollout_deployment(fleet: Fleet) -> Body | None:
+    """The canary rollout's Deployment: complete once the step's pods are ready."""
+    step = fleet.rollout_canary
+    if step is None:
+        return None
+    ready = step.pods if step.serving == step.pods else 0
+    return _deployment(1, step.pods, step.setting.speculation, step.pods, ready)
 
 
 def _deployment(

@@ -1,5 +1,7 @@
 """The fleet's rollouts: a plan change takes `rollout_seconds` to reach every pod; a trial's
-canary is one pod, which takes `rollout_seconds / replicas` to start.
+canary is one pod, which takes `rollout_seconds / replicas` to start; a canary rollout's pods
+start together, as long as one pod (the fleet's give them their share of the traffic once they
+are ready, so the pod count stays the replicas').
 
 The engine Deployment rolls with maxSurge 1 and maxUnavailable 0 (`render.workload`), so its
 pods move to the new setting one after another, `rollout_seconds / replicas` apart: each new
@@ -25,6 +27,17 @@ class Canary:
     setting: Setting
     ready_at: float
     ready: bool = False
+
+
+@dataclass(frozen=True)
+class RolloutCanary:
+    """A canary rollout's pods: `setting` on `pods` of the replicas from `ready_at`; until then
+    the `serving` pods of the step before keep serving (none at the first step)."""
+
+    setting: Setting
+    pods: int
+    ready_at: float
+    serving: int = 0
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,7 @@ class Fleet:
     generation: int = 1
     """The Deployment's generation: one more for every plan change the operator applies."""
     canary: Canary | None = None
+    rollout_canary: RolloutCanary | None = None
 
     @property
     def settled(self) -> bool:
@@ -105,17 +119,35 @@ class Fleet:
         ready_at = now + pod_start_seconds(rollout_seconds, replicas)
         return replace(self, canary=Canary(setting, ready_at))
 
+    def request_rollout_canary(
+        self, step: tuple[Setting, int] | None, now: float, rollout_seconds: float, replicas: int
+    ) -> Fleet:
+        """Run a canary rollout's step (its setting on so many pods), or remove its pods (at
+        once) for None. A step with more pods keeps the old ones serving while the new start."""
+        old = self.rollout_canary
+        if step is None:
+            return replace(self, rollout_canary=None) if old else self
+        setting, pods = step
+        if old and (old.setting, old.pods) == (setting, pods):
+            return self
+        serving = old.serving if old and old.setting == setting else 0
+        ready_at = now + pod_start_seconds(rollout_seconds, replicas)
+        return replace(self, rollout_canary=RolloutCanary(setting, pods, ready_at, serving))
+
     def advance(self, now: float) -> Fleet:
         fleet = self
         if self.canary and not self.canary.ready and now >= self.canary.ready_at:
             fleet = replace(self, canary=replace(self.canary, ready=True))
+        step = fleet.rollout_canary
+        if step and step.serving != step.pods and now >= step.ready_at:
+            fleet = replace(fleet, rollout_canary=replace(step, serving=step.pods))
         if fleet.rollout is None or now < fleet.rollout.ready_at:
             return fleet
-        return Fleet(
+        return replace(
+            fleet,
             serving=fleet.rollout.pending,
             switched_at=fleet.rollout.ready_at,
-            generation=fleet.generation,
-            canary=fleet.canary,
+            rollout=None,
         )
 
 

@@ -106,6 +106,10 @@ class GuardedRun:
     """What the fleet's replicas served, per slice."""
     canary: list[dict[str, ClassSlice] | None] = field(default_factory=list)
     """What a trial's canary served, per slice (None: no canary took traffic)."""
+    rollout: list[tuple[Setting, dict[str, ClassSlice]] | None] = field(default_factory=list)
+    """What a canary rollout's pods served, per slice, and their setting."""
+    requests: list[dict[str, int]] = field(default_factory=list)
+    """Requests per revision (engine-config hash), per slice."""
     ticks: list[Tick] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     goodput: Goodput = Goodput()
@@ -136,6 +140,8 @@ def replay_guarded(
             run.serving.append(fleet.serving)
             run.slices.append(served.fleet)
             run.canary.append(served.canary)
+            run.rollout.append(served.rollout)
+            run.requests.append(served.requests)
             run.goodput = run.goodput.plus(served, base.slice_seconds)
             _count(counted, draws[i])
     return run
@@ -144,7 +150,7 @@ def replay_guarded(
 @dataclass(frozen=True)
 class Served:
     """One slice: what the pods serving the fleet's setting, those a rollout has moved to the
-    pending one, and a trial's canary served."""
+    pending one, a trial's canary and a canary rollout's pods served."""
 
     fleet: dict[str, ClassSlice]
     moved: dict[str, ClassSlice] | None
@@ -152,11 +158,17 @@ class Served:
     conditions: Conditions
     """The fleet's, per pod."""
     violating: bool
-    """A class with traffic was served below its quality SLO by the fleet's pods."""
+    """A class with traffic was served below its quality SLO by the fleet's or a canary
+    rollout's pods."""
+    rollout: tuple[Setting, dict[str, ClassSlice]] | None = None
+    requests: dict[str, int] = field(default_factory=dict)
+    """Requests per revision (engine-config hash)."""
 
     @property
     def total(self) -> dict[str, ClassSlice]:
         parts = [p for p in (self.moved, self.canary) if p is not None]
+        if self.rollout is not None:
+            parts.append(self.rollout[1])
         return {name: sum((p[name] for p in parts), part) for name, part in self.fleet.items()}
 
 
@@ -168,13 +180,18 @@ def serve(
     counted: dict[str, int],
     spread: float,
 ) -> Served:
-    """Round robin over the Ready pods: the first `moved` run the pending setting, the rest of
-    the replicas the serving one, and a trial's canary, one more pod behind the Service, takes
-    every (replicas + 1)-th request. Every pod runs at the load it has without the canary: the
-    baselines have no extra pod, so the guarded run gets no credit for the canary's capacity
-    (it would lower every pod's load by a third at two replicas)."""
+    """Round robin over the Ready pods: the first `moved` run the pending setting, the last
+    of the replicas a canary rollout's step (when its pods are ready), the rest the serving one,
+    and a trial's canary, one more pod behind the Service, takes every (replicas + 1)-th
+    request. Every pod runs at the load it has without the canary: the baselines have no extra
+    pod, so the guarded run gets no credit for the canary's capacity (it would lower every
+    pod's load by a third at two replicas)."""
     replicas = world.specmodel_at(t).spec.pod.replicas
     moved, canary = fleet.moved(t), fleet.canary_serving
+    step = fleet.rollout_canary
+    stepped = min(step.serving, replicas) if step else 0
+    fleet_pods = replicas - stepped
+    moved = min(moved, fleet_pods)
     pods = replicas + (canary is not None)
 
     def on(setting: Setting, first: int, last: int) -> tuple[dict[str, ClassSlice], Conditions]:
@@ -185,14 +202,29 @@ def serve(
         }
         return realize_all(conditions, share, spread), conditions
 
-    served, conditions = on(fleet.serving, moved, replicas)
+    served, conditions = on(fleet.serving, moved, fleet_pods)
+    requests = _requests({}, fleet.serving, served)
     violating = _violating(conditions)
-    on_moved = None
+    on_moved = on_rollout = None
     if fleet.pending is not None and moved:
         on_moved, moved_conditions = on(fleet.pending, 0, moved)
         violating |= _violating(moved_conditions)
+        requests = _requests(requests, fleet.pending, on_moved)
+    if step is not None and stepped:
+        rolled, rollout_conditions = on(step.setting, fleet_pods, replicas)
+        violating |= _violating(rollout_conditions)
+        on_rollout, requests = (step.setting, rolled), _requests(requests, step.setting, rolled)
     on_canary = on(canary, replicas, pods)[0] if canary else None
-    return Served(served, on_moved, on_canary, conditions, violating)
+    if canary is not None and on_canary is not None:
+        requests = _requests(requests, canary, on_canary)
+    return Served(served, on_moved, on_canary, conditions, violating, on_rollout, requests)
+
+
+def _requests(
+    counts: dict[str, int], setting: Setting, served: dict[str, ClassSlice]
+) -> dict[str, int]:
+    added = sum(part.requests for part in served.values())
+    return {**counts, setting.config: counts.get(setting.config, 0) + added}
 
 
 def _round_robin(counted: int, requests: int, pods: int, first: int, last: int) -> int:
@@ -248,6 +280,7 @@ def _follow(
     replicas = operator.specmodel.spec.pod.replicas
     moved = fleet.request(operator.target, t, rollout_seconds, replicas)
     moved = moved.request_canary(operator.canary, t, rollout_seconds, replicas)
+    moved = moved.request_rollout_canary(operator.rollout_canary, t, rollout_seconds, replicas)
     if moved != fleet:
         operator = operator.reconciled(moved, now)
     return operator, moved
@@ -277,10 +310,16 @@ def observe(
     world: World, run: GuardedRun, end: int, fleet: Fleet, base: Timebase, now: datetime
 ) -> Observation:
     """The last window as telemetry reports it: only slices the current setting served, and
-    beside them a canary's (its series are new: only the slices it served)."""
+    beside them a canary's (its series are new: only the slices it served) or a canary
+    rollout's (the slices its revision served)."""
     start = end - base.window_slices
     first = max(start, base.index(fleet.switched_at), 0)
     observation = _window(world, run.slices[first:end], fleet.serving, base, now)
+    step = fleet.rollout_canary
+    if step is not None:
+        rolled = [r[1] for r in run.rollout[max(start, 0) : end] if r and r[0] == step.setting]
+        canary = _window(world, rolled, step.setting, base, now) if rolled else None
+        return replace(observation, canary=canary)
     if fleet.canary is None or not fleet.canary.ready:
         return observation
     first = max(start, base.index(fleet.canary.ready_at), 0)

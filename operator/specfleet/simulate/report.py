@@ -43,6 +43,7 @@ def summary(result: Result) -> dict[str, Any]:
         "detectionLatencySeconds": latencies,
         "maxDetectionLatencySeconds": max(latencies) if latencies else None,
         "rollbacks": rollbacks(result),
+        "badRevisions": bad_revisions(result),
         "trueTpotSpeedup": _range([t.tpot_speedup for t in result.truths]),
         "guardSpeedup": _range([t.speedup for t in result.run.ticks]),
         "falseActions": result.false_actions,
@@ -94,6 +95,37 @@ def rollbacks(result: Result) -> list[dict[str, Any]]:
     return out
 
 
+ENDED_BAD = (ActionKind.ROLLED_BACK, ActionKind.ROLLOUT_ABORTED)
+
+
+def bad_revisions(result: Result) -> list[dict[str, Any]]:
+    """Each revision rolled back or aborted on its canary: from the first request it served to
+    the decision, and its share of the requests the run served from its change on."""
+    out = []
+    requests = result.run.requests
+    for d in result.run.decisions:
+        if d["action"] not in ENDED_BAD or d["dryRun"]:
+            continue
+        aborted = d["action"] == ActionKind.ROLLOUT_ABORTED
+        revision = result.world.by_number(d["evidence"]["revision"] if aborted else d["revision"])
+        end = result.base.index(d["t"])
+        first = next(i for i, r in enumerate(requests) if r.get(revision.config))
+        served = sum(r.get(revision.config, 0) for r in requests[:end])
+        after = sum(sum(r.values()) for r in requests[result.base.index(revision.since) :])
+        out.append(
+            {
+                "t": d["t"],
+                "action": d["action"],
+                "revision": revision.number,
+                "firstServedAt": result.base.time(first),
+                "secondsToDecision": d["t"] - result.base.time(first),
+                "requestsServed": served,
+                "shareOfRequestsAfterChange": round(served / after, 4) if after else None,
+            }
+        )
+    return out
+
+
 def write(result: Result, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "decisions.json").write_text(json.dumps(decisions(result), indent=2) + "\n")
@@ -126,6 +158,12 @@ def text(result: Result) -> str:
         f"rollback of revision {r['revision']}: {r['latencySeconds']:.0f}s after it began serving"
         for r in data["rollbacks"]
     ]
+    lines += [
+        f"revision {b['revision']} {_ended(b['action'])} {b['secondsToDecision']:.0f}s after "
+        f"its first request, having served {b['requestsServed']} requests, "
+        f"{b['shareOfRequestsAfterChange']:.1%} of the run's from its change on"
+        for b in data["badRevisions"]
+    ]
     if data["canaryServedSeconds"]:
         lines.append(f"trial canaries took traffic for {data['canaryServedSeconds']}s")
     lines.append(f"false actions: {len(data['falseActions'])}, missed: {len(data['missed'])}")
@@ -148,6 +186,10 @@ def text(result: Result) -> str:
         )
     )
     return "\n".join(lines)
+
+
+def _ended(action: str) -> str:
+    return "aborted on its canary" if action == ActionKind.ROLLOUT_ABORTED else "rolled back"
 
 
 def _range(values: list[float | None]) -> dict[str, float] | None:
