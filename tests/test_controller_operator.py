@@ -220,6 +220,22 @@ def test_a_guard_tick_reads_one_batch_for_the_due_specmodels_only() -> None:
     assert reconciled == {"due", "never", "planless"}
 
 
+def test_a_rollout_in_progress_has_its_canary_read_beside_the_control() -> None:
+    reader = RecordingReader()
+    operator, _, _ = world(reader=cast(TelemetryReader, reader))
+    rollout = {"revision": 3, "control": 2, "phase": "Progressing"}
+    status = {"servingPlan": {"revision": 2, "speculation": False}, "rollout": rollout}
+    ended = {**status, "rollout": {**rollout, "phase": "Aborted"}}
+    bodies = [body("rolling", status=status), body("aborted", status=ended)]
+    operator.guard_tick({("ns", b["metadata"]["name"]): [b] for b in bodies}, [], {})
+    assert reader.reads == [
+        [
+            Target("ns", "rolling", 60, 2, False, canary=(3, False)),
+            Target("ns", "aborted", 60, 2, False),
+        ]
+    ]
+
+
 def test_a_spec_is_parsed_once_per_generation(monkeypatch: pytest.MonkeyPatch) -> None:
     parsed: list[str] = []
 

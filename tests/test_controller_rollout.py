@@ -5,10 +5,13 @@ stays on the control while the new revision serves on the rollout's pods, then t
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from argocd_lua import health
 from conftest import specmodel_doc
+from specfleet.alerts.model import firing
 from specfleet.api import ROLLOUT_ANNOTATION, SpecModel, parse_specmodel
+from specfleet.controller.events import action_type
 from specfleet.render import RenderSettings
 from specfleet.telemetry.model import Observation
 from test_guard import observe
@@ -126,3 +129,14 @@ def test_argo_cd_health_is_progressing_during_a_rollout_and_degraded_after_an_ab
     doc = {**specmodel_doc(), "status": loop.status.to_wire()}
     assert health(doc)["status"] == "Degraded"
     assert health(doc)["message"].startswith("CanaryAborted: chat p95TpotSeconds")
+
+
+def test_an_abort_alerts_naming_the_class_and_signal_and_a_promotion_is_good_news() -> None:
+    loop = started()
+    loop.tick(window({"p95_tpot_seconds": 0.05}, tpot=0.05))
+    alerts = {a.name: a for a in firing("ns", "m", loop.status, datetime.now(UTC))}
+    alert = alerts["SpecfleetRolledBack"]
+    assert "chat p95TpotSeconds" in alert.summary
+    assert alert.evidence["breaches"][0]["signal"] == "p95TpotSeconds"
+    assert action_type("rollout_aborted") == "Warning"
+    assert action_type("rollout_promoted") == action_type("rollout_step_passed") == "Normal"

@@ -79,13 +79,14 @@ def firing(namespace: str, name: str, status: SpecModelStatus, now: datetime) ->
                 "Flapping",
             )
         )
-    for kind, alertname, reason in (
-        ("RolledBack", "SpecfleetRolledBack", "RolledBack"),
-        ("MetricsBlind", "SpecfleetMetricsBlind", "MetricsBlind"),
-        ("Flapping", "SpecfleetFlapping", "Flapping"),
+    for kind, alertname, reasons in (
+        ("RolledBack", "SpecfleetRolledBack", ("RolledBack", "RolloutAborted")),
+        ("MetricsBlind", "SpecfleetMetricsBlind", ("MetricsBlind",)),
+        ("Flapping", "SpecfleetFlapping", ("Flapping",)),
     ):
         if kind in conditions:
-            alerts.append(_from(namespace, name, alertname, conditions[kind].message, last, reason))
+            message = conditions[kind].message
+            alerts.append(_from(namespace, name, alertname, message, last, *reasons))
     alerts += [
         _one_shot(namespace, name, d, now)
         for d in status.decisions

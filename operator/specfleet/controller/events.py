@@ -10,7 +10,14 @@ from specfleet.api.status import CanaryState, ConditionType
 from specfleet.guard.actions import ActionKind
 
 NORMAL, WARNING = "Normal", "Warning"
-GOOD_NEWS = frozenset({ActionKind.REVISION_PROMOTED, ActionKind.CLASS_RECOVERED})
+GOOD_NEWS = frozenset(
+    {
+        ActionKind.REVISION_PROMOTED,
+        ActionKind.CLASS_RECOVERED,
+        ActionKind.ROLLOUT_STEP_PASSED,
+        ActionKind.ROLLOUT_PROMOTED,
+    }
+)
 """Guard actions whose Event is Normal; the others' are Warnings."""
 
 

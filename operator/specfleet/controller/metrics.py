@@ -48,7 +48,7 @@ GUARD_DECISIONS = Counter(
 )
 ROLLBACKS = Counter(
     "specfleet_rollbacks_total",
-    "Rollbacks to the last good revision.",
+    "Rollbacks to the last good revision, and canary rollouts aborted.",
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )

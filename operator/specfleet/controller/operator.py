@@ -42,6 +42,9 @@ from specfleet.guard.actions import ActionKind
 from specfleet.render import RenderSettings
 from specfleet.telemetry.reader import Target, TelemetryReader
 
+ROLLED_BACK = (ActionKind.ROLLED_BACK, ActionKind.ROLLOUT_ABORTED)
+"""What counts as a rollback: the fleet's, and a canary rollout's abort."""
+
 Body = dict[str, Any]
 Key = tuple[str, str]
 """(namespace, SpecModel name)."""
@@ -236,7 +239,7 @@ class Operator:
         for action in outcome.actions:
             if not action.dry_run:
                 GUARD_DECISIONS.labels(namespace, action.action).inc()
-            if action.acts and action.action == ActionKind.ROLLED_BACK:
+            if action.acts and action.action in ROLLED_BACK:
                 ROLLBACKS.labels(namespace, name).inc()
 
     def _count_phase(self, key: Key, phase: str | None) -> None:
