@@ -20,12 +20,15 @@ from test_guard_loop import CLASSES, Loop
 GOOD = {"tool_calls_valid": 98.0, "tool_calls_invalid": 2.0, "p95_tpot_seconds": 0.02}
 
 
-def specmodel(k: int = 4, replicas: int = 4, **annotations: str) -> SpecModel:
+def specmodel(
+    k: int = 4, replicas: int = 4, strategy: str = "canary", **annotations: str
+) -> SpecModel:
     doc = specmodel_doc(
         speculative={"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": k},
         classes=CLASSES,
         defaultClass="chat",
         pod={"replicas": replicas},
+        rollout={"strategy": strategy},
     )
     doc["metadata"]["annotations"] = annotations
     return parse_specmodel(doc)
@@ -114,9 +117,19 @@ def test_the_rollout_annotation_promotes_or_aborts_once_and_is_recorded() -> Non
     assert [d.action for d in loop.status.decisions][-1] == "rollout_promoted"
 
 
+def test_a_retry_after_an_abort_serves_the_revision_directly_once_the_strategy_says_so() -> None:
+    loop = started()
+    loop.tick(window({"p95_tpot_seconds": 0.05}, tpot=0.05))
+    assert loop.status.revisions[-1].verdict == "bad"
+    loop.change(specmodel(k=3, strategy="direct", **{"specfleet.dev/retry": "1"}))
+    loop.tick(*[observe(0.8, 0.8, **GOOD)] * 2)
+    assert loop.last and loop.last.plan.active.number == 2
+    assert loop.status.revisions[-1].verdict == "probation" and loop.status.rollout is None
+
+
 def test_strategy_direct_and_one_replica_keep_probation() -> None:
-    loop = Loop(specmodel(replicas=1))
-    loop.change(specmodel(k=3, replicas=1))
+    loop = Loop(specmodel(replicas=1, strategy="direct"))
+    loop.change(specmodel(k=3, replicas=1, strategy="direct"))
     assert loop.last and loop.last.plan.active.number == 2 and loop.status.rollout is None
 
 

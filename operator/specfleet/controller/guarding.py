@@ -15,7 +15,6 @@ from specfleet.api.status import (
     KillSwitchStatus,
     RevisionRecord,
     RevisionVerdict,
-    RolloutStatus,
 )
 from specfleet.controller import rollouts
 from specfleet.controller.plan import Plan, rollback_target
@@ -97,8 +96,7 @@ def _since(stamp: str, now: datetime) -> float:
 def apply_decision(
     status: SpecModelStatus, the_plan: Plan, decision: Decision, now: datetime
 ) -> SpecModelStatus:
-    the_rollout = decision.rollout or the_plan.rollout
-    revisions = [_judged(r, the_plan, decision, the_rollout) for r in the_plan.revisions]
+    revisions = [_judged(r, the_plan, decision) for r in the_plan.revisions]
     kill_switch = killswitch.after_decision(
         the_plan.speculation_source, status.kill_switch, decision.kill_switch
     )
@@ -107,18 +105,17 @@ def apply_decision(
             "guard": decision.guard,
             "kill_switch": kill_switch,
             "revisions": revisions,
-            "rollout": the_rollout,
+            "rollout": decision.rollout or the_plan.rollout,
             "classes": decision.classes or status.classes,
             "acceptance": decision.acceptance or status.acceptance,
         }
     )
 
 
-def _judged(
-    record: RevisionRecord, the_plan: Plan, decision: Decision, the_rollout: RolloutStatus | None
-) -> RevisionRecord:
-    """The active revision's verdict as decided; a rollout's revision good once promoted, bad
-    once aborted."""
+def _judged(record: RevisionRecord, the_plan: Plan, decision: Decision) -> RevisionRecord:
+    """The active revision's verdict as decided; a rollout's revision good once this decision
+    promoted it, bad once it aborted it."""
+    the_rollout = decision.rollout
     if record.number == the_plan.active.number:
         judged: dict[str, object] = {"verdict": decision.verdict}
         if decision.verdict == RevisionVerdict.BAD:

@@ -58,7 +58,9 @@ def progress(
     previous = status.rollout
     current = previous if previous and previous.revision == desired.number else None
     if not _wanted(specmodel, desired):
-        return Progress(current if current and not running(current) else None)
+        # An ended rollout stays on show while its verdict holds (not after a retry).
+        shown = not running(current) and desired.verdict != RevisionVerdict.PROBATION
+        return Progress(current if shown else None)
     if not running(current):
         control = _control(status, desired, revisions)
         if control is None:
@@ -68,14 +70,13 @@ def progress(
     current = _stepped(specmodel, current, status.kill_switch)
     value = specmodel.metadata.annotations.get(ROLLOUT_ANNOTATION)
     if value in OVERRIDES and value != status.rollout_override:
-        ended = current.model_copy(
-            update={
-                "phase": OVERRIDES[value],
-                "message": f"{value}d by the {ROLLOUT_ANNOTATION} annotation at step "
-                f"{current.step} of {current.steps}",
-            }
+        message = (
+            f"{value}d by the {ROLLOUT_ANNOTATION} annotation at step {current.step} of "
+            f"{current.steps}"
         )
-        return Progress(ended, value)
+        return Progress(
+            current.model_copy(update={"phase": OVERRIDES[value], "message": message}), value
+        )
     return Progress(current)
 
 
