@@ -1,6 +1,7 @@
-"""The gateway against real peer proxies: direct, `specfleet gateway`, `vllm-router` (Rust, PyPI)
-and nginx (Debian) relaying the same streaming load to the engine simulator, rotated round by
-round so drift on a shared machine hits every path alike.
+"""The gateway against real peer proxies: direct, `specfleet gateway`, `vllm-router` (Rust, PyPI),
+nginx (Debian) and a uvloop TCP relay (the floor of a Python proxy) relaying the same streaming
+load to the engine simulator, rotated round by round so drift on a shared machine hits every
+path alike.
 
 Reports, per concurrency and proxy (added = proxy minus direct, same run):
 - added TTFT p50 / p99 and added per-chunk latency p50 / p99 (the simulator stamps each chunk
@@ -12,7 +13,7 @@ Reports, per concurrency and proxy (added = proxy minus direct, same run):
 The peers are installed by the bench from their registries into ~/.cache/specfleet/peers/,
 one directory per version, never into the dev venv. `--baseline REV` adds the gateway as it
 was at git revision REV (extracted beside them), for a before/after in one run.
-Run: `.venv/bin/python bench/gateway_peers.py` (about 4 minutes); writes
+Run: `.venv/bin/python bench/gateway_peers.py` (about 6 minutes); writes
 bench/results/gateway_peers.json.
 """
 
@@ -32,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import uvloop
 import yaml
 
 from gateway_overhead import (
@@ -139,7 +141,7 @@ class Proxy:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def gateway_proxy(name: str, pythonpath: Path | None = None, workers: int = 1) -> Proxy:
+def gateway_proxy(name: str, pythonpath: Path | None = None) -> Proxy:
     metrics_ports: dict[int, int] = {}
 
     def argv(sim_url: str, port: int, home: Path) -> list[str]:
@@ -149,7 +151,7 @@ def gateway_proxy(name: str, pythonpath: Path | None = None, workers: int = 1) -
         out = [*ENTRY, "gateway", "--upstream", sim_url, "--config", str(config)]
         out += ["--listen", f"127.0.0.1:{port}", "--log-level", "WARNING"]
         out += ["--metrics-listen", f"127.0.0.1:{metrics_ports[port]}"]
-        return out + (["--workers", str(workers)] if workers > 1 else [])
+        return out
 
     env = {"PYTHONPATH": str(pythonpath)} if pythonpath else {}
     ready = lambda port: f"http://127.0.0.1:{metrics_ports[port]}/healthz"  # noqa: E731
@@ -177,6 +179,61 @@ def nginx_proxy() -> Proxy:
                 "-g", "daemon off;"]  # fmt: skip
 
     return Proxy("nginx " + binary.parent.parent.parent.name.removeprefix("nginx-"), argv)
+
+
+class Pipe(asyncio.Protocol):
+    """One direction of a byte relay: what arrives is written to `peer` as it is."""
+
+    def __init__(self, peer: asyncio.Transport | None = None) -> None:
+        self.peer = peer
+        self.early: list[bytes] = []
+
+    def data_received(self, data: bytes) -> None:
+        if self.peer is None:
+            self.early.append(data)
+        else:
+            self.peer.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer is not None:
+            self.peer.close()
+
+
+class Accepted(Pipe):
+    """The client's side: connects to the upstream once accepted."""
+
+    def __init__(self, upstream_port: int) -> None:
+        super().__init__()
+        self.upstream_port = upstream_port
+        self.connecting: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        client: asyncio.Transport = transport  # type: ignore[assignment]
+        self.connecting = asyncio.get_running_loop().create_task(self.connect(client))
+
+    async def connect(self, client: asyncio.Transport) -> None:
+        loop = asyncio.get_running_loop()
+        upstream, _ = await loop.create_connection(
+            lambda: Pipe(client), "127.0.0.1", self.upstream_port
+        )
+        self.peer = upstream
+        upstream.write(b"".join(self.early))
+
+
+async def serve_relay(port: int, upstream_port: int) -> None:
+    """The floor of a Python proxy: uvloop copying TCP bytes both ways, no HTTP, no stats."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Accepted(upstream_port), "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+def relay_proxy() -> Proxy:
+    def argv(sim_url: str, port: int, home: Path) -> list[str]:
+        upstream_port = sim_url.rsplit(":", 1)[1]
+        return [sys.executable, __file__, "--serve-relay", str(port), upstream_port]
+
+    return Proxy("uvloop TCP relay", argv)
 
 
 # ------------------------------------------------------------------------ measuring
@@ -219,13 +276,15 @@ async def started(proxy: Proxy, sim_url: str, home: Path) -> AsyncIterator[tuple
 
 
 def proxies(args: argparse.Namespace) -> list[Proxy]:
-    out = [gateway_proxy("gateway", workers=args.workers)]
+    out = [gateway_proxy("gateway")]
     if args.baseline:
         out.append(gateway_proxy(f"gateway@{args.baseline}", baseline_tree(args.baseline)))
     if "vllm-router" in args.peers:
         out.append(vllm_router_proxy())
     if "nginx" in args.peers:
         out.append(nginx_proxy())
+    if "relay" in args.peers:
+        out.append(relay_proxy())
     return out
 
 
@@ -281,7 +340,6 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "rounds": args.rounds,
             "max_tokens": args.max_tokens,
             "proxies_pinned_to_own_cpu": args.pin,
-            "gateway_workers": args.workers,
             "load_average": os.getloadavg(),
             "cpus": os.cpu_count(),
             "proxies": [p.name for p in chosen],
@@ -297,12 +355,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="rotations through the paths")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--peers", nargs="*", default=["vllm-router", "nginx"])
+    parser.add_argument("--peers", nargs="*", default=["vllm-router", "nginx", "relay"])
     parser.add_argument("--baseline", help="also run the gateway as of this git revision")
-    parser.add_argument("--workers", type=int, default=1, help="the gateway's --workers")
     parser.add_argument("--no-pin", dest="pin", action="store_false")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/gateway_peers.json")
+    parser.add_argument("--serve-relay", type=int, nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_relay:
+        uvloop.run(serve_relay(*args.serve_relay))
+        return
     result = asyncio.run(bench(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
