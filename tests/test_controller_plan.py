@@ -224,3 +224,9 @@ def test_steps_default_to_one_pod_then_half_and_follow_the_spec() -> None:
     result = plan(specmodel(**spec), status, NOW)
     assert result.rollout and (result.rollout.pods, result.rollout.steps) == (2, 2)
     assert result.rollout.windows == 3
+
+
+def test_without_a_guard_a_new_revision_rolls_out_directly() -> None:
+    status = rollout_status(1, [(1, "good"), (2, "probation")], CANARY)
+    result = plan(specmodel(**CANARY), status, NOW, guard_on=False)
+    assert result.active.number == 2 and result.rollout is None

@@ -34,11 +34,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Spec", "type": "string", "jsonPath": ".status.speculation"},
     {"name": "Active", "type": "boolean", "jsonPath": ".status.speculationActive"},
     {"name": "Canary", "type": "string", "jsonPath": ".status.canary.state"},
-    {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.phase"},
-    {"name": "Step", "type": "integer", "jsonPath": ".status.rollout.step"},
     {"name": "Accept", "type": "string", "jsonPath": ".status.acceptance"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Rev", "type": "integer", "jsonPath": ".status.activeRevision", "priority": 1},
+    # -o wide: `kubectl get sm` keeps to 80 columns
+    {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.phase", "priority": 1},
+    {"name": "Step", "type": "integer", "jsonPath": ".status.rollout.step", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -114,6 +114,7 @@ class Operator:
                 tick,
                 written,
                 self._configs,
+                guard_on=self.reader is not None,
             )
             self._written[key] = (_uid(body), outcome.status)
             if outcome.applied_hashes:

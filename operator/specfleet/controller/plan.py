@@ -62,14 +62,17 @@ class Plan:
         return rollout.pods if rollout and rollout.phase == RolloutPhase.PROGRESSING else 0
 
 
-def plan(specmodel: SpecModel, status: SpecModelStatus, now: datetime) -> Plan:
+def plan(
+    specmodel: SpecModel, status: SpecModelStatus, now: datetime, guard_on: bool = True
+) -> Plan:
+    """`guard_on`: a guard judges the windows; without one a canary rollout could never end."""
     revisions, desired, new = _record_revision(specmodel, status, now)
     token = specmodel.metadata.annotations.get(RETRY_ANNOTATION)
     if token is not None and token != status.retry_token and desired.verdict == RevisionVerdict.BAD:
         desired = desired.model_copy(update={"verdict": RevisionVerdict.PROBATION})
         revisions = [desired if r.number == desired.number else r for r in revisions]
     retry_token = token if token is not None else status.retry_token
-    progress = rollouts.progress(specmodel, status, desired, revisions, now)
+    progress = rollouts.progress(specmodel, status, desired, revisions, now, guard_on)
     if progress.overridden and progress.rollout:
         verdict = rollouts.ENDED_VERDICT[progress.rollout.phase]
         desired = desired.model_copy(update={"verdict": verdict})

@@ -60,11 +60,14 @@ def reconcile(
     tick: GuardTick | None = None,
     written: SpecModelStatus | None = None,
     configs: RevisionConfigs | None = None,
+    guard_on: bool = True,
 ) -> Outcome:
     """Read, step, apply, write. `specmodel` is `body` parsed, or why it is invalid. `written` is
     the status this process last wrote: the watch may not have delivered it yet, and the
     operator is the only writer of status, so it is the fresher of the two. `configs` keeps the
-    revisions' engine configs read so far."""
+    revisions' engine configs read so far. `guard_on`: a guard judges (the operator reads
+    Prometheus); without one a new revision rolls out directly, as nothing would judge a
+    canary."""
     if body["metadata"].get("deletionTimestamp"):
         return Outcome(_previous_status(body), 0, 0, None)
     previous = written or _previous_status(body)
@@ -84,7 +87,7 @@ def reconcile(
     known = (configs or RevisionConfigs(kube)).of(
         specmodel, previous.revisions, previous.active_revision
     )
-    the_step = step(specmodel, previous, observed, tick, known, now)
+    the_step = step(specmodel, previous, observed, tick, known, now, guard_on)
     applied = pruned = 0
     applied_hashes: dict[ChildKey, str] = {}
     error = None

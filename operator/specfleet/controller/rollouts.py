@@ -1,8 +1,9 @@
 """Canary rollouts, as the plan sees them: whether a new revision starts as a canary beside the
 fleet, at which step, against which control, and the `specfleet.dev/rollout` override. Pure.
 
-A rollout runs while the desired revision is on probation, the strategy is canary and a control
-exists: the revision the fleet served before (the active one), not judged bad. The guard judges
+A rollout runs while the desired revision is on probation, the strategy is canary, a guard
+judges (the operator reads Prometheus) and a control exists: the revision the fleet served
+before (the active one), not judged bad. The guard judges
 its steps (`guard.rollout`); the plan only starts, continues and ends it. A kill-switch trial and
 a rollout never run at once: a rollout waits (no canary pods) while a trial runs, trials are
 short (one window to fail, a few to pass); a trial waits for a rollout (`guard.killswitch`).
@@ -54,10 +55,11 @@ def progress(
     desired: RevisionRecord,
     revisions: list[RevisionRecord],
     now: datetime,
+    guard_on: bool = True,
 ) -> Progress:
     previous = status.rollout
     current = previous if previous and previous.revision == desired.number else None
-    if not _wanted(specmodel, desired):
+    if not guard_on or not _wanted(specmodel, desired):
         # An ended rollout stays on show while its verdict holds (not after a retry).
         shown = not running(current) and desired.verdict != RevisionVerdict.PROBATION
         return Progress(current if shown else None)

@@ -103,9 +103,11 @@ def step(
     tick: GuardTick | None,
     configs: Configs,
     now: datetime,
+    guard_on: bool = True,
 ) -> Step:
+    """`guard_on`: a guard judges this SpecModel's windows (without one, no canary rollout)."""
     situation = decision = None
-    the_plan = plan(specmodel, status, now)
+    the_plan = plan(specmodel, status, now, guard_on)
     overridden = rollouts.override_actions(the_plan.rollout, the_plan.overridden)
     guarded = guarding.recorded(status, overridden, now) if overridden else status
     if tick is not None:
