@@ -207,7 +207,7 @@ def test_collapse_engages_the_kill_switch_then_a_trial_re_enables(
 def test_quality_regression_rolls_back_and_holds_until_retry(
     local_cluster: LocalCluster, namespace: str, operator: RunningOperator, tmp_path: Path
 ) -> None:
-    good = specmodel("agent")
+    good = specmodel("agent", rollout={"strategy": "direct"})  # probation, the whole fleet
     bad = copy.deepcopy(good)
     bad["spec"]["quantization"] = {"kvCacheDtype": "fp8"}
     plan = scenario(
@@ -255,6 +255,62 @@ def test_quality_regression_rolls_back_and_holds_until_retry(
             90,
         )
         traffic.result(stop=True)
+
+
+def test_a_canary_rollout_aborts_a_broken_revision_and_promotes_a_good_one(
+    local_cluster: LocalCluster, namespace: str, operator: RunningOperator, tmp_path: Path
+) -> None:
+    """Two replicas: a new revision first serves on one pod (`agent-rollout`) beside one of the
+    fleet on the revision before it, judged against it on the same windows."""
+    good = specmodel("agent")
+    bad = copy.deepcopy(good)
+    bad["spec"]["quantization"] = {"kvCacheDtype": "fp8"}
+    better = copy.deepcopy(good)
+    better["spec"]["model"] = {**good["spec"]["model"], "maxModelLen": 8192}
+    plan = scenario(
+        [[0, 0.85]],
+        chat_tools=0.6,
+        rollouts=[
+            {
+                "t": 0,
+                "spec": {},
+                "match_args": ["--kv-cache-dtype fp8"],
+                "effects": {"tool_call_validity": 0.5},
+            }
+        ],
+    )
+    apply(local_cluster, namespace, good)
+    with simulated_pods(local_cluster, namespace, plan, tmp_path) as fleet:
+        traffic = fleet.traffic_in_background("agent", "agent", 600)
+        wait_action(local_cluster, namespace, "agent", "revision_promoted", 90)  # the guard runs
+        apply(local_cluster, namespace, bad)
+        eventually(lambda: "agent-rollout" in deployments(local_cluster, namespace), "canary")
+        st = status(local_cluster, namespace, "agent")
+        assert condition(st, "Progressing")["reason"] == "CanaryStep"
+        assert st["rollout"]["revision"] == 2 and st["rollout"]["control"] == 1
+        wait_action(local_cluster, namespace, "agent", "rollout_aborted", 120)
+        st = status(local_cluster, namespace, "agent")
+        assert condition(st, "RolledBack")["reason"] == "CanaryAborted"
+        assert "toolCallValidity" in condition(st, "RolledBack")["message"]
+        assert st["activeRevision"] == 1 and "rolled_back" not in actions(
+            local_cluster, namespace, "agent"
+        )
+        eventually(
+            lambda: "agent-rollout" not in deployments(local_cluster, namespace), "canary gone"
+        )
+        assert "--kv-cache-dtype" not in engine_args(local_cluster, namespace, "agent")
+        health = argocd_health(local_cluster.kubectl_json("get", "sm", "agent", "-n", namespace))
+        assert health["status"] == "Degraded"
+        apply(local_cluster, namespace, better)
+        wait_action(local_cluster, namespace, "agent", "rollout_promoted", 180)
+        eventually(
+            lambda: status(local_cluster, namespace, "agent").get("activeRevision") == 3, "3"
+        )
+        eventually(
+            lambda: "agent-rollout" not in deployments(local_cluster, namespace), "canary gone"
+        )
+        report = traffic.result(stop=True)
+    assert sum(report.failed.values()) == 0, report.errors[:5]
 
 
 def deployments(cluster: LocalCluster, namespace: str) -> set[str]:

@@ -52,6 +52,12 @@ def test_a_slowdown_within_the_tolerance_is_no_breach() -> None:
     assert analyse(policy(), canary(p95_tpot_seconds=0.023), CONTROL).verdict == "good"
 
 
+def test_two_small_latencies_far_apart_in_ratio_but_not_in_seconds_are_no_breach() -> None:
+    fast = replace(CONTROL, classes={**CONTROL.classes, "chat": window(0.8, p95_ttft_seconds=0.03)})
+    assert analyse(policy(), canary(p95_ttft_seconds=0.068), fast).verdict == "good"
+    assert analyse(policy(), canary(p95_ttft_seconds=0.2), fast).decisive
+
+
 def test_over_the_slo_breaches_only_where_the_control_meets_it() -> None:
     classes = [
         {"name": "code", "critical": True},

@@ -19,6 +19,10 @@ LATENCY_TOLERANCE = 1.2
 """A canary's p95 may be this many times the control's before it breaches."""
 DECISIVE_LATENCY = 2.0
 """A canary p95 this many times the control's is evidence enough alone."""
+LATENCY_MIN_EXCESS = {"p95TtftSeconds": 0.1, "p95TpotSeconds": 0.005}
+"""How far (seconds) a canary's p95 must also exceed the control's: p95s come from histogram
+buckets (25 ms apart around 50 ms of TTFT), and a fresh pod's first requests are slower, so a
+ratio of two small latencies is noise (on the local cluster 68 ms against 30 ms of TTFT)."""
 ACCEPTANCE_MARGIN = 0.1
 """A canary's acceptance rate may fall this far (absolute) below the control's."""
 
@@ -128,14 +132,15 @@ def _class_breaches(sides: Sides, policy: Policy) -> list[Breach]:
 def _latency(
     sides: Sides, signal: str, read: Callable[[ClassWindow], float | None], slo: float | None
 ) -> Breach | None:
-    """Over the control's p95 by the tolerance, or over the SLO where the control is within it."""
+    """Over the control's p95 by the tolerance (and the minimum excess), or over the SLO where
+    the control is within it."""
     canary = read(sides.canary)
     if canary is None:
         return None
     control = read(sides.control) if sides.control else None
     samples = (sides.canary.requests or 0.0, _requests(sides.control))
     if control:
-        limit = control * LATENCY_TOLERANCE
+        limit = max(control * LATENCY_TOLERANCE, control + LATENCY_MIN_EXCESS[signal])
         if canary > limit:
             decisive = canary > control * DECISIVE_LATENCY
             return Breach(sides.name, signal, canary, control, *samples, limit, decisive)
