@@ -48,6 +48,8 @@ from gateway_overhead import (
     process,
     tree,
 )
+from specfleet.gateway.exchange import worth_parsing
+from specfleet.gateway.sse import DONE, SseSplitter, data_payload
 
 CACHE = Path.home() / ".cache/specfleet/peers"
 VLLM_ROUTER = "0.1.17"
@@ -199,12 +201,69 @@ class Pipe(asyncio.Protocol):
             self.peer.close()
 
 
+class Reading(Pipe):
+    """The engine's side, relayed as it is while a copy is read as the gateway reads it: the
+    chunked framing decoded, events split, the chunks that can carry a finish, usage or an
+    error parsed. What a gateway relaying from `data_received` would pay per chunk."""
+
+    def __init__(self, peer: asyncio.Transport) -> None:
+        super().__init__(peer)
+        self.buffer = b""
+        self.left = -1
+        """Bytes of the current chunk still to come; -1 while in the headers."""
+        self.splitter = SseSplitter()
+        self.parsed = 0
+
+    def data_received(self, data: bytes) -> None:
+        assert self.peer is not None
+        self.peer.write(data)
+        self.buffer += data
+        while self._step():
+            pass
+
+    def _step(self) -> bool:
+        buffer = self.buffer
+        if self.left == -3:
+            if len(buffer) < 2:
+                return False
+            self.buffer, self.left, self.splitter = buffer[2:], -1, SseSplitter()
+            return True
+        if self.left < 0:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return False
+            self.buffer, self.left = buffer[end + 4 :], 0
+            return True
+        if self.left == 0:
+            end = buffer.find(b"\r\n")
+            if end < 0:
+                return False
+            size = int(buffer[:end], 16)
+            self.buffer = buffer[end + 2 :]
+            self.left = size + 2 if size else -3  # a last chunk then its blank line
+            return True
+        if len(buffer) < self.left:
+            return False
+        payload, self.buffer, self.left = buffer[: self.left - 2], buffer[self.left :], 0
+        self._read(payload)
+        return True
+
+    def _read(self, payload: bytes) -> None:
+        events = self.splitter.feed(payload)
+        if events and worth_parsing(payload):
+            for event in events:
+                if (data := data_payload(event)) and data != DONE:
+                    json.loads(data)
+                    self.parsed += 1
+
+
 class Accepted(Pipe):
     """The client's side: connects to the upstream once accepted."""
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, reading: bool) -> None:
         super().__init__()
         self.upstream_port = upstream_port
+        self.reading = reading
         self.connecting: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -213,27 +272,31 @@ class Accepted(Pipe):
 
     async def connect(self, client: asyncio.Transport) -> None:
         loop = asyncio.get_running_loop()
+        side = Reading if self.reading else Pipe
         upstream, _ = await loop.create_connection(
-            lambda: Pipe(client), "127.0.0.1", self.upstream_port
+            lambda: side(client), "127.0.0.1", self.upstream_port
         )
         self.peer = upstream
         upstream.write(b"".join(self.early))
 
 
-async def serve_relay(port: int, upstream_port: int) -> None:
-    """The floor of a Python proxy: uvloop copying TCP bytes both ways, no HTTP, no stats."""
+async def serve_relay(port: int, upstream_port: int, reading: bool) -> None:
+    """The floor of a Python proxy: uvloop copying TCP bytes both ways; with `reading`, the
+    responses read on the side as the gateway reads them."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: Accepted(upstream_port), "127.0.0.1", port)
+    accepted = lambda: Accepted(upstream_port, reading)  # noqa: E731
+    server = await loop.create_server(accepted, "127.0.0.1", port)
     async with server:
         await server.serve_forever()
 
 
-def relay_proxy() -> Proxy:
+def relay_proxy(reading: bool) -> Proxy:
     def argv(sim_url: str, port: int, home: Path) -> list[str]:
         upstream_port = sim_url.rsplit(":", 1)[1]
-        return [sys.executable, __file__, "--serve-relay", str(port), upstream_port]
+        out = [sys.executable, __file__, "--serve-relay", str(port), upstream_port]
+        return [*out, "--reading"] if reading else out
 
-    return Proxy("uvloop TCP relay", argv)
+    return Proxy("uvloop relay, reading" if reading else "uvloop TCP relay", argv)
 
 
 # ------------------------------------------------------------------------ measuring
@@ -284,7 +347,9 @@ def proxies(args: argparse.Namespace) -> list[Proxy]:
     if "nginx" in args.peers:
         out.append(nginx_proxy())
     if "relay" in args.peers:
-        out.append(relay_proxy())
+        out.append(relay_proxy(reading=False))
+    if "reading-relay" in args.peers:
+        out.append(relay_proxy(reading=True))
     return out
 
 
@@ -355,14 +420,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="rotations through the paths")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--peers", nargs="*", default=["vllm-router", "nginx", "relay"])
+    parser.add_argument(
+        "--peers", nargs="*", default=["vllm-router", "nginx", "relay", "reading-relay"]
+    )
     parser.add_argument("--baseline", help="also run the gateway as of this git revision")
     parser.add_argument("--no-pin", dest="pin", action="store_false")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/gateway_peers.json")
     parser.add_argument("--serve-relay", type=int, nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--reading", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_relay:
-        uvloop.run(serve_relay(*args.serve_relay))
+        uvloop.run(serve_relay(*args.serve_relay, args.reading))
         return
     result = asyncio.run(bench(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -400,7 +400,8 @@ def test_all_checks_share_one_cpu_allowance(monkeypatch: pytest.MonkeyPatch) -> 
     cheap = {"type": "object", "properties": {"n": {"type": "integer"}}, "title": "allowance"}
     assert structured_output_valid('{"n": 1}', cheap) == "budget"
     assert evaluated == []  # spent: not even screened
-    monkeypatch.setattr(schemas, "CHECK_SHARE", 1000.0)  # refilled at once
+    monkeypatch.setattr(schemas, "CHECK_SHARE", 1000.0)
+    time.sleep(0.01)  # refills ten CPU seconds: more than any overrun above (CPU of the process)
     assert structured_output_valid('{"n": 1}', cheap) is True  # "budget" was not cached
     assert evaluated  # and now it is screened and checked, on the budget
 
