@@ -204,10 +204,9 @@ def test_collapse_engages_the_kill_switch_then_a_trial_re_enables(
     assert detected < 90
 
 
-def test_quality_regression_rolls_back_and_holds_until_retry(
-    local_cluster: LocalCluster, namespace: str, operator: RunningOperator, tmp_path: Path
-) -> None:
-    good = specmodel("agent", rollout={"strategy": "direct"})  # probation, the whole fleet
+def broken_tool_calls(good: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`good` with an FP8 KV cache, and the scenario in which that config breaks half the tool
+    calls."""
     bad = copy.deepcopy(good)
     bad["spec"]["quantization"] = {"kvCacheDtype": "fp8"}
     plan = scenario(
@@ -222,6 +221,14 @@ def test_quality_regression_rolls_back_and_holds_until_retry(
             }
         ],
     )
+    return bad, plan
+
+
+def test_quality_regression_rolls_back_and_holds_until_retry(
+    local_cluster: LocalCluster, namespace: str, operator: RunningOperator, tmp_path: Path
+) -> None:
+    good = specmodel("agent", rollout={"strategy": "direct"})  # probation, the whole fleet
+    bad, plan = broken_tool_calls(good)
     apply(local_cluster, namespace, good)
     with simulated_pods(local_cluster, namespace, plan, tmp_path) as fleet:
         traffic = fleet.traffic_in_background("agent", "agent", 600)
@@ -263,22 +270,9 @@ def test_a_canary_rollout_aborts_a_broken_revision_and_promotes_a_good_one(
     """Two replicas: a new revision first serves on one pod (`agent-rollout`) beside one of the
     fleet on the revision before it, judged against it on the same windows."""
     good = specmodel("agent")
-    bad = copy.deepcopy(good)
-    bad["spec"]["quantization"] = {"kvCacheDtype": "fp8"}
+    bad, plan = broken_tool_calls(good)
     better = copy.deepcopy(good)
     better["spec"]["model"] = {**good["spec"]["model"], "maxModelLen": 8192}
-    plan = scenario(
-        [[0, 0.85]],
-        chat_tools=0.6,
-        rollouts=[
-            {
-                "t": 0,
-                "spec": {},
-                "match_args": ["--kv-cache-dtype fp8"],
-                "effects": {"tool_call_validity": 0.5},
-            }
-        ],
-    )
     apply(local_cluster, namespace, good)
     with simulated_pods(local_cluster, namespace, plan, tmp_path) as fleet:
         traffic = fleet.traffic_in_background("agent", "agent", 600)
