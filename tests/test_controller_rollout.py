@@ -109,6 +109,7 @@ def test_the_rollout_annotation_promotes_or_aborts_once_and_is_recorded() -> Non
     loop.change(specmodel(k=3, **{ROLLOUT_ANNOTATION: "abort"}))
     assert loop.last and loop.last.plan.active.number == 1
     assert [d.action for d in loop.status.decisions][-1] == "rollout_aborted"
+    assert "aborted by the specfleet.dev/rollout annotation" in loop.status.decisions[-1].message
     assert loop.status.revisions[-1].verdict == "bad"
     loop.change(specmodel(k=2, **{ROLLOUT_ANNOTATION: "abort"}))  # unchanged: not again
     assert loop.status.rollout and loop.status.rollout.phase == "Progressing"

@@ -3,10 +3,10 @@ fleet, at which step, against which control, and the `specfleet.dev/rollout` ove
 
 A rollout runs while the desired revision is on probation, the strategy is canary, a guard
 judges (the operator reads Prometheus) and a control exists: the revision the fleet served
-before (the active one), not judged bad. The guard judges
-its steps (`guard.rollout`); the plan only starts, continues and ends it. A kill-switch trial and
-a rollout never run at once: a rollout waits (no canary pods) while a trial runs, trials are
-short (one window to fail, a few to pass); a trial waits for a rollout (`guard.killswitch`).
+before (the active one), not judged bad. The guard judges its steps (`guard.rollout`); the plan
+only starts, continues and ends it. A kill-switch trial and a rollout never run at once: a
+rollout waits (no canary pods) while a trial runs, trials are short (one window to fail, a few
+to pass); a trial waits for a rollout (`guard.killswitch`).
 """
 
 from __future__ import annotations
@@ -72,8 +72,9 @@ def progress(
     current = _stepped(specmodel, current, status.kill_switch)
     value = specmodel.metadata.annotations.get(ROLLOUT_ANNOTATION)
     if value in OVERRIDES and value != status.rollout_override:
+        done = "promoted" if value == "promote" else "aborted"
         message = (
-            f"{value}d by the {ROLLOUT_ANNOTATION} annotation at step {current.step} of "
+            f"{done} by the {ROLLOUT_ANNOTATION} annotation at step {current.step} of "
             f"{current.steps}"
         )
         return Progress(
