@@ -311,13 +311,16 @@ def story(
         engaged_to_recovery = fleet.epoch + recover - at(engaged)
         released = wait_for(cluster, "kill_switch_released", budgets.release(engaged_to_recovery))
         say(f"Speculation back on: {released['message']}")
-    say(f"Step 4: Git changes the weights to AWQ ({AWQ}); tool calls break")
+    say(
+        f"Step 4: Git changes the weights to AWQ ({AWQ}); tool calls break. The new revision "
+        "runs as a canary on one pod beside the fleet on the old one"
+    )
     bad = specmodel()
     bad["spec"]["model"]["source"] = AWQ
     bad["spec"]["quantization"] = {"weights": "awq"}
     apply(cluster, bad)
-    rolled = wait_for(cluster, "rolled_back", budgets.rollback())
-    say(f"Rolled back: {rolled['message']}")
+    aborted = wait_for(cluster, "rollout_aborted", budgets.abort())
+    say(f"Aborted on its canary: {aborted['message']}")
 
 
 def real_collapse(cluster: LocalCluster, guard: GuardSpec, clients: demo_real.Clients) -> None:

@@ -71,10 +71,12 @@ class Budgets:
         """From the collapse to kill_switch_engaged."""
         return self._stretched(convincing(self.guard))
 
-    def rollback(self) -> float:
-        """From applying a revision that breaks quality to rolled_back."""
+    def abort(self) -> float:
+        """From applying a revision that breaks quality to rollout_aborted: its canary pod
+        starts, serves an interval, then a window and N evaluations in a row (one when
+        decisive)."""
         g = self.guard
-        return self._stretched(settling(g) + g.consecutive_breaches * g.interval_seconds)
+        return self._stretched(g.interval_seconds + convincing(g))
 
     def release(self, engaged_to_recovery: float) -> float:
         """From kill_switch_engaged to kill_switch_released, when acceptance recovers

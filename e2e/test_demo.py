@@ -28,7 +28,7 @@ def test_demo_short(local_cluster: LocalCluster) -> None:
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "Kill switch engaged" in done.stdout and "Rolled back" in done.stdout
+    assert "Kill switch engaged" in done.stdout and "Aborted on its canary" in done.stdout
     assert "derived from the guard's settings" in done.stdout
     assert "waiting for revision_promoted on demo/llama31-8b: " in done.stdout  # outlasts 12 s
     timeline = ROOT / "out/demo/timeline.png"
@@ -56,7 +56,7 @@ def test_the_story_happens_after_promotion_and_recovers_after_the_first_trial() 
 def test_budgets_grow_with_the_guard_settings_and_the_measured_pod_start() -> None:
     brisk, slow = Budgets(GUARD, 10), Budgets(GUARD.model_copy(update={"window_seconds": 60}), 10)
     later = Budgets(GUARD, 60)
-    for step in ("promotion", "kill_switch", "rollback"):
+    for step in ("promotion", "kill_switch", "abort"):
         assert getattr(slow, step)() > getattr(brisk, step)() < getattr(later, step)(), step
     assert brisk.kill_switch() == LOAD_FACTOR * (15 + 2 * 5) + 2 * 10
 
