@@ -11,7 +11,7 @@ from argocd_lua import health
 from conftest import specmodel_doc
 from specfleet.alerts.model import firing
 from specfleet.api import ROLLOUT_ANNOTATION, SpecModel, parse_specmodel
-from specfleet.controller.events import action_type
+from specfleet.controller.events import action_type, transitions
 from specfleet.render import RenderSettings
 from specfleet.telemetry.model import Observation
 from test_guard import observe
@@ -154,3 +154,15 @@ def test_an_abort_alerts_naming_the_class_and_signal_and_a_promotion_is_good_new
     assert alert.evidence["breaches"][0]["signal"] == "p95TpotSeconds"
     assert action_type("rollout_aborted") == "Warning"
     assert action_type("rollout_promoted") == action_type("rollout_step_passed") == "Normal"
+
+
+def test_each_step_says_when_it_serves_once() -> None:
+    loop = Loop(specmodel())
+    loop.tick(*[observe(0.8, 0.8, **GOOD)] * 3)
+    before = loop.status
+    loop.change(specmodel(k=3))
+    [event] = [e for e in transitions(before, loop.status) if e.reason == "CanaryStepServing"]
+    assert event.message == "revision 2 serves on 1 pod beside revision 1 (step 1 of 2)"
+    before = loop.status
+    loop.tick(window())
+    assert "CanaryStepServing" not in {e.reason for e in transitions(before, loop.status)}

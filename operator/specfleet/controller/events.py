@@ -35,7 +35,7 @@ def action_type(action: str) -> str:
 
 def transitions(before: SpecModelStatus, after: SpecModelStatus) -> list[Event]:
     events = _revision_events(before, after) + _plan_events(before, after)
-    events += _canary_events(before, after)
+    events += _canary_events(before, after) + _rollout_events(before, after)
     old = {c.type: c for c in before.conditions}
     for condition in after.conditions:
         previous = old.get(condition.type)
@@ -81,6 +81,21 @@ def _canary_events(before: SpecModelStatus, after: SpecModelStatus) -> list[Even
     if old.state != new.state == CanaryState.SERVING:
         return [Event(NORMAL, "CanaryServing", f"canary {new.deployment} takes traffic")]
     return []
+
+
+def _rollout_events(before: SpecModelStatus, after: SpecModelStatus) -> list[Event]:
+    """A canary rollout's step as it starts serving (its end is the guard's decision's Event)."""
+    old, new = before.rollout, after.rollout
+    if new is None or new.step_since is None:
+        return []
+    if old and (old.revision, old.step, old.step_since) == (new.revision, new.step, new.step_since):
+        return []
+    pods = "1 pod" if new.pods == 1 else f"{new.pods} pods"
+    message = (
+        f"revision {new.revision} serves on {pods} beside revision {new.control} "
+        f"(step {new.step} of {new.steps})"
+    )
+    return [Event(NORMAL, "CanaryStepServing", message)]
 
 
 def _condition_event(kind: str, status: str, reason: str, message: str) -> Event | None:
