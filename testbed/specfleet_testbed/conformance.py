@@ -104,6 +104,7 @@ class Case:
 
 _MESSAGES = [{"role": "user", "content": "def add(a, b): return a + b. def add(a, b): return"}]
 _CHAT = {"model": "{model}", "messages": _MESSAGES, "max_tokens": 12, "temperature": 0}
+_SAMPLED_TWICE = {"n": 2, "temperature": 0.8, "ignore_eos": True}
 _COMPLETION = {"model": "{model}", "prompt": "one two three one two", "max_tokens": 12}
 _TOOL = {
     "type": "function",
@@ -191,11 +192,12 @@ CASES: tuple[Case, ...] = (
         "/v1/chat/completions",
         _CHAT | {"response_format": _SCHEMA, "max_tokens": 200},
     ),
-    Case("chat-n2-sampled", "/v1/chat/completions", _CHAT | {"n": 2, "temperature": 0.8}),
+    # ignore_eos: a sampled choice of the random model may draw its end token (finish "stop").
+    Case("chat-n2-sampled", "/v1/chat/completions", _CHAT | _SAMPLED_TWICE),
     Case(
         "chat-n2-sampled-stream",
         "/v1/chat/completions",
-        _stream(_CHAT, include_usage=True) | {"n": 2, "temperature": 0.8},
+        _stream(_CHAT, include_usage=True) | _SAMPLED_TWICE,
         stream=True,
     ),
     Case("error-n2-greedy", "/v1/chat/completions", _CHAT | {"n": 2}),
