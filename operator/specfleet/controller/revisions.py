@@ -53,7 +53,8 @@ class RevisionConfigs:
     def of(self, specmodel: SpecModel, records: list[RevisionRecord]) -> dict[str, EngineConfig]:
         """The spec's own config and that of every revision a rollback may serve, by hash.
         One that cannot be read is left out and logged: the step says so if it must be served."""
-        configs = {revision_hash(specmodel.engine_config()): specmodel.engine_config()}
+        own = specmodel.engine_config()
+        configs = {revision_hash(own): own}
         for record in records:
             if served_well(record) and record.hash not in configs:
                 config = self._config(specmodel, record)
