@@ -536,7 +536,7 @@ def test_a_decisive_canary_window_releases_at_once_a_marginal_one_waits() -> Non
     assert "after 5 windows in a row" in (state.kill_switch.reason or "")
 
 
-def test_a_trial_passes_only_once_every_critical_class_is_judged_on_the_canary() -> None:
+def test_a_trial_is_judged_only_once_every_critical_class_is_judged_on_the_canary() -> None:
     start = trial_without_floors()
     marginal = observe(0.1, 0.1, tpot=0.02 * 1.2 / 1.4)  # good, not decisive
     thin_code = replace(
@@ -547,11 +547,21 @@ def test_a_trial_passes_only_once_every_critical_class_is_judged_on_the_canary()
     assert actions == [] and state.guard.consecutive_good == 0
     _, actions = run(state, [marginal] * 5)
     assert actions == ["kill_switch_released"]
-    # a canary bad on the classes it could judge still fails
+    # a canary bad on the classes it could judge waits for the critical one: the canary's
+    # share of a class's traffic is thin, and the speedup over some classes is not the fleet's
     collapsed_chat = replace(
         thin_code, classes={**thin_code.classes, "chat": window(0.02, mean_tpot_seconds=0.03)}
     )
-    _, actions = run(start, [collapsed_chat])
+    state, actions = run(start, [collapsed_chat] * 4)
+    assert actions == [] and state.kill_switch.state == "trial"
+    judged = replace(
+        collapsed_chat, classes={**collapsed_chat.classes, "code": marginal.classes["code"]}
+    )
+    state, actions = run(state, [judged])
+    assert actions == ["trial_failed"]
+    assert (state.kill_switch.reason or "").startswith("Trial failed on the canary: chat: ")
+    # a critical class's breach fails the trial at once
+    _, actions = run(start, [replace(thin_code, classes={**marginal.classes, "code": window(0.01)})])
     assert actions == ["trial_failed"]
 
 

@@ -104,6 +104,9 @@ class Case:
 
 _MESSAGES = [{"role": "user", "content": "def add(a, b): return a + b. def add(a, b): return"}]
 _CHAT = {"model": "{model}", "messages": _MESSAGES, "max_tokens": 12, "temperature": 0}
+# Seeded: unseeded, the random model now and then samples a last token that decodes to no text
+# (a byte of a character), and the real engine then ends that choice with an empty delta.
+_SAMPLED_TWICE = {"n": 2, "temperature": 0.8, "ignore_eos": True, "seed": 1234}
 _COMPLETION = {"model": "{model}", "prompt": "one two three one two", "max_tokens": 12}
 _TOOL = {
     "type": "function",
@@ -191,11 +194,12 @@ CASES: tuple[Case, ...] = (
         "/v1/chat/completions",
         _CHAT | {"response_format": _SCHEMA, "max_tokens": 200},
     ),
-    Case("chat-n2-sampled", "/v1/chat/completions", _CHAT | {"n": 2, "temperature": 0.8}),
+    # ignore_eos: a sampled choice of the random model may draw its end token (finish "stop").
+    Case("chat-n2-sampled", "/v1/chat/completions", _CHAT | _SAMPLED_TWICE),
     Case(
         "chat-n2-sampled-stream",
         "/v1/chat/completions",
-        _stream(_CHAT, include_usage=True) | {"n": 2, "temperature": 0.8},
+        _stream(_CHAT, include_usage=True) | _SAMPLED_TWICE,
         stream=True,
     ),
     Case("error-n2-greedy", "/v1/chat/completions", _CHAT | {"n": 2}),

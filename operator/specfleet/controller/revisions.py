@@ -56,7 +56,8 @@ class RevisionConfigs:
         """The spec's own config and that of every revision a rollback may serve, and of
         `serving`, the revision the fleet serves (a canary rollout's control), by hash. One
         that cannot be read is left out and logged: the step says so if it must be served."""
-        configs = {revision_hash(specmodel.engine_config()): specmodel.engine_config()}
+        own = specmodel.engine_config()
+        configs = {revision_hash(own): own}
         for record in records:
             wanted = served_well(record) or record.number == serving
             if wanted and record.hash not in configs:

@@ -164,8 +164,8 @@ def transition(tick: Tick, evaluation: Evaluation) -> None:
         _maybe_trial(tick, evaluation)
     elif evaluation.speculation_bad is not None:
         trial = state == TRIAL
-        if trial and not evaluation.speculation_bad and not evaluation.critical_judged:
-            return  # a canary passes on the classes that matter, or not yet
+        if trial and not evaluation.critical_judged and not evaluation.critical_breach:
+            return  # a canary is judged on the classes that matter, or not yet
         _count(tick, evaluation.speculation_bad)
         if trial:
             _judge_trial(tick, evaluation)
