@@ -15,9 +15,10 @@ from test_guard import T0, decide, observe, policy, situation, window
 CONTROL = observe(0.8, 0.8, p95_tpot_seconds=0.02, tool_calls_valid=98.0, tool_calls_invalid=2.0)
 
 
-def canary(**chat: Any) -> Observation:
+def canary(tpot: float = 0.02, **chat: Any) -> Observation:
+    """The canary's window: `tpot` is every class's mean TPOT."""
     fields = {"p95_tpot_seconds": 0.02, "tool_calls_valid": 98.0, "tool_calls_invalid": 2.0}
-    return replace(observe(0.8, 0.8, **(fields | chat)), revision=2)
+    return replace(observe(0.8, 0.8, tpot=tpot, **(fields | chat)), revision=2)
 
 
 def rollout(**changes: Any) -> RolloutStatus:
@@ -40,7 +41,7 @@ def test_a_canary_like_its_control_is_good() -> None:
 
 
 def test_a_canary_decoding_2_5x_slower_than_its_control_breaches_decisively() -> None:
-    analysis = analyse(policy(), canary(p95_tpot_seconds=0.05), CONTROL)
+    analysis = analyse(policy(), canary(0.05, p95_tpot_seconds=0.05), CONTROL)
     [breach] = analysis.breaches
     assert analysis.verdict == "bad" and analysis.decisive
     assert (breach.klass, breach.signal) == ("chat", "p95TpotSeconds")
@@ -49,7 +50,16 @@ def test_a_canary_decoding_2_5x_slower_than_its_control_breaches_decisively() ->
 
 
 def test_a_slowdown_within_the_tolerance_is_no_breach() -> None:
-    assert analyse(policy(), canary(p95_tpot_seconds=0.023), CONTROL).verdict == "good"
+    assert analyse(policy(), canary(0.023, p95_tpot_seconds=0.023), CONTROL).verdict == "good"
+
+
+def test_a_tpot_p95_over_the_controls_with_the_mean_unmoved_is_bucket_noise() -> None:
+    # a fresh pod's few slow tokens put its p95 high in the 10-25 ms bucket; its mean is the
+    # control's (the local cluster aborted a good revision on 18 ms against 10 ms)
+    fast = replace(CONTROL, classes={**CONTROL.classes, "chat": window(0.8, p95_tpot_seconds=0.01)})
+    assert analyse(policy(), canary(p95_tpot_seconds=0.018), fast).verdict == "good"
+    assert analyse(policy(), canary(0.021, p95_tpot_seconds=0.018), fast).verdict == "good"
+    assert analyse(policy(), canary(0.03, p95_tpot_seconds=0.018), fast).verdict == "bad"
 
 
 def test_two_small_latencies_far_apart_in_ratio_but_not_in_seconds_are_no_breach() -> None:
@@ -121,7 +131,7 @@ def judged(
 
 
 def test_one_decisive_window_aborts_with_the_evidence() -> None:
-    decision = judged(rollout(), canary(p95_tpot_seconds=0.05))
+    decision = judged(rollout(), canary(0.05, p95_tpot_seconds=0.05))
     [action] = decision.actions
     assert action.action == "rollout_aborted" and action.acts
     assert decision.rollout.phase == "Aborted"
@@ -132,7 +142,7 @@ def test_one_decisive_window_aborts_with_the_evidence() -> None:
 
 
 def test_a_marginal_breach_aborts_after_n_windows_in_a_row() -> None:
-    marginal = canary(p95_tpot_seconds=0.03)
+    marginal = canary(0.03, p95_tpot_seconds=0.03)
     decision = judged(rollout(), marginal)
     assert decision.actions == [] and decision.rollout.bad_windows == 1
     decision = judged(rollout(bad_windows=2), marginal)
@@ -162,7 +172,7 @@ def test_inconclusive_windows_count_neither_way() -> None:
 
 def test_a_dry_run_says_it_would_abort_and_aborts_nothing() -> None:
     dry = policy(dryRun=True)
-    decision = judged(rollout(), canary(p95_tpot_seconds=0.05), policy=dry)
+    decision = judged(rollout(), canary(0.05, p95_tpot_seconds=0.05), policy=dry)
     [action] = decision.actions
     assert action.dry_run and decision.rollout.phase == "Progressing"
 

@@ -139,7 +139,7 @@ def _latency(
         return None
     control = read(sides.control) if sides.control else None
     samples = (sides.canary.requests or 0.0, _requests(sides.control))
-    if control:
+    if control and _body_slower(sides, signal):
         limit = max(control * LATENCY_TOLERANCE, control + LATENCY_MIN_EXCESS[signal])
         if canary > limit:
             decisive = canary > control * DECISIVE_LATENCY
@@ -147,6 +147,16 @@ def _latency(
     if slo is not None and canary > slo and (control is None or control <= slo):
         return Breach(sides.name, signal, canary, control, *samples, slo, False)
     return None
+
+
+def _body_slower(sides: Sides, signal: str) -> bool:
+    """A TPOT p95 over the control's counts only where the mean (exact, not read from buckets)
+    is over the control's by the tolerance too: a few slow tokens move a p95 interpolated in a
+    bucket 15 ms wide, where a slower revision slows every token."""
+    if signal != "p95TpotSeconds" or sides.control is None:
+        return True
+    canary, control = sides.canary.mean_tpot_seconds, sides.control.mean_tpot_seconds
+    return canary is None or not control or canary > control * LATENCY_TOLERANCE
 
 
 def _share(
