@@ -18,7 +18,7 @@ def test_unreachable_prometheus_is_blind_not_zero() -> None:
 
 def test_one_query_set_per_window_length() -> None:
     templates = {template.format(w="60s") for template, _, _ in QUERIES.values()}
-    assert len(templates) == 12
+    assert len(templates) == 14
     assert all("sum by (namespace, specmodel, class, revision, speculation" in t for t in templates)
 
 
@@ -31,12 +31,16 @@ def test_ratios_come_from_counter_increases() -> None:
         steps=100,
         tool_calls_valid=9,
         tool_calls_invalid=1,
+        choices=120,
+        truncated=6,
     )
     assert window.acceptance_rate == 0.75
     assert window.mean_acceptance_length == 4.0
     assert window.tool_call_validity == 0.9
     assert window.error_rate == 0.02
+    assert window.truncation_rate == 0.05
     assert ClassWindow(requests=0).error_rate is None
+    assert ClassWindow(choices=0, truncated=0).truncation_rate is None
     assert ClassWindow().acceptance_rate is None
 
 
@@ -109,3 +113,26 @@ def test_unjudged_quality_checks_are_read_by_kind_and_reason() -> None:
     assert window.structured_unjudged == {"too_deep": 1.0}
     assert window.tool_call_validity is None  # unjudged checks are no samples
     assert sum("specfleet_quality_unjudged_total" in q for q in asked) == 1
+
+
+def test_truncation_is_read_from_the_finish_reasons_by_revision() -> None:
+    def row(revision: str, reason: str, value: float) -> dict[str, Any]:
+        labels = {"namespace": "ns", "specmodel": "m", "class": "chat", "speculation": "on"}
+        metric = {**labels, "revision": revision, "reason": reason}
+        return {"metric": metric, "value": [0, str(value)]}
+
+    by_reason = [row("1", "length", 2.0), row("1", "stop", 98.0), row("2", "length", 30.0)]
+    totals = [row("1", "", 100.0), row("2", "", 100.0)]
+
+    def query(text: str, params: dict[str, str]) -> list[dict[str, Any]]:
+        if "specfleet_finish_reasons_total" not in text:
+            return []
+        return by_reason if "reason)" in text else totals
+
+    reader = TelemetryReader("http://127.0.0.1:9")
+    reader._prometheus.custom_query = query
+    control = Target("ns", "m", 60, 1, True, canary=(2, True))
+    observation = reader.read([control], datetime.now(UTC))[("ns", "m")]
+    assert observation.classes["chat"].truncation_rate == 0.02
+    assert observation.canary is not None
+    assert observation.canary.classes["chat"].truncation_rate == 0.3

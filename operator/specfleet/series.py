@@ -43,6 +43,8 @@ SERIES_KEY = (NAMESPACE, SPECMODEL, CLASS, REVISION, SPECULATION)
 OUTCOMES = ("ok", "client_error", "upstream_error", "gateway_error", "cancelled")
 """upstream_error is the engine's failure only; gateway_error the gateway's own."""
 UPSTREAM_ERROR = "upstream_error"
+TRUNCATED = "length"
+"""The finish `reason` of a choice cut at its token limit (max_tokens or the context)."""
 
 
 def valid_value(valid: bool) -> str:

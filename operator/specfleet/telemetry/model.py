@@ -34,6 +34,10 @@ class ClassWindow:
     tool_calls_invalid: float | None = None
     structured_valid: float | None = None
     structured_invalid: float | None = None
+    choices: float | None = None
+    """Choices that finished, whatever the reason: the samples behind the truncation rate."""
+    truncated: float | None = None
+    """Choices cut at their token limit (finish reason `length`)."""
     tool_calls_unjudged: Mapping[str, float] = field(default_factory=dict, hash=False)
     """Tool calls not judged, by reason (the request's schema was not one a sane validator can
     check, or checking cost too much): outside the validity above, whatever they were."""
@@ -71,6 +75,10 @@ class ClassWindow:
     @property
     def structured_output_validity(self) -> float | None:
         return _share(self.structured_valid, self.structured_judged)
+
+    @property
+    def truncation_rate(self) -> float | None:
+        return _share(self.truncated, self.choices or 0.0)
 
     @property
     def error_rate(self) -> float | None:

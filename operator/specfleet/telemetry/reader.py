@@ -81,6 +81,12 @@ QUERIES: dict[str, tuple[str, str | None, str | None]] = {
     "tool_calls_invalid": _validity(series.TOOL_CALLS, False),
     "structured_valid": _validity(series.STRUCTURED_OUTPUTS, True),
     "structured_invalid": _validity(series.STRUCTURED_OUTPUTS, False),
+    "choices": (_increase(series.FINISH_REASONS), None, None),
+    "truncated": (
+        _increase(series.FINISH_REASONS, series.REASON),
+        series.REASON,
+        series.TRUNCATED,
+    ),
 }
 UNJUDGED_QUERY = _increase(series.QUALITY_UNJUDGED, f"{series.KIND}, {series.REASON}")
 # the unjudged series' `kind` label -> field of ClassWindow (a mapping reason -> count)
