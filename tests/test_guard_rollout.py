@@ -12,13 +12,19 @@ from specfleet.guard.analysis import analyse
 from specfleet.telemetry.model import Observation
 from test_guard import T0, decide, observe, policy, situation, window
 
-CONTROL = observe(0.8, 0.8, p95_tpot_seconds=0.02, tool_calls_valid=98.0, tool_calls_invalid=2.0)
+CHAT = {
+    "p95_tpot_seconds": 0.02,
+    "tool_calls_valid": 98.0,
+    "tool_calls_invalid": 2.0,
+    "choices": 200.0,
+    "truncated": 2.0,
+}
+CONTROL = observe(0.8, 0.8, **CHAT)
 
 
 def canary(tpot: float = 0.02, **chat: Any) -> Observation:
     """The canary's window: `tpot` is every class's mean TPOT."""
-    fields = {"p95_tpot_seconds": 0.02, "tool_calls_valid": 98.0, "tool_calls_invalid": 2.0}
-    return replace(observe(0.8, 0.8, tpot=tpot, **(fields | chat)), revision=2)
+    return replace(observe(0.8, 0.8, tpot=tpot, **(CHAT | chat)), revision=2)
 
 
 def rollout(**changes: Any) -> RolloutStatus:
@@ -94,6 +100,38 @@ def test_broken_tool_calls_breach_against_the_control() -> None:
 def test_a_few_invalid_tool_calls_are_noise_not_a_breach() -> None:
     few = canary(tool_calls_valid=23.0, tool_calls_invalid=2.0)
     assert analyse(policy(), few, CONTROL).verdict == "good"
+
+
+def test_answers_cut_off_at_max_tokens_breach_against_the_control() -> None:
+    analysis = analyse(policy(), canary(truncated=60.0), CONTROL)
+    [breach] = analysis.breaches
+    assert (breach.klass, breach.signal) == ("chat", "truncationRate")
+    assert breach.control is not None
+    assert (round(breach.canary, 3), round(breach.control, 3)) == (0.3, 0.01)
+    assert breach.control < breach.limit < 0.1 and analysis.decisive
+    assert "truncationRate 0.300 on the canary vs control 0.010" in breach.words()
+
+
+def test_truncation_within_the_margin_or_on_too_few_choices_is_no_breach() -> None:
+    assert analyse(policy(), canary(truncated=5.0), CONTROL).verdict == "good"
+    assert analyse(policy(), canary(choices=15.0, truncated=10.0), CONTROL).verdict == "good"
+
+
+def test_truncation_over_the_slo_breaches_only_where_the_control_meets_it() -> None:
+    classes = [
+        {"name": "code", "critical": True},
+        {"name": "chat", "slo": {"maxTruncationRate": 0.05}},
+    ]
+    cut = canary(truncated=24.0)
+    within = replace(
+        CONTROL, classes={**CONTROL.classes, "chat": window(0.8, **CHAT | {"truncated": 8.0})}
+    )
+    over = replace(
+        CONTROL, classes={**CONTROL.classes, "chat": window(0.8, **CHAT | {"truncated": 12.0})}
+    )
+    [breach] = analyse(policy(classes=classes), cut, within).breaches
+    assert breach.signal == "truncationRate" and round(breach.limit, 3) == 0.05
+    assert analyse(policy(classes=classes), cut, over).verdict == "good"
 
 
 def test_too_few_requests_on_the_canary_is_inconclusive_never_bad() -> None:

@@ -424,6 +424,13 @@ class ClassSlo(ApiModel):
     min_structured_output_validity: float | None = Field(
         default=None, ge=0, le=1, description="Lowest acceptable share of valid JSON outputs."
     )
+    max_truncation_rate: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Highest acceptable share of answers cut off at their token limit "
+        "(finish reason `length`: max_tokens or the context reached before the model finished).",
+    )
 
 
 class PromptClass(ApiModel):

@@ -123,6 +123,7 @@ def _class_breaches(sides: Sides, policy: Policy) -> list[Breach]:
             sides.slo.min_structured_output_validity,
             QUALITY_MARGIN,
         ),
+        _truncation(sides, policy),
         _acceptance(sides, policy),
         _errors(sides),
     ]
@@ -188,6 +189,23 @@ def _share(
         return None
     decisive = upper < limit * (1.0 - policy.band)
     return Breach(sides.name, signal, canary, control, samples, control_samples, limit, decisive)
+
+
+def _truncation(sides: Sides, policy: Policy) -> Breach | None:
+    """Judged as the share of answers not cut off (floor: 1 - maxTruncationRate), told as
+    truncation rates: a Wilson interval is symmetric under the complement."""
+
+    def finished(window: ClassWindow) -> tuple[float | None, float]:
+        rate = window.truncation_rate
+        return (None if rate is None else 1.0 - rate), window.choices or 0.0
+
+    ceiling = sides.slo.max_truncation_rate
+    floor = None if ceiling is None else 1.0 - ceiling
+    breach = _share(sides, policy, "truncationRate", finished, floor, QUALITY_MARGIN)
+    if breach is None:
+        return None
+    control = None if breach.control is None else 1.0 - breach.control
+    return breach._replace(canary=1.0 - breach.canary, control=control, limit=1.0 - breach.limit)
 
 
 def _acceptance(sides: Sides, policy: Policy) -> Breach | None:
