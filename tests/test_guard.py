@@ -561,7 +561,9 @@ def test_a_trial_is_judged_only_once_every_critical_class_is_judged_on_the_canar
     assert actions == ["trial_failed"]
     assert (state.kill_switch.reason or "").startswith("Trial failed on the canary: chat: ")
     # a critical class's breach fails the trial at once
-    _, actions = run(start, [replace(thin_code, classes={**marginal.classes, "code": window(0.01)})])
+    _, actions = run(
+        start, [replace(thin_code, classes={**marginal.classes, "code": window(0.01)})]
+    )
     assert actions == ["trial_failed"]
 
 
@@ -631,6 +633,35 @@ def test_quality_is_judged_against_the_last_good_revision_too() -> None:
     assert actions == []
 
 
+def test_answers_cut_off_over_the_last_good_revisions_roll_back() -> None:
+    cut = observe(0.8, 0.8, choices=200.0, truncated=60.0)
+    _, actions = run(on_probation(), [cut] * 3)  # no maxTruncationRate, no baseline
+    assert actions == []
+    baseline = GuardStatus(baseline=QualityBaseline(truncation_rate={"chat": 0.01}))
+    state, actions = run(on_probation(guard=baseline), [cut] * 2)
+    third = replace(state, observation=cut, now=state.now + timedelta(seconds=30))
+    [action] = decide(third).actions
+    assert action.action == "rolled_back"
+    assert action.evidence["classes"]["chat"]["truncationRate"] == 0.3
+    assert action.evidence["breaches"] == ["chat: truncationRate 0.300 > 0.030 (n=200)"]
+
+
+def test_truncation_within_the_margin_or_on_too_few_choices_passes_probation() -> None:
+    baseline = GuardStatus(baseline=QualityBaseline(truncation_rate={"chat": 0.01}))
+    within = observe(0.8, 0.8, choices=200.0, truncated=5.0)
+    few = observe(0.8, 0.8, choices=15.0, truncated=10.0)
+    for window in (within, few):
+        _, actions = run(on_probation(guard=baseline), [window] * 3)
+        assert actions == []
+
+
+def test_truncation_over_the_slo_rolls_back_without_a_baseline() -> None:
+    classes = [*FLOORS[:1], {"name": "chat", "slo": {"maxTruncationRate": 0.05}}]
+    cut = observe(0.8, 0.8, choices=200.0, truncated=24.0)
+    _, actions = run(on_probation(policy=policy(classes=classes)), [cut] * 3)
+    assert actions == ["rolled_back"]
+
+
 def test_quality_evidence_says_how_many_checks_were_left_out_and_why() -> None:
     # Checks against schemas a sane validator cannot check are no samples: hundreds of them
     # beside 100 valid calls move nothing.
@@ -688,6 +719,14 @@ def test_probation_passes_and_records_the_baseline() -> None:
     assert actions == ["revision_promoted"]
     assert state.revision.verdict == "good"
     assert state.guard.baseline and state.guard.baseline.tool_call_validity == 0.99
+    assert state.guard.baseline.truncation_rate == {}  # no finish reasons read
+
+
+def test_the_baseline_keeps_each_class_truncation_rate_on_enough_choices() -> None:
+    fine = observe(0.8, 0.8, choices=200.0, truncated=4.0)
+    fine.classes["code"] = replace(fine.classes["code"], choices=10.0, truncated=5.0)
+    state, _ = run(on_probation(policy=policy(probationSeconds=60)), [fine] * 6)
+    assert state.guard.baseline and state.guard.baseline.truncation_rate == {"chat": 0.02}
 
 
 def test_overrides_alert_but_never_act() -> None:

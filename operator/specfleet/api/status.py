@@ -198,6 +198,11 @@ class QualityBaseline(ApiModel):
     latency: dict[str, LatencyBaseline] = Field(
         default_factory=dict, description="Per class p95 TTFT and TPOT."
     )
+    truncation_rate: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per class share of answers cut off at their token limit (classes differ: "
+        "long answers are cut more often).",
+    )
 
 
 class ClassState(StrEnum):

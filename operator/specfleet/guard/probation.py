@@ -1,6 +1,6 @@
-"""Probation: a new revision that breaches a class's quality floors (tool-call / structured-output
-validity, error rate) or latency SLOs (p95 TTFT and TPOT, against the SLO and the last good
-revision's) N evaluations in a row is rolled back to the rollback target; after
+"""Probation: a new revision that breaches a class's quality limits (tool-call / structured-output
+validity, truncation, error rate) or latency SLOs (p95 TTFT and TPOT, against the SLO and the last
+good revision's) N evaluations in a row is rolled back to the rollback target; after
 probationSeconds without breach, and N good evaluations, it becomes the last good.
 
 Attribution: a latency breach that speculation explains (it does not pay, and plain decoding
@@ -106,5 +106,10 @@ def _baseline(observation: Observation | None, min_requests: int) -> QualityBase
             )
             for name, w in observation.classes.items()
             if (w.requests or 0.0) >= min_requests
+        },
+        truncation_rate={
+            name: w.truncation_rate
+            for name, w in observation.classes.items()
+            if w.truncation_rate is not None and (w.choices or 0.0) >= min_requests
         },
     )

@@ -102,7 +102,9 @@ class ClassVerdict(NamedTuple):
     def quality(self) -> Judged:
         if self.window is None:
             return Judged([], {})
-        return _judge_quality(self.slo, self.window, self.baseline, self.policy.guard.min_requests)
+        return _judge_quality(
+            self.name, self.slo, self.window, self.baseline, self.policy.guard.min_requests
+        )
 
     def latency(self, plain: float = 1.0) -> Judged:
         """Against the stricter of the SLO and the last good revision's p95 (LATENCY_MARGIN
@@ -454,6 +456,7 @@ def _tokens_per_step(drafting: float | None, k: int, p: float) -> float:
 
 
 def _judge_quality(
+    klass: str,
     slo: ClassSlo,
     window: ClassWindow,
     baseline: QualityBaseline | None,
@@ -487,8 +490,30 @@ def _judge_quality(
             left_out = sum(unjudged.values())
             apart = f", {left_out:.0f} unjudged" if left_out else ""
             breaches.append(f"{name} {value:.3f} < {limit:.3f} (n={samples:.0f}{apart})")
+    good = baseline.truncation_rate.get(klass) if baseline else None
+    truncation = _judge_truncation(slo, window, good, min_samples, readings)
     errors = _judge_errors(window, baseline, readings)
-    return Judged([*breaches, errors] if errors else breaches, readings)
+    return Judged([*breaches, *filter(None, (truncation, errors))], readings)
+
+
+def _judge_truncation(
+    slo: ClassSlo,
+    window: ClassWindow,
+    good: float | None,
+    min_samples: int,
+    readings: dict[str, Any],
+) -> str | None:
+    """Judged as the share of answers not cut off, against a floor like a validity's: 1 -
+    maxTruncationRate, or the last good revision's share less the margin."""
+    rate, samples = window.truncation_rate, window.choices or 0.0
+    if rate is None or samples < min_samples:
+        return None
+    readings["truncationRate"] = rate
+    ceiling = slo.max_truncation_rate
+    floor = _limit(None if ceiling is None else 1.0 - ceiling, None if good is None else 1.0 - good)
+    if not _confidently_below(1.0 - rate, samples, floor):
+        return None
+    return f"truncationRate {rate:.3f} > {1.0 - floor:.3f} (n={samples:.0f})"
 
 
 def _confidently_below(value: float, samples: float, limit: float) -> bool:
