@@ -80,7 +80,7 @@ def test_a_prompt_lookup_slice_counts_like_the_engines() -> None:
     scenario = {"duration_s": 600, "traffic_rps": 1, "classes": classes}
     w = build_world(load_specmodel_document(QWEN_NGRAM), parse_scenario(scenario))
     on = w.conditions(0, Setting(w.changes[0].config, True))
-    served = realize(on, on.classes[0], ClassDraw(400, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5))
+    served = realize(on, on.classes[0], ClassDraw(400, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 0.5))
     steps = decode_steps(served.output_tokens, served.accepted_tokens)
     assert steps is not None
     assert served.steps == pytest.approx(0.3 * (steps - 400), rel=0.01)  # 400 prefills
@@ -164,7 +164,7 @@ def test_a_rolling_fleet_serves_the_new_setting_from_the_pods_that_moved() -> No
     config = w.changes[0].config
     on, off = Setting(config, True), Setting(config, False)
     fleet = Fleet(serving=on).request(off, 0.0, 60.0, replicas=2)
-    draws = {"code": ClassDraw(30, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5)}
+    draws = {"code": ClassDraw(30, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 0.5)}
     counted = {"code": 1}  # round robin continues: the moved pod takes requests 2, 4, ... 30
     before = serve(w, fleet, 29.0, draws, counted, 0.15)
     assert before.moved is None and before.fleet["code"].requests == 30
@@ -245,7 +245,7 @@ def test_a_canary_takes_every_third_request_and_speculates_on_its_share_only() -
     fleet = Fleet(serving=Setting(config, False))
     fleet = fleet.request_canary(Setting(config, True), 0, 0, replicas=2)
     fleet = fleet.advance(0.0)
-    draws = {"code": ClassDraw(30, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5)}
+    draws = {"code": ClassDraw(30, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 0.5)}
     counted = {"code": 1}  # round robin continues over the slices: requests 2, 5, 8, ... 29
     served = serve(w, fleet, 0.0, draws, counted, 0.15)
     assert served.canary is not None
@@ -280,7 +280,7 @@ def test_revision_effects_follow_the_revision_environment_effects_everyone() -> 
 def test_a_slice_counts_like_the_engines() -> None:
     w = world()
     config = w.changes[0].config
-    noise = ClassDraw(400, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5)
+    noise = ClassDraw(400, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 0.5)
     on = w.conditions(0, Setting(config, True))
     served = realize(on, on.classes[0], noise)
     assert served.draft_tokens == 4 * served.steps

@@ -19,7 +19,7 @@ rollouts:
   - t: 300
     spec: {quantization: {method: awq}}
     match_args: ["--quantization awq"]       # optional, see `Rollout`
-    effects: {tool_call_validity: 0.90, tpot_factor: 0.8}
+    effects: {tool_call_validity: 0.90, tpot_factor: 0.8, truncation_rate: {chat: 0.3}}
 timing: {target_forward_ms: 15}  # optional, see specfleet.scenario.timing
 ```
 
@@ -123,6 +123,7 @@ class Schedule(BaseModel):
 
 
 ScheduleField = Annotated[Schedule, BeforeValidator(_coerce_schedule)]
+Share = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 def _check_range(schedule: Schedule, lo: float, hi: float | None, what: str) -> Schedule:
@@ -150,6 +151,12 @@ class ClassProfile(BaseModel):
     )
     tool_call_validity: float = Field(
         default=1.0, ge=0.0, le=1.0, description="P(a tool call / JSON answer is valid)"
+    )
+    truncation_rate: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="P(an answer is cut off at max_tokens: finish_reason length)",
     )
     position_decay: float = Field(
         default=1.0,
@@ -182,6 +189,9 @@ class Effects(BaseModel):
 
     tool_call_validity: float | None = Field(
         default=None, ge=0.0, le=1.0, description="replaces every class's tool_call_validity"
+    )
+    truncation_rate: dict[str, Share] = Field(
+        default_factory=dict, description="replaces the named classes' truncation_rate"
     )
     tpot_factor: float = Field(default=1.0, gt=0.0, description="multiplies decode step time")
     ttft_factor: float = Field(default=1.0, gt=0.0, description="multiplies prefill time")

@@ -39,7 +39,10 @@ def expected_goodput(conditions: Conditions) -> float:
     valid = seconds = 0.0
     for c in conditions.classes:
         tokens = c.rate * c.output_tokens
-        broken = c.tool_call_rate * (1.0 - c.validity) + (1.0 - c.validity if c.structured else 0.0)
+        invalid = c.tool_call_rate * (1.0 - c.validity) + (
+            1.0 - c.validity if c.structured else 0.0
+        )
+        broken = invalid + c.truncation_rate
         if c.meets_slo:
             valid += tokens * (1.0 - c.error_rate) * max(1.0 - broken, 0.0)
         seconds += (

@@ -2,8 +2,10 @@
 the same arrivals and the same noise, drawn once per (slice, class) from one seeded RNG in an
 order that does not depend on what the fleet does.
 
-Counts that depend on the fleet's state (errors, invalid tool calls) are inverse-CDF transforms
-of the same uniforms, so a better setting never gets luckier draws than a worse one.
+Counts that depend on the fleet's state (errors, invalid tool calls, truncated answers) are
+inverse-CDF transforms of the same uniforms, so a better setting never gets luckier draws than a
+worse one. Truncation draws from a stream of its own: the signal came later, and a stream shared
+with it would have redrawn every other number (and every seeded run's outcome).
 """
 
 from __future__ import annotations
@@ -32,16 +34,18 @@ class ClassDraw:
     tool_calls: float
     invalid_tool_calls: float
     invalid_structured: float
+    truncated: float
     """Uniforms in (0, 1) for the binomial counts."""
 
 
 def draw_slices(
-    scenario: Scenario, rng: random.Random, slice_seconds: float, count: int
+    scenario: Scenario, seed: int, slice_seconds: float, count: int
 ) -> list[dict[str, ClassDraw]]:
     """`count` slices of `slice_seconds`, each with one draw per scenario class."""
+    rng, cuts = random.Random(seed), random.Random(f"truncation-{seed}")
     return [
         {
-            name: _draw(rng, _rate(scenario, name, i * slice_seconds) * slice_seconds)
+            name: _draw(rng, cuts, _rate(scenario, name, i * slice_seconds) * slice_seconds)
             for name in scenario.classes
         }
         for i in range(count)
@@ -52,7 +56,7 @@ def _rate(scenario: Scenario, name: str, t: float) -> float:
     return scenario.rps(t) * scenario.classes[name].share
 
 
-def _draw(rng: random.Random, mean_requests: float) -> ClassDraw:
+def _draw(rng: random.Random, cuts: random.Random, mean_requests: float) -> ClassDraw:
     return ClassDraw(
         requests=poisson(mean_requests, rng.random()),
         alpha_noise=rng.gauss(0.0, 1.0),
@@ -61,6 +65,7 @@ def _draw(rng: random.Random, mean_requests: float) -> ClassDraw:
         tool_calls=rng.random(),
         invalid_tool_calls=rng.random(),
         invalid_structured=rng.random(),
+        truncated=cuts.random(),
     )
 
 

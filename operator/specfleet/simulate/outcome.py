@@ -4,8 +4,9 @@ windows the guard sees, summed from slices the way Prometheus sums counter incre
 Noise: the slice's requests drafted with acceptance α + spread·z/√n (prompts differ: one
 request's α varies around the class's with standard deviation `spread`); the number of decode
 steps for the slice's decoded tokens has renewal noise (of them, prompt-lookup drafters verify
-drafts on their match rate's share); errors, tool calls and invalid outputs
-are binomial. TPOT follows from the realised steps and the step time at the current load.
+drafts on their match rate's share); errors, tool calls, invalid outputs and answers cut off
+at max_tokens are binomial. TPOT follows from the realised steps and the step time at the
+current load.
 """
 
 from __future__ import annotations
@@ -41,9 +42,13 @@ class ClassSlice:
     tool_calls_invalid: int = 0
     structured_valid: int = 0
     structured_invalid: int = 0
+    choices: int = 0
+    """Answers that finished: one per request that did not fail."""
+    truncated: int = 0
+    """Answers cut off at max_tokens (finish_reason length)."""
     valid_tokens: int = 0
-    """Output tokens of requests that neither failed nor answered with broken JSON, from a
-    class served within its quality SLOs."""
+    """Output tokens of requests that neither failed, answered with broken JSON nor were cut
+    off, from a class served within its quality SLOs."""
     decode_seconds: float = 0.0
     """Decode time of every request, failed ones included (they have to be asked again)."""
 
@@ -63,6 +68,7 @@ def realize(
     tools_bad = binomial(tools, 1.0 - klass.validity, draw.invalid_tool_calls)
     structured = ok if klass.structured else 0
     structured_bad = binomial(structured, 1.0 - klass.validity, draw.invalid_structured)
+    truncated = binomial(ok, klass.truncation_rate, draw.truncated)
     tokens = ok * klass.output_tokens
     steps, drafted, accepted, tpot, p95 = _decode(conditions, klass, draw, ok, spread)
     return ClassSlice(
@@ -79,7 +85,9 @@ def realize(
         tool_calls_invalid=tools_bad,
         structured_valid=structured - structured_bad,
         structured_invalid=structured_bad,
-        valid_tokens=_valid(ok - tools_bad - structured_bad, klass),
+        choices=ok,
+        truncated=truncated,
+        valid_tokens=_valid(ok - tools_bad - structured_bad - truncated, klass),
         decode_seconds=tpot * n * klass.output_tokens,
     )
 
@@ -149,4 +157,6 @@ def window(slices: list[ClassSlice], speculation: bool, tool_calls: bool) -> Cla
         tool_calls_invalid=float(total.tool_calls_invalid) if tool_calls else None,
         structured_valid=float(total.structured_valid),
         structured_invalid=float(total.structured_invalid),
+        choices=float(total.choices),
+        truncated=float(total.truncated),
     )

@@ -3,7 +3,6 @@ and the guard's decisions judged against the truth."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,7 +80,7 @@ def simulate(world: World, settings: SimulationSettings | None = None) -> Result
         world.scenario.duration_s, tick, guard.window_seconds, settings.rollout_seconds
     )
     seed = world.scenario.seed if settings.seed is None else settings.seed
-    draws = draw_slices(world.scenario, random.Random(seed), base.slice_seconds, base.count)
+    draws = draw_slices(world.scenario, seed, base.slice_seconds, base.count)
     spread = settings.alpha_spread
     run = replay_guarded(world, draws, base, settings.clock, spread)
     goodput = {

@@ -5,9 +5,9 @@ and true batch (traffic-weighted by expected output tokens) falls below minSpeed
 critical class's true acceptance rate (the engines' accepted / drafted, in expectation) falls
 below its floor. The true TPOT speedup (the simulator's timing model) is reported beside it.
 A revision is truly bad when its effects put a class's tool-call / structured-output validity
-below the guard's limit or its error rate above it, judged against the last good revision, or
-its p95 TTFT or TPOT above the class's SLO or LATENCY_MARGIN times the last good revision's,
-each served as well as it can be (with speculation or without, whichever is faster).
+below the guard's limit or its truncation or error rate above it, judged against the last good
+revision, or its p95 TTFT or TPOT above the class's SLO or LATENCY_MARGIN times the last good
+revision's, each served as well as it can be (with speculation or without, whichever is faster).
 """
 
 from __future__ import annotations
@@ -138,6 +138,13 @@ def quality_breaches(world: World, t: float, config: str, reference: str | None)
             limit = max(floor or 0.0, (good.validity - QUALITY_MARGIN) if good else 0.0)
             if used and c.validity < limit:
                 breaches.append(f"{c.name} validity {c.validity:.3f} < {limit:.3f}")
+        ceiling = slo.max_truncation_rate if slo else None
+        cut_limit = min(
+            1.0 if ceiling is None else ceiling,
+            good.truncation_rate + QUALITY_MARGIN if good else 1.0,
+        )
+        if c.truncation_rate > cut_limit:
+            breaches.append(f"{c.name} truncation rate {c.truncation_rate:.3f} > {cut_limit:.3f}")
         error_limit = max(MIN_ERROR_RATE_BREACH, 2 * good.error_rate if good else 0.0)
         if c.error_rate > error_limit:
             breaches.append(f"{c.name} error rate {c.error_rate:.3f} > {error_limit:.3f}")

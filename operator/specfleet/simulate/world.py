@@ -66,7 +66,10 @@ class ClassConditions:
     p95_ttft_seconds: float
     meets_slo: bool = True
     """The served validity meets the class's quality SLOs (minToolCallValidity for a class
-    that calls tools, minStructuredOutputValidity for one that answers JSON)."""
+    that calls tools, minStructuredOutputValidity for one that answers JSON), and its
+    truncation rate its maxTruncationRate."""
+    truncation_rate: float = 0.0
+    """The share of answers cut off at max_tokens."""
     match_rate: float | None = None
     """A prompt-lookup drafter's share of decode steps that find a match and draft (the
     scenario's draft_match_rate); None: k drafts on every step."""
@@ -176,6 +179,8 @@ class World:
             slo.min_tool_call_validity if slo and profile.tool_call_rate > 0 else None,
             slo.min_structured_output_validity if slo and name in self.structured else None,
         ]
+        truncation = effects.truncation_rate.get(name, profile.truncation_rate)
+        ceiling = slo.max_truncation_rate if slo else None
         return ClassConditions(
             name=name,
             rate=self.scenario.rps(t) * profile.share,
@@ -187,8 +192,10 @@ class World:
             validity=validity,
             error_rate=effects.error_rate,
             p95_ttft_seconds=0.0,
-            meets_slo=all(validity >= f for f in floors if f is not None),
+            meets_slo=all(validity >= f for f in floors if f is not None)
+            and (ceiling is None or truncation <= ceiling),
             match_rate=profile.draft_match_rate if lookup else None,
+            truncation_rate=truncation,
         )
 
 
