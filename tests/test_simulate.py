@@ -172,6 +172,42 @@ def test_a_revision_broken_during_probation_rolls_back_to_the_one_before() -> No
     assert result.false_actions == [] and result.missed == []
 
 
+def truncating(specmodel: str) -> Result:
+    """bad-quantization's traffic; at t=300 a revision that cuts off 30% of chat's answers at
+    max_tokens (1% before), everything else as good."""
+    document = yaml.safe_load((SCENARIOS / "bad-quantization.yaml").read_text())
+    document["duration_s"] = 900
+    document["classes"]["chat"]["truncation_rate"] = 0.01
+    document["rollouts"][0]["effects"] = {"truncation_rate": {"chat": 0.3}}
+    world = build_world(load_specmodel_document(SCENARIOS / specmodel), parse_scenario(document))
+    return simulate(world)
+
+
+def test_a_revision_truncating_a_class_is_aborted_on_its_canary() -> None:
+    result = truncating("canary-rollouts.specmodel.yaml")
+    [aborted] = [d for d in result.run.decisions if d["action"] == "rollout_aborted"]
+    pod_start, breaches = 15, 3 * 15  # its canary pod serves a fourth of chat: not decisive
+    assert 300 < aborted["t"] <= 300 + pod_start + 60 + breaches
+    signals = {(b["class"], b["signal"]) for b in aborted["evidence"]["breaches"]}
+    assert signals == {("chat", "truncationRate")}
+    assert "chat: truncationRate" in aborted["message"]
+    numbers = {result.world.revisions[s.config].number for s in result.run.serving}
+    assert numbers == {1}
+    assert result.false_actions == [] and result.missed == []
+
+
+def test_a_revision_truncating_a_class_rolls_back_in_probation() -> None:
+    result = truncating("bad-quantization.specmodel.yaml")
+    assert [a for _, a in actions(result)] == ["revision_promoted", "rolled_back"]
+    [rollback] = [d for d in result.run.decisions if d["action"] == "rolled_back"]
+    assert rollback["t"] <= 300 + 60 + 60 + 3 * 15
+    assert [b.split(" ")[:2] for b in rollback["evidence"]["breaches"]] == [
+        ["chat:", "truncationRate"]
+    ]
+    assert result.run.serving[-1] == result.run.serving[0]
+    assert result.false_actions == [] and result.missed == []
+
+
 def test_noisy_healthy_two_hours_takes_no_action() -> None:
     document = yaml.safe_load((SCENARIOS / "noisy-healthy-24h.yaml").read_text())
     document["duration_s"] = 2 * 3600

@@ -297,6 +297,24 @@ def test_a_slice_counts_like_the_engines() -> None:
     assert observed_on.mean_tpot_seconds < observed_off.mean_tpot_seconds
 
 
+def test_a_revision_cutting_off_answers_truncates_only_while_it_serves() -> None:
+    rollouts = [
+        {
+            "t": 200,
+            "spec": {"quantization": {"weights": "none"}},
+            "effects": {"truncation_rate": {"code": 0.3}},
+        }
+    ]
+    w = world(rollouts=rollouts)
+    second = w.changes[-1].config
+    on = w.conditions(300, Setting(second, True))
+    cut = realize(on, on.classes[0], ClassDraw(400, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 0.5))
+    assert (cut.choices, cut.truncated) == (400, 120)
+    observed = window([cut], True, False)
+    assert observed.truncation_rate == pytest.approx(0.3)
+    assert w.conditions(300, Setting(w.changes[0].config, True)).classes[0].truncation_rate == 0
+
+
 def test_long_timelines_draw_block_means() -> None:
     view = Points([], [], 60.0, stride=3)
     assert view.line([1.0, None, 3.0, None, None, None, 5.0]) == pytest.approx(
