@@ -19,9 +19,10 @@ API::
     report.write(result, out_dir); plot.draw_timeline(result, out_dir / "timeline.png")
 
 Goodput (the comparison metric): valid output tokens per decode-second. A request's output
-tokens count when it did not fail, its tool call or JSON answer (if any) is valid, and its class
-is served within its quality SLOs (minToolCallValidity / minStructuredOutputValidity; a class
-below its floor delivers nothing its consumers can rely on). Every request, failed ones
+tokens count when it did not fail, its tool call or JSON answer (if any) is valid, it was not
+cut off at max_tokens, and its class is served within its quality SLOs (minToolCallValidity /
+minStructuredOutputValidity / maxTruncationRate; a class past its limit delivers nothing its
+consumers can rely on). Every request, failed ones
 included, is charged its decode time: output tokens x the mean TPOT of the slice it was served
 in. So speculation that halves TPOT doubles goodput, broken answers count as wasted time.
 The guarded run is compared, on the same scenario and the same random draws (common random
