@@ -220,7 +220,7 @@ class ClassGuardStatus(ApiModel):
     signals: list[str] = Field(
         default_factory=list,
         description="What it breaches: speedup, acceptanceRate, p95TtftSeconds, p95TpotSeconds, "
-        "toolCallValidity, structuredOutputValidity.",
+        "toolCallValidity, structuredOutputValidity, truncationRate.",
     )
     bad: int = Field(default=0, description="Windows in a row with a breach.")
     good: int = Field(default=0, description="Conclusive windows in a row without one.")

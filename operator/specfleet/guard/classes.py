@@ -1,5 +1,6 @@
 """Every class, critical or not: one whose speculation does not pay, or which breaches one of
-its SLOs (acceptance floor, p95 TTFT or TPOT, tool-call or structured-output validity), is named
+its SLOs (acceptance floor, p95 TTFT or TPOT, tool-call or structured-output validity,
+truncation rate), is named
 once in a `class_breach` decision, and once in a `class_recovered` decision when it is back.
 
 The kill switch's evidence rules: N breaching windows in a row, or one decisive window (a 95%
@@ -19,10 +20,11 @@ from specfleet.guard.actions import ActionKind
 from specfleet.guard.speedup import wilson_interval
 from specfleet.guard.tick import Tick
 from specfleet.guard.verdict import ClassVerdict, Evaluation
+from specfleet.telemetry.model import ClassWindow
 
 BREACHING = ClassState.BREACHING
 """Read once (as `killswitch.TRIAL`)."""
-MAXIMA = frozenset({"p95TtftSeconds", "p95TpotSeconds"})
+MAXIMA = frozenset({"p95TtftSeconds", "p95TpotSeconds", "truncationRate"})
 """The signals whose limit is a maximum; the others' is a floor."""
 
 
@@ -93,6 +95,8 @@ def readings(verdict: ClassVerdict) -> list[Reading]:
             _validity(verdict, "structuredOutputValidity", slo.min_structured_output_validity,
                       window.structured_output_validity, window.structured_judged)
         )  # fmt: skip
+    if slo.max_truncation_rate is not None and (window.choices or 0.0) >= least:
+        found.append(_truncation(verdict, slo.max_truncation_rate, window))
     return found
 
 
@@ -113,6 +117,15 @@ def _validity(
     _, upper = wilson_interval(share * samples, samples)
     decisive = upper < floor * (1.0 - verdict.policy.band)
     return Reading(signal, share, floor, samples, upper < floor, decisive)
+
+
+def _truncation(verdict: ClassVerdict, ceiling: float, window: ClassWindow) -> Reading:
+    """Judged as the share of answers not cut off, as a validity; told as the truncation rate."""
+    rate = window.truncation_rate or 0.0
+    finished = _validity(
+        verdict, "truncationRate", 1.0 - ceiling, 1.0 - rate, window.choices or 0.0
+    )
+    return finished._replace(value=rate, limit=ceiling)
 
 
 def _next(tick: Tick, verdict: ClassVerdict, old: ClassGuardStatus | None) -> ClassGuardStatus:
