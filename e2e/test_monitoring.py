@@ -46,7 +46,10 @@ def test_dashboard_covers_what_the_issue_asks() -> None:
         "time to first token",
         "time per output token",
         "tool-call validity",
+        "truncation",
+        "canary rollout",
         "kill switch",
+        "class state",
     ):
         assert needed in titles
     assert {a["name"] for a in DASHBOARD["annotations"]["list"]} == {"Kill switch", "Revision"}

@@ -12,6 +12,7 @@ from conftest import specmodel_doc
 from specfleet.alerts.model import firing
 from specfleet.api import ROLLOUT_ANNOTATION, SpecModel, parse_specmodel
 from specfleet.controller.events import action_type, transitions
+from specfleet.controller.metrics import REGISTRY, record_rollout
 from specfleet.render import RenderSettings
 from specfleet.telemetry.model import Observation
 from test_guard import observe
@@ -102,6 +103,19 @@ def test_every_step_passed_promotes_and_the_whole_fleet_rolls() -> None:
     assert deployments(loop) == {"m": 4}
     assert loop.status.revisions[-1].verdict == "good"
     assert loop.condition("Progressing")[1] != "CanaryStep"
+
+
+def test_the_gauges_show_the_running_step_and_its_canary_pods_and_0_after() -> None:
+    def value(gauge: str) -> float | None:
+        return REGISTRY.get_sample_value(gauge, {"namespace": "ns", "specmodel": "m"})
+
+    loop = started()
+    loop.tick(*[window()] * 4)
+    record_rollout("ns", "m", loop.status.rollout)
+    assert (value("specfleet_rollout_step"), value("specfleet_rollout_canary_pods")) == (2, 2)
+    loop.tick(*[window()] * 4)
+    record_rollout("ns", "m", loop.status.rollout)
+    assert (value("specfleet_rollout_step"), value("specfleet_rollout_canary_pods")) == (0, 0)
 
 
 def test_the_rollout_annotation_promotes_or_aborts_once_and_is_recorded() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from specfleet.alerts.metrics import ALERT_DELIVERIES
-from specfleet.api.status import ClassGuardStatus, ClassState
+from specfleet.api.status import ClassGuardStatus, ClassState, RolloutPhase, RolloutStatus
 
 REGISTRY = CollectorRegistry()
 REGISTRY.register(ALERT_DELIVERIES)
@@ -70,6 +70,18 @@ ALERT_RECEIVERS_UNREADABLE = Gauge(
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )
+ROLLOUT_CANARY_PODS = Gauge(
+    "specfleet_rollout_canary_pods",
+    "Pods of a canary rollout's new revision beside the fleet (0 when no rollout runs).",
+    ["namespace", "specmodel"],
+    registry=REGISTRY,
+)
+ROLLOUT_STEP = Gauge(
+    "specfleet_rollout_step",
+    "The step a canary rollout runs, from 1 (0 when no rollout runs).",
+    ["namespace", "specmodel"],
+    registry=REGISTRY,
+)
 CLASS_BREACHING = Gauge(
     "specfleet_class_breaching",
     "1 while a class breaches the signal (speculation not paying, or an SLO), 0 once it is back.",
@@ -94,3 +106,9 @@ def record_classes(namespace: str, specmodel: str, classes: list[ClassGuardStatu
 def forget_classes(namespace: str, specmodel: str) -> None:
     for name, signal in _breached.pop((namespace, specmodel), set()):
         CLASS_BREACHING.remove(namespace, specmodel, name, signal)
+
+
+def record_rollout(namespace: str, specmodel: str, rollout: RolloutStatus | None) -> None:
+    running = rollout if rollout and rollout.phase == RolloutPhase.PROGRESSING else None
+    ROLLOUT_CANARY_PODS.labels(namespace, specmodel).set(running.pods if running else 0)
+    ROLLOUT_STEP.labels(namespace, specmodel).set(running.step if running else 0)

@@ -30,9 +30,12 @@ from specfleet.controller.metrics import (
     RECONCILE_SECONDS,
     RECONCILES,
     ROLLBACKS,
+    ROLLOUT_CANARY_PODS,
+    ROLLOUT_STEP,
     SPECMODELS,
     forget_classes,
     record_classes,
+    record_rollout,
 )
 from specfleet.controller.receivers import ReceiverCache
 from specfleet.controller.reconcile import Live, Outcome, reconcile
@@ -148,7 +151,13 @@ class Operator:
         if self.alerts:
             self.alerts.update(key, [], [*self.receivers, *own])
             self.alerts.forget(key)
-        for gauge in (KILL_SWITCH_ENGAGED, GUARD_BLIND, ACTIVE_REVISION):
+        for gauge in (
+            KILL_SWITCH_ENGAGED,
+            GUARD_BLIND,
+            ACTIVE_REVISION,
+            ROLLOUT_CANARY_PODS,
+            ROLLOUT_STEP,
+        ):
             with contextlib.suppress(KeyError):
                 gauge.remove(*key)
         forget_classes(*key)
@@ -237,6 +246,7 @@ class Operator:
         record_classes(
             namespace, name, outcome.status.guard.classes if outcome.status.guard else []
         )
+        record_rollout(namespace, name, outcome.status.rollout)
         for action in outcome.actions:
             if not action.dry_run:
                 GUARD_DECISIONS.labels(namespace, action.action).inc()
