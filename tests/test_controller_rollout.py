@@ -105,6 +105,20 @@ def test_every_step_passed_promotes_and_the_whole_fleet_rolls() -> None:
     assert loop.condition("Progressing")[1] != "CanaryStep"
 
 
+def test_a_kill_switch_flip_mid_step_starts_the_step_over_on_the_restarted_pods() -> None:
+    loop = started()
+    loop.tick(window())
+    assert loop.status.rollout and loop.status.rollout.good_windows == 1
+    collapsed = observe(0.05, 0.05, **GOOD)  # decisive: the switch engages on one window
+    loop.tick(replace(collapsed, canary=replace(collapsed, revision=2)))
+    assert loop.actions == ["kill_switch_engaged"]
+    rollout = loop.status.rollout
+    assert rollout and rollout.phase == "Progressing" and rollout.step == 1
+    assert (rollout.good_windows, rollout.bad_windows) == (0, 0)
+    assert rollout.step_since == loop.now.isoformat()  # the pods without speculation serving
+    assert deployments(loop) == {"m": 3, "m-rollout": 1}
+
+
 def test_the_gauges_show_the_running_step_and_its_canary_pods_and_0_after() -> None:
     def value(gauge: str) -> float | None:
         return REGISTRY.get_sample_value(gauge, {"namespace": "ns", "specmodel": "m"})

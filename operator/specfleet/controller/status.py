@@ -323,11 +323,17 @@ def _canary(
 
 def _rollout(plan: Plan, deployment: Body | None, now: datetime) -> RolloutStatus | None:
     """The rollout as planned; its step's windows count from when every canary pod of the step
-    is available."""
+    is available, and start over when the kill switch flips the canary's speculation (its pods
+    restart, and what was judged before was another engine)."""
     the_rollout = plan.rollout
-    if the_rollout is None or not plan.rollout_pods or the_rollout.step_since:
+    if the_rollout is None or not plan.rollout_pods:
         return the_rollout
     state = rollout(deployment)
+    if the_rollout.step_since:
+        if state.speculation_running in (None, plan.speculation):
+            return the_rollout
+        restart = {"step_since": None, "good_windows": 0, "bad_windows": 0}
+        return the_rollout.model_copy(update=restart)
     if not state.complete or state.replicas.desired != plan.rollout_pods:
         return the_rollout
     return the_rollout.model_copy(update={"step_since": now.isoformat()})
