@@ -47,7 +47,7 @@ def judge_revision(tick: Tick, evaluation: Evaluation) -> None:
     # Time alone proves nothing: the last N windows must have judged the revision good.
     if served and tick.served_clean:
         tick.verdict = RevisionVerdict.GOOD
-        guard.baseline = _baseline(situation.observation, situation.policy.guard.min_requests)
+        guard.baseline = baseline(situation.observation, situation.policy.guard.min_requests)
         tick.act(
             ActionKind.REVISION_PROMOTED,
             "RevisionPromoted",
@@ -82,7 +82,8 @@ def _breach(tick: Tick, evaluation: Evaluation) -> None:
         tick.verdict = RevisionVerdict.BAD
 
 
-def _baseline(observation: Observation | None, min_requests: int) -> QualityBaseline | None:
+def baseline(observation: Observation | None, min_requests: int) -> QualityBaseline | None:
+    """The last good revision's quality and latency, from a window it served."""
     if observation is None:
         return None
     windows = list(observation.classes.values())

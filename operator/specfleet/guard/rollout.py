@@ -12,6 +12,7 @@ from typing import Any
 from specfleet.api.status import RolloutAnalysis, RolloutPhase, RolloutStatus
 from specfleet.guard.actions import ActionKind
 from specfleet.guard.analysis import Analysis, analyse
+from specfleet.guard.probation import baseline
 from specfleet.guard.tick import Tick
 
 
@@ -100,6 +101,9 @@ def _pass(tick: Tick, rollout: RolloutStatus) -> None:
             tick.rollout = rollout.model_copy(
                 update={"phase": RolloutPhase.PROMOTED, "message": message}
             )
+            # the last good revision is now this one: later revisions are held to its windows
+            min_requests = tick.situation.policy.guard.min_requests
+            tick.guard.baseline = baseline(tick.situation.canary, min_requests)
         return
     message = (
         f"Revision {rollout.revision} passed canary step {rollout.step} of {rollout.steps} "
