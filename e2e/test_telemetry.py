@@ -17,7 +17,7 @@ from e2e.cluster.harness import LocalCluster, eventually
 from e2e.fleet import simulated_pods
 from e2e.operator_runner import RunningOperator, in_process
 from specfleet.guard.speedup import expected_tokens_per_step
-from specfleet.telemetry.reader import Target, TelemetryReader
+from specfleet.telemetry.reader import QUERIES_PER_TICK, Target, TelemetryReader
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW = 15
@@ -99,7 +99,7 @@ def test_per_class_acceptance_follows_the_scenario_and_sums_to_the_engine_counte
         after = read(reader, namespace)
         assert after.classes["code"].acceptance_rate == pytest.approx(rate(0.2), abs=0.06)
         assert after.classes["chat"].acceptance_rate == pytest.approx(rate(0.6), abs=0.06)
-        assert reader.queries == 2 * 13  # two ticks of one fixed batch, whatever the fleet size
+        assert reader.queries == 2 * QUERIES_PER_TICK  # two ticks, one fixed batch each
         report = traffic.result()
         assert sum(report.failed.values()) == 0, report.errors[:5]
         assert_gateway_sums_equal_engine_counters(local_cluster, namespace)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from specfleet.telemetry.model import ClassWindow
-from specfleet.telemetry.reader import QUERIES, Target, TelemetryReader
+from specfleet.telemetry.reader import QUERIES, QUERIES_PER_TICK, Target, TelemetryReader
 
 
 def test_unreachable_prometheus_is_blind_not_zero() -> None:
@@ -63,7 +63,7 @@ def test_a_trial_canary_is_read_beside_the_fleet_with_the_same_queries() -> None
     assert canary is not None and canary.speculation and canary.revision == 1
     assert canary.classes["code"].requests == 100.0
     # nothing extra asked: the query set and the unjudged checks' one
-    assert reader.queries == len({t for t, _, _ in QUERIES.values()}) + 1
+    assert reader.queries == QUERIES_PER_TICK == 15
     alone = reader.read([Target("ns", "other", 60, 1, False)], datetime.now(UTC))
     assert alone[("ns", "other")].canary is None
 

@@ -92,6 +92,8 @@ UNJUDGED_QUERY = _increase(series.QUALITY_UNJUDGED, f"{series.KIND}, {series.REA
 # the unjudged series' `kind` label -> field of ClassWindow (a mapping reason -> count)
 UNJUDGED_FIELDS = {"tool_call": "tool_calls_unjudged", "structured_output": "structured_unjudged"}
 assert set(QUERIES) | set(UNJUDGED_FIELDS.values()) == {f.name for f in fields(ClassWindow)}
+QUERIES_PER_TICK = len({query for query, _, _ in QUERIES.values()}) + 1
+"""The PromQL queries one tick sends per window length, whatever the fleet size."""
 
 
 class TelemetryReader:
