@@ -109,6 +109,17 @@ def test_every_step_passed_promotes_and_the_whole_fleet_rolls() -> None:
     assert loop.condition("Progressing")[1] != "CanaryStep"
 
 
+def test_a_class_too_thin_on_the_canary_holds_the_step_and_is_named() -> None:
+    loop = started()
+    thin = window()
+    assert thin.canary is not None
+    thin_chat = {**thin.canary.classes, "chat": replace(thin.canary.classes["chat"], requests=5)}
+    loop.tick(*[replace(thin, canary=replace(thin.canary, classes=thin_chat))] * 6)
+    rollout = loop.status.rollout
+    assert loop.actions == [] and rollout and rollout.step == 1 and rollout.good_windows == 0
+    assert rollout.last_analysis and rollout.last_analysis.unjudged == ["chat"]
+
+
 def test_a_kill_switch_flip_mid_step_starts_the_step_over_on_the_restarted_pods() -> None:
     loop = started()
     loop.tick(window())

@@ -136,7 +136,17 @@ def test_truncation_over_the_slo_breaches_only_where_the_control_meets_it() -> N
 
 def test_too_few_requests_on_the_canary_is_inconclusive_never_bad() -> None:
     thin = Observation(T0, 60, 2, True, {"code": window(0.8, requests=5), "chat": window(0.1, 5)})
-    assert analyse(policy(), thin, CONTROL) == ("inconclusive", [])
+    assert analyse(policy(), thin, CONTROL) == ("inconclusive", [], ["code", "chat"])
+
+
+def test_a_window_is_good_only_once_each_class_the_control_serves_is_judged_on_the_canary() -> None:
+    # one canary pod of three sees a third of a small class: too few of its tool calls to judge
+    # (the local cluster promoted a revision that broke them, judged on the other classes alone)
+    thin_chat = replace(canary(), classes={**canary().classes, "chat": window(0.8, requests=5)})
+    assert analyse(policy(), thin_chat, CONTROL) == ("inconclusive", [], ["chat"])
+    # a class nobody sent in the window waits for nothing (code is critical: it always does)
+    quiet = replace(CONTROL, classes={"code": CONTROL.classes["code"]})
+    assert analyse(policy(), thin_chat, quiet).verdict == "good"
 
 
 def test_errors_breach_over_twice_the_controls_rate() -> None:

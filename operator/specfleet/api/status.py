@@ -113,6 +113,11 @@ class RolloutAnalysis(ApiModel):
     breaches: list[str] = Field(
         default_factory=list, description="Per class and signal: canary vs control, both samples."
     )
+    unjudged: list[str] = Field(
+        default_factory=list,
+        description="Classes the control served (or critical ones) with too few requests on the "
+        "canary in the window: until they are judged, a window is inconclusive.",
+    )
 
 
 class RolloutStatus(ApiModel):

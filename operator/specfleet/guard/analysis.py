@@ -62,6 +62,9 @@ class Analysis(NamedTuple):
     verdict: str
     """good, bad or inconclusive."""
     breaches: list[Breach]
+    unjudged: list[str] = []
+    """The classes the control served (or critical ones) with too few requests on the canary:
+    a window without them is not good, however the others look."""
 
     @property
     def decisive(self) -> bool:
@@ -80,23 +83,27 @@ class Sides(NamedTuple):
 
 def analyse(policy: Policy, canary: Observation, control: Observation) -> Analysis:
     breaches: list[Breach] = []
-    conclusive: dict[str, bool] = {}
     minimum = policy.guard.min_requests
-    for klass in policy.classes:
-        window = canary.classes.get(klass.name)
-        conclusive[klass.name] = window is not None and (window.requests or 0) >= minimum
-        if window is None or not conclusive[klass.name]:
-            continue
-        other = control.classes.get(klass.name)
-        enough = other is not None and (other.requests or 0) >= minimum
-        sides = Sides(klass.name, window, other if enough else None, klass.slo, minimum)
+    judged = [c for c in policy.classes if _served(canary, c.name, minimum)]
+    for klass in judged:
+        other = control.classes.get(klass.name) if _served(control, klass.name, minimum) else None
+        sides = Sides(klass.name, canary.classes[klass.name], other, klass.slo, minimum)
         breaches += _class_breaches(sides, policy)
-    critical = [c.name for c in policy.classes if c.critical]
     if breaches:
         return Analysis("bad", breaches)
-    if any(conclusive.values()) and all(conclusive[name] for name in critical):
+    unjudged = [
+        c.name
+        for c in policy.classes
+        if c not in judged and (c.critical or _served(control, c.name, minimum))
+    ]
+    if judged and not unjudged:
         return Analysis("good", [])
-    return Analysis("inconclusive", [])
+    return Analysis("inconclusive", [], unjudged)
+
+
+def _served(observation: Observation, klass: str, minimum: int) -> bool:
+    window = observation.classes.get(klass)
+    return window is not None and (window.requests or 0) >= minimum
 
 
 def _class_breaches(sides: Sides, policy: Policy) -> list[Breach]:

@@ -41,6 +41,7 @@ def _counted(rollout: RolloutStatus, analysis: Analysis, stamp: str) -> RolloutS
         verdict=analysis.verdict,
         decisive=analysis.decisive,
         breaches=[b.words() for b in analysis.breaches],
+        unjudged=analysis.unjudged,
     )
     return rollout.model_copy(
         update={"good_windows": good, "bad_windows": bad, "last_analysis": last}
