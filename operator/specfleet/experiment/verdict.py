@@ -35,6 +35,8 @@ AGREEMENT_FLOOR = 1.0 - QUALITY_MARGIN
 """Greedy decoding of the baseline agrees with itself exactly: an arm may agree with it this
 much less before it is confidently worse."""
 OVERALL = "overall"
+PER = 1000
+"""Costs are told per thousand accepted answers: a single answer costs fractions of a cent."""
 BOTH_MARGIN = 0.1
 """`both` must cost this much less than each single technique, bound against bound: the 95%
 intervals cover only the accepted share, not the throughput (a model's, or one load test's),
@@ -489,8 +491,9 @@ def _confidently_cheaper(cost: _Cost, rival: _Cost) -> bool:
 
 
 def _cheapest_words(arm: ArmName, costs: Mapping[ArmName, _Cost]) -> str:
-    return f"{arm}: {_money(costs[arm])} per accepted answer, the cheapest of {', '.join(costs)}"
+    among = ", ".join(costs)
+    return f"{arm}: {_money(costs[arm])} per {PER} accepted answers, the cheapest of {among}"
 
 
 def _money(cost: _Cost) -> str:
-    return f"{cost.point:.5f} (95% {cost.low:.5f}-{cost.high:.5f})"
+    return f"{cost.point * PER:.3f} (95% {cost.low * PER:.3f}-{cost.high * PER:.3f})"
