@@ -12,6 +12,7 @@ from specfleet.api import InvalidSpecModel, parse_specmodel
 from specfleet.api.crd import crd_yaml
 from specfleet.api.manifests import load_manifests
 from specfleet.api.reference import markdown
+from specfleet.experiment.cli import experiment
 from specfleet.gateway.cli import gateway
 from specfleet.render import ServingPlan, render
 from specfleet.render.plan import DEFAULT_GATEWAY_IMAGE
@@ -90,3 +91,4 @@ def _invalid(path: Path, problems: list[str]) -> NoReturn:
 
 main.add_command(gateway)
 main.add_command(simulate_command)
+main.add_command(experiment)

@@ -114,9 +114,27 @@ def _class_breaches(sides: Sides, policy: Policy) -> list[Breach]:
         _latency(
             sides, "p95TpotSeconds", lambda w: w.p95_tpot_seconds, sides.slo.max_p95_tpot_seconds
         ),
+        *_validity(sides, policy.band),
+        _acceptance(sides, policy),
+        _errors(sides),
+    ]
+    return [b for b in found if b is not None]
+
+
+def quality_breaches(sides: Sides, band: float) -> list[Breach]:
+    """Whether the canary's answers are confidently worse than the control's, or under the
+    class's floors where the control meets them: tool-call and structured-output validity,
+    truncation, errors. `band` is the policy's hysteresis band (what makes a breach decisive).
+    Experiments judge each arm against the baseline arm with it."""
+    found = [*_validity(sides, band), _errors(sides)]
+    return [b for b in found if b is not None]
+
+
+def _validity(sides: Sides, band: float) -> list[Breach | None]:
+    return [
         _share(
             sides,
-            policy,
+            band,
             "toolCallValidity",
             lambda w: (w.tool_call_validity, w.tool_calls_judged),
             sides.slo.min_tool_call_validity,
@@ -124,17 +142,14 @@ def _class_breaches(sides: Sides, policy: Policy) -> list[Breach]:
         ),
         _share(
             sides,
-            policy,
+            band,
             "structuredOutputValidity",
             lambda w: (w.structured_output_validity, w.structured_judged),
             sides.slo.min_structured_output_validity,
             QUALITY_MARGIN,
         ),
-        _truncation(sides, policy),
-        _acceptance(sides, policy),
-        _errors(sides),
+        _truncation(sides, band),
     ]
-    return [b for b in found if b is not None]
 
 
 def _latency(
@@ -169,7 +184,7 @@ def _body_slower(sides: Sides, signal: str) -> bool:
 
 def _share(
     sides: Sides,
-    policy: Policy,
+    band: float,
     signal: str,
     read: Callable[[ClassWindow], tuple[float | None, float]],
     floor: float | None,
@@ -194,11 +209,11 @@ def _share(
     _, upper = wilson_interval(canary * samples, samples)
     if upper >= limit:
         return None
-    decisive = upper < limit * (1.0 - policy.band)
+    decisive = upper < limit * (1.0 - band)
     return Breach(sides.name, signal, canary, control, samples, control_samples, limit, decisive)
 
 
-def _truncation(sides: Sides, policy: Policy) -> Breach | None:
+def _truncation(sides: Sides, band: float) -> Breach | None:
     """Judged as the share of answers not cut off (floor: 1 - maxTruncationRate), told as
     truncation rates: a Wilson interval is symmetric under the complement."""
 
@@ -208,7 +223,7 @@ def _truncation(sides: Sides, policy: Policy) -> Breach | None:
 
     ceiling = sides.slo.max_truncation_rate
     floor = None if ceiling is None else 1.0 - ceiling
-    breach = _share(sides, policy, "truncationRate", finished, floor, QUALITY_MARGIN)
+    breach = _share(sides, band, "truncationRate", finished, floor, QUALITY_MARGIN)
     if breach is None:
         return None
     control = None if breach.control is None else 1.0 - breach.control
@@ -223,7 +238,7 @@ def _acceptance(sides: Sides, policy: Policy) -> Breach | None:
         return (window.acceptance_rate if drafted else None), window.requests or 0.0
 
     floor = sides.slo.min_acceptance_rate
-    return _share(sides, policy, "acceptanceRate", read, floor, ACCEPTANCE_MARGIN)
+    return _share(sides, policy.band, "acceptanceRate", read, floor, ACCEPTANCE_MARGIN)
 
 
 def _errors(sides: Sides) -> Breach | None:

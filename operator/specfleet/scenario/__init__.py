@@ -33,7 +33,7 @@ import bisect
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import yaml
 from pydantic import (
@@ -56,7 +56,9 @@ __all__ = [
     "Schedule",
     "TimingOverrides",
     "load_scenario",
+    "load_scenario_as",
     "parse_scenario",
+    "parse_scenario_as",
 ]
 
 
@@ -340,6 +342,9 @@ class Scenario(BaseModel):
         return effects
 
 
+S = TypeVar("S", bound=Scenario)
+
+
 def _loc(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -367,18 +372,27 @@ def _format(err: ValidationError) -> str:
 
 def parse_scenario(data: Any) -> Scenario:
     """Validate an already-loaded mapping; raises `ScenarioError`."""
+    return parse_scenario_as(data, Scenario)
+
+
+def parse_scenario_as(data: Any, model: type[S]) -> S:
+    """Validate a mapping as `model`, a Scenario or one that extends it (an experiment's)."""
     if not isinstance(data, dict):
         raise ScenarioError("<root>: a scenario must be a mapping")
     try:
-        return Scenario.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as err:
         raise ScenarioError(_format(err)) from None
 
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario YAML (or JSON) file; raises `ScenarioError`."""
+    return load_scenario_as(path, Scenario)
+
+
+def load_scenario_as(path: str | Path, model: type[S]) -> S:
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as err:
         raise ScenarioError(f"{path}: {err}") from None
-    return parse_scenario(data)
+    return parse_scenario_as(data, model)

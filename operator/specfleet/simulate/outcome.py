@@ -121,12 +121,23 @@ def _decode(
 def p95_tpot_seconds(
     conditions: Conditions, klass: ClassConditions, alpha: float, spread: float = ALPHA_SPREAD
 ) -> float:
-    """p95 TPOT of a class whose requests draft at `alpha` on average: its slowest requests
-    accept at α less 1.645 spreads; without speculation, batch composition alone."""
+    return tpot_quantile_seconds(conditions, klass, alpha, physics.Z95, spread)
+
+
+def tpot_quantile_seconds(
+    conditions: Conditions,
+    klass: ClassConditions,
+    alpha: float,
+    z: float,
+    spread: float = ALPHA_SPREAD,
+) -> float:
+    """TPOT at the standard normal quantile z of a class whose requests draft at `alpha` on
+    average: those requests accept at α less z spreads; without speculation, batch composition
+    alone (normal, PLAIN_TPOT_P95 at the p95)."""
     k, step = conditions.k, conditions.step_seconds
     if not k:
-        return step * PLAIN_TPOT_P95
-    slow = _clamp(alpha - physics.Z95 * spread)
+        return step * (1.0 + (PLAIN_TPOT_P95 - 1.0) * z / physics.Z95)
+    slow = _clamp(alpha - z * spread)
     return step / physics.tokens_per_step(slow, k, klass.decay, klass.match_rate)
 
 

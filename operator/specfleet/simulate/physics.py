@@ -122,7 +122,13 @@ def step_seconds(
     return a + b * batch
 
 
-def ttft_seconds(timing: TimingModel, prompt_tokens: int, step: float, ttft_factor: float) -> float:
-    """p95 time to first token: the prefill plus waiting out up to two running steps."""
+def ttft_seconds(
+    timing: TimingModel,
+    prompt_tokens: int,
+    step: float,
+    ttft_factor: float,
+    waiting_steps: float = 2.0,
+) -> float:
+    """Time to first token: the prefill plus waiting out running steps; up to two at the p95."""
     prefill = timing.prefill_ms_per_token * prompt_tokens / 1000.0 * ttft_factor
-    return prefill + 2.0 * step
+    return prefill + waiting_steps * step

@@ -1,0 +1,499 @@
+"""Which of the four arms to serve, judged on the same traffic sample (pure).
+
+An answer is *accepted* when it finished (no error, not cut off at its token limit), is valid
+where validity applies (a tool call, a structured output) and met its class's latency SLOs.
+An arm's cost per accepted answer is what its replica costs an hour over the accepted answers
+it serves an hour at its throughput at SLO (the highest load at which every class's p95 stays
+inside its SLO).
+
+The rule: the cheapest arm per accepted answer among those whose every class meets its p95
+latency SLOs and whose answers are not confidently worse than the baseline's (validity,
+truncation and errors as a canary is judged against its control, `guard.analysis`; and exact
+agreement with the baseline on greedy requests). `both` only when it is confidently cheaper than
+each single technique still in the running; otherwise the cheaper of the rest. Too few requests
+in any arm's class is inconclusive, never a recommendation.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import NamedTuple, Self
+
+from pydantic import Field, model_validator
+
+from specfleet.api.base import ApiModel
+from specfleet.api.spec import ClassSlo
+from specfleet.guard.analysis import Breach, Sides, quality_breaches
+from specfleet.guard.policy import QUALITY_MARGIN
+from specfleet.guard.speedup import wilson_interval
+from specfleet.telemetry.model import ClassWindow
+
+SECONDS_PER_HOUR = 3600.0
+AGREEMENT_FLOOR = 1.0 - QUALITY_MARGIN
+"""Greedy decoding of the baseline agrees with itself exactly: an arm may agree with it this
+much less before it is confidently worse."""
+OVERALL = "overall"
+PER = 1000
+"""Costs are told per thousand accepted answers: a single answer costs fractions of a cent."""
+BOTH_MARGIN = 0.1
+"""`both` must cost this much less than each single technique, bound against bound: the 95%
+intervals cover only the accepted share, not the throughput (a model's, or one load test's),
+and two techniques are two things to break (as speculation must pay the guard's release
+margin, 10%, before it is turned back on)."""
+
+
+class ArmName(StrEnum):
+    BASELINE = "baseline"
+    QUANTIZED = "quantized"
+    SPECULATIVE = "speculative"
+    BOTH = "both"
+
+
+SINGLES = (ArmName.QUANTIZED, ArmName.SPECULATIVE)
+
+
+class Outcome(StrEnum):
+    RECOMMENDED = "recommended"
+    INCONCLUSIVE = "inconclusive"
+    NO_ARM = "noArm"
+    """Every arm, the baseline too, misses a latency SLO or the baseline's quality."""
+
+
+class Latency(ApiModel):
+    p50_seconds: float = Field(ge=0)
+    p95_seconds: float = Field(ge=0)
+    p99_seconds: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if not self.p50_seconds <= self.p95_seconds <= self.p99_seconds:
+            raise ValueError("percentiles must be ordered: p50Seconds <= p95Seconds <= p99Seconds")
+        return self
+
+
+class ClassMeasurement(ApiModel):
+    """One arm's requests of one class on the shared sample."""
+
+    requests: int = Field(ge=0)
+    errors: int = Field(default=0, ge=0)
+    truncated: int = Field(default=0, ge=0, description="Answers cut off at their token limit.")
+    tool_calls_valid: int = Field(default=0, ge=0)
+    tool_calls_judged: int = Field(default=0, ge=0)
+    structured_valid: int = Field(default=0, ge=0)
+    structured_judged: int = Field(default=0, ge=0)
+    ttft: Latency
+    tpot: Latency
+    acceptance_rate: float | None = Field(
+        default=None, ge=0, le=1, description="Accepted / drafted tokens; None without drafts."
+    )
+    greedy_agreed: int = Field(
+        default=0, ge=0, description="Greedy requests whose answer matched the baseline's exactly."
+    )
+    greedy_compared: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _counts(self) -> Self:
+        pairs = [
+            ("errors", self.errors, "requests", self.requests),
+            ("truncated", self.truncated, "requests - errors", self.requests - self.errors),
+            ("toolCallsValid", self.tool_calls_valid, "toolCallsJudged", self.tool_calls_judged),
+            ("structuredValid", self.structured_valid, "structuredJudged", self.structured_judged),
+            ("greedyAgreed", self.greedy_agreed, "greedyCompared", self.greedy_compared),
+        ]
+        for part, value, whole, total in pairs:
+            if value > total:
+                raise ValueError(f"{part} ({value}) exceeds {whole} ({total})")
+        return self
+
+    def window(self) -> ClassWindow:
+        """As the guard's telemetry would report it, for the canary analysis."""
+        return ClassWindow(
+            requests=float(self.requests),
+            errors=float(self.errors),
+            p95_ttft_seconds=self.ttft.p95_seconds,
+            p95_tpot_seconds=self.tpot.p95_seconds,
+            tool_calls_valid=float(self.tool_calls_valid),
+            tool_calls_invalid=float(self.tool_calls_judged - self.tool_calls_valid),
+            structured_valid=float(self.structured_valid),
+            structured_invalid=float(self.structured_judged - self.structured_valid),
+            choices=float(self.requests - self.errors),
+            truncated=float(self.truncated),
+        )
+
+
+class ArmMeasurement(ApiModel):
+    arm: ArmName
+    gpus_per_replica: int = Field(ge=1)
+    throughput_at_slo: float = Field(
+        ge=0,
+        description="Requests/s per replica of the traffic mix at the highest load at which "
+        "every class's p95 TTFT and TPOT stay inside their SLOs.",
+    )
+    classes: dict[str, ClassMeasurement]
+
+
+class Exclusion(ApiModel):
+    """Why an arm cannot be recommended: one class and signal, both sides' values and samples."""
+
+    arm: ArmName
+    class_name: str = Field(alias="class")
+    signal: str
+    value: float
+    limit: float
+    baseline: float | None = None
+    samples: float
+    baseline_samples: float | None = None
+
+    def words(self) -> str:
+        versus = "" if self.baseline is None else f" vs baseline {self.baseline:.3f}"
+        counts = f"n={self.samples:.0f}"
+        if self.baseline_samples is not None:
+            counts += f" vs {self.baseline_samples:.0f}"
+        return (
+            f"{self.arm}: {self.class_name} {self.signal} {self.value:.3f}{versus}, "
+            f"limit {self.limit:.3f} ({counts})"
+        )
+
+
+class ArmRow(ApiModel):
+    """One arm in one class's table (or overall: latency percentiles do not pool, so none)."""
+
+    arm: ArmName
+    requests: int
+    ttft: Latency | None = None
+    tpot: Latency | None = None
+    acceptance_rate: float | None = None
+    tool_call_validity: float | None = None
+    structured_output_validity: float | None = None
+    truncation_rate: float | None = None
+    error_rate: float | None = None
+    greedy_agreement: float | None = None
+    throughput_at_slo: float
+    accepted_share: float
+    cost_per_accepted_answer: float | None = None
+    """None: the arm serves no accepted answer at any load inside its SLOs."""
+
+
+class ClassTable(ApiModel):
+    name: str
+    rows: list[ArmRow]
+
+
+class ExperimentVerdict(ApiModel):
+    outcome: Outcome
+    recommendation: ArmName | None = None
+    reason: str
+    gpu_hour_price: float = Field(gt=0)
+    min_samples: int = Field(ge=1)
+    classes: list[ClassTable]
+    overall: list[ArmRow]
+    exclusions: list[Exclusion] = Field(default_factory=list)
+
+
+def within_latency_slo(latency: Latency, limit: float | None) -> float:
+    """The share of requests at or under `limit`, read off the percentiles by linear
+    interpolation (from 0 at 0 s). The tail past p99 is not measured: at or over p99, all."""
+    if limit is None or limit >= latency.p99_seconds:
+        return 1.0
+    seconds = [0.0, latency.p50_seconds, latency.p95_seconds, latency.p99_seconds]
+    shares = [0.0, 0.5, 0.95, 0.99]
+    i = bisect.bisect_left(seconds, limit)
+    fraction = (limit - seconds[i - 1]) / (seconds[i] - seconds[i - 1])
+    return shares[i - 1] + (shares[i] - shares[i - 1]) * fraction
+
+
+def accepted_share(measurement: ClassMeasurement, slo: ClassSlo) -> float:
+    """The share of a class's requests that were accepted answers. Failed, cut-off and invalid
+    answers are counted as distinct requests; of the rest, the share within both latency SLOs,
+    whichever is tighter (the requests slow to start are the ones slow to decode: load)."""
+    if not measurement.requests:
+        return 0.0
+    m = measurement
+    invalid = (m.tool_calls_judged - m.tool_calls_valid) + (
+        m.structured_judged - m.structured_valid
+    )
+    finished = max(m.requests - m.errors - m.truncated - invalid, 0) / m.requests
+    on_time = min(
+        within_latency_slo(m.ttft, slo.max_p95_ttft_seconds),
+        within_latency_slo(m.tpot, slo.max_p95_tpot_seconds),
+    )
+    return finished * on_time
+
+
+def accepted_answers_per_hour(throughput: float, share: float) -> float:
+    """Of one replica at `throughput` requests/s."""
+    return throughput * SECONDS_PER_HOUR * share
+
+
+def cost_per_accepted_answer(
+    gpu_hour_price: float, gpus: int, throughput: float, share: float
+) -> float | None:
+    per_hour = accepted_answers_per_hour(throughput, share)
+    return gpu_hour_price * gpus / per_hour if per_hour > 0 else None
+
+
+class _Cost(NamedTuple):
+    """An arm's cost per accepted answer and its 95% interval (Wilson over its requests)."""
+
+    point: float
+    low: float
+    high: float
+
+
+def judge(
+    arms: Sequence[ArmMeasurement],
+    slos: Mapping[str, ClassSlo],
+    gpu_hour_price: float,
+    min_samples: int,
+) -> ExperimentVerdict:
+    """The table per class and overall, every exclusion with its evidence, and the recommendation
+    (or why there is none). `slos` are the SpecModel's classes; every arm must measure each."""
+    by_name = _by_name(arms, slos)
+    shares = {
+        arm: {c: accepted_share(by_name[arm].classes[c], slo) for c, slo in slos.items()}
+        for arm in ArmName
+    }
+    overall = {arm: _overall_share(by_name[arm], shares[arm]) for arm in ArmName}
+    tables = [
+        ClassTable(
+            name=c,
+            rows=[
+                _row(by_name[a], [by_name[a].classes[c]], shares[a][c], gpu_hour_price)
+                for a in ArmName
+            ],
+        )
+        for c in slos
+    ]
+    totals = [
+        _row(by_name[a], list(by_name[a].classes.values()), overall[a], gpu_hour_price)
+        for a in ArmName
+    ]
+    verdict = ExperimentVerdict(
+        outcome=Outcome.INCONCLUSIVE,
+        reason="",
+        gpu_hour_price=gpu_hour_price,
+        min_samples=min_samples,
+        classes=tables,
+        overall=totals,
+    )
+    few = _too_few(by_name, min_samples)
+    if few:
+        reason = f"too few requests to judge (at least {min_samples} per arm and class): "
+        return verdict.model_copy(update={"reason": reason + ", ".join(few)})
+    exclusions = [e for arm in ArmName for e in _exclusions(by_name, arm, slos, min_samples)]
+    costs = {
+        row.arm: _cost(row, gpu_hour_price, by_name[row.arm].gpus_per_replica)
+        for row in totals
+        if row.arm not in {e.arm for e in exclusions} and row.cost_per_accepted_answer
+    }
+    outcome, recommendation, reason = _recommend(costs, {e.arm for e in exclusions})
+    return verdict.model_copy(
+        update={
+            "outcome": outcome,
+            "recommendation": recommendation,
+            "reason": reason,
+            "exclusions": exclusions,
+        }
+    )
+
+
+def _by_name(
+    arms: Sequence[ArmMeasurement], slos: Mapping[str, ClassSlo]
+) -> dict[ArmName, ArmMeasurement]:
+    by_name = {ArmName(a.arm): a for a in arms}
+    missing = [str(name) for name in ArmName if name not in by_name]
+    if missing or len(arms) != len(ArmName):
+        raise ValueError(f"arms: need each of the four arms once, missing {missing or 'none'}")
+    for arm in by_name.values():
+        absent = [c for c in slos if c not in arm.classes]
+        if absent:
+            raise ValueError(f"arms.{arm.arm}.classes: no measurement of {', '.join(absent)}")
+    return by_name
+
+
+def _overall_share(arm: ArmMeasurement, shares: Mapping[str, float]) -> float:
+    """Accepted share over every request of the sample: classes weighted by their requests."""
+    requests = {c: arm.classes[c].requests for c in shares}
+    total = sum(requests.values())
+    return sum(shares[c] * requests[c] for c in shares) / total if total else 0.0
+
+
+def _row(
+    arm: ArmMeasurement, classes: list[ClassMeasurement], share: float, gpu_hour_price: float
+) -> ArmRow:
+    requests = sum(m.requests for m in classes)
+    drafting = [(m.acceptance_rate, m.requests) for m in classes if m.acceptance_rate is not None]
+    one = classes[0] if len(classes) == 1 else None
+    return ArmRow(
+        arm=arm.arm,
+        requests=requests,
+        ttft=one.ttft if one else None,
+        tpot=one.tpot if one else None,
+        acceptance_rate=_mean(drafting),
+        tool_call_validity=_ratio(classes, "tool_calls_valid", "tool_calls_judged"),
+        structured_output_validity=_ratio(classes, "structured_valid", "structured_judged"),
+        truncation_rate=_ratio(classes, "truncated", "requests", minus="errors"),
+        error_rate=_ratio(classes, "errors", "requests"),
+        greedy_agreement=_ratio(classes, "greedy_agreed", "greedy_compared"),
+        throughput_at_slo=arm.throughput_at_slo,
+        accepted_share=share,
+        cost_per_accepted_answer=cost_per_accepted_answer(
+            gpu_hour_price, arm.gpus_per_replica, arm.throughput_at_slo, share
+        ),
+    )
+
+
+def _ratio(
+    classes: list[ClassMeasurement], part: str, whole: str, minus: str | None = None
+) -> float | None:
+    """Pooled over the classes: sums of counts, not a mean of ratios."""
+    total = sum(getattr(m, whole) - (getattr(m, minus) if minus else 0) for m in classes)
+    return sum(getattr(m, part) for m in classes) / total if total else None
+
+
+def _mean(values: list[tuple[float, int]]) -> float | None:
+    weight = sum(w for _, w in values)
+    return sum(v * w for v, w in values) / weight if weight else None
+
+
+def _too_few(by_name: Mapping[ArmName, ArmMeasurement], min_samples: int) -> list[str]:
+    return [
+        f"{arm.arm}/{c} n={m.requests}"
+        for arm in by_name.values()
+        for c, m in arm.classes.items()
+        if m.requests < min_samples
+    ]
+
+
+def _exclusions(
+    by_name: Mapping[ArmName, ArmMeasurement],
+    name: ArmName,
+    slos: Mapping[str, ClassSlo],
+    min_samples: int,
+) -> list[Exclusion]:
+    arm, baseline = by_name[name], by_name[ArmName.BASELINE]
+    found = []
+    for c, slo in slos.items():
+        measured = arm.classes[c]
+        found += _latency(name, c, measured, slo)
+        if name != ArmName.BASELINE:
+            control = baseline.classes[c]
+            # band 0: an experiment has no hysteresis, and decisiveness means nothing here
+            sides = Sides(c, measured.window(), control.window(), slo, min_samples)
+            found += [_excluded(name, b) for b in quality_breaches(sides, 0.0)]
+            found += _agreement(name, c, measured, min_samples)
+    if not arm.throughput_at_slo:
+        found.append(
+            Exclusion(
+                arm=name,
+                class_name=OVERALL,
+                signal="throughputAtSlo",
+                value=0.0,
+                limit=0.0,
+                samples=0.0,
+            )
+        )
+    return found
+
+
+def _latency(arm: ArmName, name: str, m: ClassMeasurement, slo: ClassSlo) -> list[Exclusion]:
+    checks = [
+        ("p95TtftSeconds", m.ttft.p95_seconds, slo.max_p95_ttft_seconds),
+        ("p95TpotSeconds", m.tpot.p95_seconds, slo.max_p95_tpot_seconds),
+    ]
+    return [
+        Exclusion(
+            arm=arm, class_name=name, signal=signal, value=value, limit=limit, samples=m.requests
+        )
+        for signal, value, limit in checks
+        if limit is not None and value > limit
+    ]
+
+
+def _excluded(arm: ArmName, breach: Breach) -> Exclusion:
+    return Exclusion(
+        arm=arm,
+        class_name=breach.klass,
+        signal=breach.signal,
+        value=breach.canary,
+        limit=breach.limit,
+        baseline=breach.control,
+        samples=breach.canary_samples,
+        baseline_samples=breach.control_samples,
+    )
+
+
+def _agreement(arm: ArmName, name: str, m: ClassMeasurement, min_samples: int) -> list[Exclusion]:
+    """Confidently under the floor: the 95% upper bound of exact matches below it."""
+    if m.greedy_compared < min_samples:
+        return []
+    _, upper = wilson_interval(m.greedy_agreed, m.greedy_compared)
+    if upper >= AGREEMENT_FLOOR:
+        return []
+    value = m.greedy_agreed / m.greedy_compared
+    return [
+        Exclusion(
+            arm=arm,
+            class_name=name,
+            signal="greedyAgreement",
+            value=value,
+            limit=AGREEMENT_FLOOR,
+            baseline=1.0,
+            samples=m.greedy_compared,
+        )
+    ]
+
+
+def _cost(row: ArmRow, gpu_hour_price: float, gpus: int) -> _Cost:
+    """The interval treats accepted answers as binomial over the arm's requests."""
+    low_share, high_share = wilson_interval(row.accepted_share * row.requests, row.requests)
+    price = [
+        cost_per_accepted_answer(gpu_hour_price, gpus, row.throughput_at_slo, share)
+        for share in (high_share, low_share)
+    ]
+    return _Cost(
+        point=row.cost_per_accepted_answer or float("inf"),
+        low=price[0] or float("inf"),
+        high=price[1] or float("inf"),
+    )
+
+
+def _recommend(
+    costs: Mapping[ArmName, _Cost], excluded: set[ArmName]
+) -> tuple[Outcome, ArmName | None, str]:
+    out = f" (excluded: {', '.join(sorted(excluded))})" if excluded else ""
+    if not costs:
+        return Outcome.NO_ARM, None, "no arm meets every class's SLOs and the baseline's quality"
+    cheapest = min(costs, key=lambda arm: costs[arm].point)
+    if cheapest == ArmName.BOTH:
+        rivals = [arm for arm in SINGLES if arm in costs]
+        unbeaten = [
+            arm for arm in rivals if not _confidently_cheaper(costs[ArmName.BOTH], costs[arm])
+        ]
+        if not unbeaten:
+            return Outcome.RECOMMENDED, cheapest, _cheapest_words(cheapest, costs) + out
+        rest: dict[ArmName, _Cost] = {
+            arm: cost for arm, cost in costs.items() if arm != ArmName.BOTH
+        }
+        fallback = min(rest, key=lambda arm: rest[arm].point)
+        why = (
+            f"; both is cheaper ({_money(costs[ArmName.BOTH])}) but not confidently cheaper "
+            f"than {', '.join(unbeaten)} ({', '.join(_money(costs[a]) for a in unbeaten)})"
+        )
+        return Outcome.RECOMMENDED, fallback, _cheapest_words(fallback, rest) + why + out
+    return Outcome.RECOMMENDED, cheapest, _cheapest_words(cheapest, costs) + out
+
+
+def _confidently_cheaper(cost: _Cost, rival: _Cost) -> bool:
+    return cost.high < rival.low * (1.0 - BOTH_MARGIN)
+
+
+def _cheapest_words(arm: ArmName, costs: Mapping[ArmName, _Cost]) -> str:
+    among = ", ".join(costs)
+    return f"{arm}: {_money(costs[arm])} per {PER} accepted answers, the cheapest of {among}"
+
+
+def _money(cost: _Cost) -> str:
+    return f"{cost.point * PER:.3f} (95% {cost.low * PER:.3f}-{cost.high * PER:.3f})"

@@ -1,0 +1,134 @@
+"""`specfleet experiment`: the simulated four arms of the example, the report, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from PIL import Image
+
+from specfleet.cli import main
+from specfleet.experiment.cli import verdict_json
+from specfleet.experiment.report import markdown
+from specfleet.experiment.simulation import load_experiment, overlay, run
+from specfleet.experiment.verdict import ArmName, ExperimentVerdict, Outcome
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples/experiments"
+SPECMODEL = EXAMPLE / "four-arms.specmodel.yaml"
+SCENARIO = EXAMPLE / "four-arms.yaml"
+
+
+@pytest.fixture(scope="module")
+def verdict() -> ExperimentVerdict:
+    return run(load_experiment(SPECMODEL, SCENARIO))
+
+
+def test_the_example_excludes_broken_tool_calls_and_recommends_speculation(
+    verdict: ExperimentVerdict,
+) -> None:
+    assert (verdict.outcome, verdict.recommendation) == (Outcome.RECOMMENDED, "speculative")
+    tools = {(e.arm, e.signal) for e in verdict.exclusions if e.class_name == "tools"}
+    assert tools == {("quantized", "toolCallValidity"), ("both", "toolCallValidity")}
+    rows = {row.arm: row for row in verdict.overall}
+    assert rows["quantized"].tool_call_validity == pytest.approx(0.80, abs=0.02)
+    assert rows["baseline"].tool_call_validity == pytest.approx(0.99, abs=0.01)
+    # every arm served the very same requests
+    assert len({row.requests for row in verdict.overall}) == 1
+    # the baseline decodes without drafting and speculation makes decoding faster
+    code = {row.arm: row for row in verdict.classes[0].rows}
+    assert code["baseline"].acceptance_rate is None and code["speculative"].acceptance_rate
+    assert code["speculative"].tpot.p95_seconds < code["baseline"].tpot.p95_seconds  # type: ignore[union-attr]
+
+
+def test_committed_example_outputs_are_current(verdict: ExperimentVerdict) -> None:
+    """Regenerate with the command at the top of examples/experiments/four-arms.yaml."""
+    assert (EXAMPLE / "four-arms/verdict.json").read_text() == verdict_json(verdict)
+    assert (EXAMPLE / "four-arms/report.md").read_text() == markdown(verdict)
+
+
+def test_the_arms_are_overlays_of_the_spec() -> None:
+    document = yaml.safe_load(SPECMODEL.read_text())
+    assert "quantization" in overlay(document, ArmName.QUANTIZED)["spec"]
+    assert "speculative" not in overlay(document, ArmName.QUANTIZED)["spec"]
+    assert "quantization" not in overlay(document, ArmName.SPECULATIVE)["spec"]
+    assert {"quantization", "speculative"} & set(
+        overlay(document, ArmName.BASELINE)["spec"]
+    ) == set()
+    assert overlay(document, ArmName.BOTH) == document
+
+
+def test_the_report_reads_like_a_design_review(verdict: ExperimentVerdict) -> None:
+    text = markdown(verdict)
+    assert "**recommended: speculative.**" in text
+    assert "## Overall" in text and "## Class `tools`" in text
+    overall = text.split("## Overall")[1].split("## Class")[0]
+    rows = [line.split("|")[1].strip() for line in overall.splitlines() if line.startswith("| ")]
+    assert rows == ["arm", "---", "baseline", "quantized", "speculative", "both"]
+    assert "- quantized: tools toolCallValidity 0.8" in text
+
+
+def test_report_command_writes_the_table_and_the_plot(
+    verdict: ExperimentVerdict, tmp_path: Path
+) -> None:
+    path = tmp_path / "verdict.json"
+    path.write_text(verdict_json(verdict))
+    result = CliRunner().invoke(
+        main, ["experiment", "report", "--verdict", str(path), "--out", str(tmp_path / "out")]
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out/report.md").read_text() == markdown(verdict)
+    assert Image.open(tmp_path / "out/report.png").size[0] > 500
+
+
+def test_report_command_names_the_file_and_field_of_bad_input(
+    verdict: ExperimentVerdict, tmp_path: Path
+) -> None:
+    data = json.loads(verdict_json(verdict))
+    data["overall"][1]["costPerAcceptedAnswer"] = "cheap"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    result = CliRunner().invoke(
+        main, ["experiment", "report", "--verdict", str(path), "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert str(path) in result.output and "overall.1.costPerAcceptedAnswer" in result.output
+    path.write_text("{not json")
+    result = CliRunner().invoke(
+        main, ["experiment", "report", "--verdict", str(path), "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 2 and str(path) in result.output
+
+
+def test_simulate_command_refuses_a_scenario_without_arms_and_a_spec_without_speculation(
+    tmp_path: Path,
+) -> None:
+    scenario = yaml.safe_load(SCENARIO.read_text())
+    scenario["arms"]["quantized"]["tpot_factor"] = 0
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    args = ["experiment", "simulate", "--specmodel", str(SPECMODEL), "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, [*args, "--scenario", str(path)])
+    assert result.exit_code == 2
+    assert str(path) in result.output and "arms.quantized.tpot_factor" in result.output
+    document = yaml.safe_load(SPECMODEL.read_text())
+    del document["spec"]["speculative"]
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(document))
+    result = CliRunner().invoke(
+        main,
+        [
+            "experiment",
+            "simulate",
+            "--specmodel",
+            str(plain),
+            "--scenario",
+            str(SCENARIO),
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 2 and "spec.speculative" in result.output
