@@ -50,7 +50,7 @@ class MirrorArm(ApiModel):
     url: str = Field(
         max_length=253,
         description="Base URL of the arm's own gateway Service: `http://` and a loopback "
-        "address or a Service name (`<service>.<namespace>.svc[.<cluster domain>]`), a port, "
+        "address or a Service name (`<service>.<namespace>.svc[.cluster.local]`), a port, "
         "no path.",
     )
 
@@ -64,20 +64,23 @@ class MirrorArm(ApiModel):
             raise ValueError("must have no path, query or fragment")
         if not _cluster_host(parts.hostname or ""):
             raise ValueError(
-                "host must be loopback or a Service name (<service>.<namespace>.svc[.<domain>])"
+                "host must be loopback or a Service name (<service>.<namespace>.svc, "
+                "optionally .cluster.local)"
             )
         return url.rstrip("/")
 
 
 def _cluster_host(host: str) -> bool:
     """Loopback, or a Service's DNS name. No other address: one could be the cloud's metadata
-    endpoint or a host outside the cluster."""
+    endpoint or a host outside the cluster. The cluster's DNS resolves `<service>.<namespace>.svc`
+    whatever its domain, so another domain need not be allowed."""
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         pass
     labels = host.lower().split(".")
-    return host == "localhost" or (len(labels) >= 3 and labels[2] == "svc" and all(labels))
+    service = len(labels) in (3, 5) and labels[2:] in (["svc"], ["svc", "cluster", "local"])
+    return host == "localhost" or (service and all(labels[:2]))
 
 
 class Mirror(ApiModel):
