@@ -237,6 +237,7 @@ async def test_a_full_queue_drops_and_counts() -> None:
         await eventually(lambda: len(stalled.seen) == 2)
         assert dropped(gw, "queue_full") == 10 - 2 - 3
         assert sent(gw, "baseline") == 2
+    assert dropped(gw, "stopped") == 2 + 3  # in flight and queued when the gateway stopped
 
 
 async def test_a_mirrored_request_is_never_mirrored_again() -> None:

@@ -152,6 +152,7 @@ class Mirroring:
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        self._drop_queued()
         if self._session is not None:
             await self._session.close()
             self._session = None
