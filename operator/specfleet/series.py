@@ -22,6 +22,12 @@ STRUCTURED_OUTPUTS = "specfleet_structured_outputs"
 QUALITY_UNJUDGED = "specfleet_quality_unjudged"
 FINISH_REASONS = "specfleet_finish_reasons"
 GATEWAY_ERRORS = "specfleet_gateway_errors"
+MIRROR_SENT = "specfleet_mirror_sent"
+MIRROR_DROPPED = "specfleet_mirror_dropped"
+MIRROR_ERRORS = "specfleet_mirror_errors"
+MIRROR_COMPARED = "specfleet_mirror_compared"
+MIRROR_EXACT_MATCHES = "specfleet_mirror_exact_matches"
+MIRROR_AGREEMENT = "specfleet_mirror_agreement"
 
 # Labels the gateway sets.
 CLASS = "class"
@@ -30,6 +36,7 @@ VALID = "valid"
 KIND = "kind"
 REASON = "reason"
 STAGE = "stage"
+ARM = "arm"
 
 # Labels the scrape adds.
 NAMESPACE = "namespace"

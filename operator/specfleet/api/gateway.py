@@ -6,13 +6,21 @@ file changes, so editing classes never restarts GPU pods.
 
 from __future__ import annotations
 
-from pydantic import Field
+import ipaddress
+from typing import Self
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator, model_validator
 
 from specfleet.api.base import ApiModel
 from specfleet.api.model import SpecModel
 from specfleet.api.spec import Engine, PromptClass, SpeculativeSpec
 
 CLASS_HEADER = "x-specfleet-class"
+MIRRORED_HEADER = "x-specfleet-mirrored"
+"""Marks a request the gateway mirrored (its value: the experiment): never mirrored again, so an
+arm pointed back at a mirroring gateway cannot loop."""
+ARM_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
 class Drafting(ApiModel):
@@ -37,6 +45,87 @@ class Drafting(ApiModel):
     )
 
 
+class MirrorArm(ApiModel):
+    name: str = Field(max_length=63, pattern=ARM_NAME, description="The arm, as metrics name it.")
+    url: str = Field(
+        max_length=253,
+        description="Base URL of the arm's own gateway Service: `http://` and a loopback "
+        "address or a Service name (`<service>.<namespace>.svc[.cluster.local]`), a port, "
+        "no path.",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _cluster_url(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or parts.username or parts.password:
+            raise ValueError("must be http://HOST[:PORT], without credentials")
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError("must have no path, query or fragment")
+        if not _cluster_host(parts.hostname or ""):
+            raise ValueError(
+                "host must be loopback or a Service name (<service>.<namespace>.svc, "
+                "optionally .cluster.local)"
+            )
+        return url.rstrip("/")
+
+
+def _cluster_host(host: str) -> bool:
+    """Loopback, or a Service's DNS name. No other address: one could be the cloud's metadata
+    endpoint or a host outside the cluster. The cluster's DNS resolves `<service>.<namespace>.svc`
+    whatever its domain, so another domain need not be allowed."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    labels = host.lower().split(".")
+    service = len(labels) in (3, 5) and labels[2:] in (["svc"], ["svc", "cluster", "local"])
+    return host == "localhost" or (service and all(labels[:2]))
+
+
+class Mirror(ApiModel):
+    """Mirroring a sample of the traffic to an experiment's arms (issue 18). The gateway
+    connects only to the arms named here: nothing in a client's request chooses a target."""
+
+    experiment: str = Field(min_length=1, max_length=253, description="For logs.")
+    arms: list[MirrorArm] = Field(min_length=1, max_length=8)
+    baseline: str = Field(description="The arm whose greedy outputs the others are compared to.")
+    sample: dict[str, float] = Field(
+        min_length=1,
+        description="Share of each class's requests to mirror, in (0, 1]; a class not listed "
+        "is not mirrored.",
+    )
+    queue_bound: int = Field(
+        default=256, ge=1, le=100_000, description="Requests waiting; then new ones are dropped."
+    )
+    concurrency: int = Field(
+        default=16, ge=1, le=1024, description="Requests in flight to the arms at once."
+    )
+    timeout_seconds: float = Field(
+        default=120.0, gt=0, le=3600, description="Longest an arm may take to answer."
+    )
+    max_request_bytes: int = Field(
+        default=256 * 1024, ge=1, description="Larger requests are not mirrored (counted)."
+    )
+
+    @field_validator("sample")
+    @classmethod
+    def _shares(cls, sample: dict[str, float]) -> dict[str, float]:
+        outside = [name for name, share in sample.items() if not 0 < share <= 1]
+        if outside:
+            raise ValueError(f"shares must be in (0, 1]: {', '.join(outside)}")
+        return sample
+
+    @model_validator(mode="after")
+    def _arms(self) -> Self:
+        names = [arm.name for arm in self.arms]
+        if len(set(names)) != len(names):
+            raise ValueError("arm names must be unique")
+        if self.baseline not in names:
+            raise ValueError(f"baseline {self.baseline!r} is not one of the arms {names}")
+        return self
+
+
 class GatewayConfig(ApiModel):
     specmodel: str = Field(description="SpecModel name, for logs.")
     engine: Engine = Field(description="Which engine's response format to read.")
@@ -54,6 +143,17 @@ class GatewayConfig(ApiModel):
     drafting: Drafting | None = Field(
         default=None, description="TensorRT-LLM: how the running speculation drafts."
     )
+    mirror: Mirror | None = Field(
+        default=None, description="An experiment's arms to mirror a sample of requests to."
+    )
+
+    @model_validator(mode="after")
+    def _mirrored_classes(self) -> Self:
+        known = {c.name for c in self.classes}
+        unknown = sorted(set(self.mirror.sample) - known) if self.mirror else []
+        if unknown:
+            raise ValueError(f"mirror.sample names classes that do not exist: {unknown}")
+        return self
 
     @classmethod
     def from_specmodel(

@@ -33,6 +33,7 @@ class Exchange:
     body: dict[str, Any] | None
     record: RequestRecord
     started: float
+    body_bytes: int = 0
     k: int | None = None
     drafting: Drafting | None = None
     batch: BatchSpan | None = None

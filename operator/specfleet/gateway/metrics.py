@@ -18,7 +18,9 @@ from specfleet.gateway.schemas import REASONS
 from specfleet.gateway.stats import SpecCounts
 
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter", "abort", "other")
-ERROR_STAGES = ("request", "response", "stream", "metrics", "config")
+ERROR_STAGES = ("request", "response", "stream", "metrics", "config", "mirror")
+MIRROR_DROP_REASONS = ("queue_full", "too_large", "stopped")
+MIRROR_ERROR_REASONS = ("timeout", "unreachable", "status", "unreadable")
 
 # Time to first token: 10 ms (short prompt, idle engine) to 60 s (long prefill under load).
 TTFT_BUCKETS = (
@@ -110,6 +112,7 @@ class GatewayMetrics:
         for stage in ERROR_STAGES:
             self.errors.labels(stage)
         self._series: dict[str, _ClassSeries] = {}
+        self.mirror = MirrorMetrics(r)
 
     def ensure_classes(self, names: Iterable[str]) -> None:
         for name in names:
@@ -127,6 +130,50 @@ class GatewayMetrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class MirrorMetrics:
+    """What mirroring to an experiment's arms did, per arm and class (`gateway.mirror`)."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        arm_class = [series.ARM, series.CLASS]
+        self.sent = Counter(
+            series.MIRROR_SENT, "Sampled requests sent to an arm.", arm_class, registry=r
+        )
+        self.dropped = Counter(
+            series.MIRROR_DROPPED, "Sampled requests not mirrored, by why: the queue was full "
+            "(arms slow or down), the request was too large, or mirroring stopped or shrank.",
+            [series.REASON], registry=r,
+        )  # fmt: skip
+        self.errors = Counter(
+            series.MIRROR_ERRORS, "Mirrored requests an arm did not answer with a readable "
+            "2xx, by why.", [series.ARM, series.REASON], registry=r,
+        )  # fmt: skip
+        self.compared = Counter(
+            series.MIRROR_COMPARED, "Greedy requests (temperature 0) whose output of an arm "
+            "was compared with the baseline arm's.", arm_class, registry=r,
+        )  # fmt: skip
+        self.exact_matches = Counter(
+            series.MIRROR_EXACT_MATCHES, "Compared outputs identical to the baseline's (texts "
+            "and tool calls).", arm_class, registry=r,
+        )  # fmt: skip
+        self.agreement = Counter(
+            series.MIRROR_AGREEMENT, "Sum of the compared outputs' word-prefix agreement with "
+            "the baseline's (leading words in common over the longer output's words); over "
+            "compared: the mean.", arm_class, registry=r,
+        )  # fmt: skip
+        for reason in MIRROR_DROP_REASONS:
+            self.dropped.labels(reason)
+
+    def ensure(self, arms: Iterable[str], classes: Iterable[str]) -> None:
+        """Every series of these arms and classes, at zero."""
+        names = list(classes)
+        for arm in arms:
+            for reason in MIRROR_ERROR_REASONS:
+                self.errors.labels(arm, reason)
+            for name in names:
+                for counter in (self.sent, self.compared, self.exact_matches, self.agreement):
+                    counter.labels(arm, name)
 
 
 class _ClassSeries:

@@ -24,6 +24,7 @@ from specfleet.gateway.batch import InFlight
 from specfleet.gateway.classify import Classifier, RequestView
 from specfleet.gateway.exchange import Exchange, StreamReader, account
 from specfleet.gateway.metrics import GatewayMetrics, RequestRecord
+from specfleet.gateway.mirror import Mirroring
 from specfleet.gateway.sse import SseSplitter
 from specfleet.gateway.stats import summarize_body
 from specfleet.gateway.wire import (
@@ -89,10 +90,12 @@ class Proxy:
         metrics.ensure_classes(self.routing.classifier.names)
         self._session: aiohttp.ClientSession | None = None
         self.in_flight = InFlight()
+        self.mirroring = Mirroring(config, metrics)
 
     def apply(self, config: GatewayConfig) -> None:
         self.metrics.ensure_classes(c.name for c in config.classes)
         self.routing = Routing(config, Classifier(config))
+        self.mirroring.apply(config)
 
     async def open(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -113,8 +116,10 @@ class Proxy:
             cookie_jar=aiohttp.DummyCookieJar(),  # a proxy keeps no client's cookies
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
         )
+        await self.mirroring.open()
 
     async def close(self) -> None:
+        await self.mirroring.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -219,6 +224,7 @@ class Proxy:
             # back waits for it.
             record.class_name = self._classify(routing, request, exchange.body)
             self._record(record)
+            self.mirroring.offer(request, exchange.body, exchange.body_bytes, record.class_name)
         self._cut(request)
         return exchange.response or web.Response(status=499)
 
@@ -229,6 +235,7 @@ class Proxy:
         if raw is None:
             record.outcome = "client_error"
             return too_large(limit)
+        exchange.body_bytes = len(raw)
         try:
             body = exchange.body = parse_request(raw)
         except BadRequest as exc:
