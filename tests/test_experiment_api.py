@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import ROOT, merge
+from conftest import ROOT, experiment_doc
 from specfleet.api.crd import SPECEXPERIMENT, crd
 from specfleet.api.experiment import ArmOverlay, SpecExperimentSpec
 from specfleet.api.validation import InvalidSpecExperiment, parse_specexperiment
@@ -16,16 +16,6 @@ from specfleet.experiment.arms import arms_of, overlay_spec
 from specfleet.experiment.verdict import ArmName
 
 EXAMPLE = ROOT / "examples/experiments/specexperiment.yaml"
-
-
-def experiment_doc(**spec: Any) -> dict[str, Any]:
-    base = {
-        "apiVersion": "specfleet.dev/v1alpha1",
-        "kind": "SpecExperiment",
-        "metadata": {"name": "x", "namespace": "ns", "uid": "uid-x", "generation": 1},
-        "spec": {"specModelRef": {"name": "m"}, "minRequestsPerClass": 100, "gpuHourPrice": 4.0},
-    }
-    return merge(base, {"spec": spec})
 
 
 def errors(document: dict[str, Any]) -> list[str]:
@@ -75,10 +65,10 @@ def test_invalid_experiments_name_the_field_and_fix(
     assert any(e.startswith(f"{field}:") and fix in e for e in found), found
 
 
-def test_names_past_51_characters_are_refused_for_the_arm_names() -> None:
+def test_names_past_40_characters_are_refused_for_the_arm_names() -> None:
     document = experiment_doc()
-    document["metadata"]["name"] = "x" * 52
-    assert errors(document) == ["metadata.name: at most 51 characters; shorten it"]
+    document["metadata"]["name"] = "x" * 41
+    assert errors(document) == ["metadata.name: at most 40 characters; shorten it"]
     document["metadata"]["name"] = "Llama.arms"
     assert "DNS-1035" in errors(document)[0]
 

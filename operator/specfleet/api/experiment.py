@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field
 
-from specfleet.api.base import API_VERSION, ApiModel, cel
+from specfleet.api.base import API_VERSION, MAX_NAME_LENGTH, ApiModel, cel
 from specfleet.api.model import ObjectMeta
 from specfleet.api.status import Condition
 from specfleet.experiment.verdict import ArmName, ExperimentVerdict
@@ -17,8 +17,8 @@ from specfleet.experiment.verdict import ArmName, ExperimentVerdict
 EXPERIMENT_KIND = "SpecExperiment"
 EXPERIMENT_PLURAL = "specexperiments"
 LONGEST_ARM = max(len(arm) for arm in ArmName)
-MAX_EXPERIMENT_NAME_LENGTH = 63 - len("-") - LONGEST_ARM
-"""An arm's Deployment and Service are `<experiment>-<arm>`: a DNS-1035 label (63 characters)."""
+MAX_EXPERIMENT_NAME_LENGTH = MAX_NAME_LENGTH - len("-") - LONGEST_ARM
+"""Each arm is rendered as the SpecModel `<experiment>-<arm>`, held to a SpecModel's name."""
 DEFAULT_SHARE = 0.05
 
 
