@@ -130,7 +130,7 @@ def test_golden(name: str, spec: dict[str, Any], plan: ServingPlan) -> None:
     check_golden(name, dump_all(render(parse_specmodel(doc), plan)))
 
 
-EXPERIMENT = "experiment-four-arms"
+EXPERIMENT = "vllm-experiment-four-arms"
 """The four arms of a SpecModel serving a pre-quantized AWQ checkpoint with EAGLE-3."""
 
 
