@@ -38,9 +38,10 @@ e2e: setup helm-bin real-engine
 
 test: lint typecheck unit e2e ## the test command (.ci/run calls it)
 
-crd: setup ## regenerate the CRD, the chart's copy and the field reference from the models
+crd: setup ## regenerate the CRDs, the chart's copies and the field reference from the models
 	$(VENV)/bin/specfleet crd > crds/specmodel.yaml
-	cp crds/specmodel.yaml charts/specfleet/crds/specmodel.yaml
+	$(VENV)/bin/specfleet crd --kind specexperiment > crds/specexperiment.yaml
+	cp crds/specmodel.yaml crds/specexperiment.yaml charts/specfleet/crds/
 	$(VENV)/bin/specfleet reference > docs/specmodel-reference.md
 
 golden: setup ## rewrite golden files after a reviewed renderer change

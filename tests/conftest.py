@@ -35,6 +35,17 @@ def specmodel_doc(**spec: Any) -> dict[str, Any]:
     return merge(base, {"spec": spec})
 
 
+def experiment_doc(**spec: Any) -> dict[str, Any]:
+    """A minimal valid SpecExperiment document of SpecModel `m`, with `spec` merged over it."""
+    base = {
+        "apiVersion": "specfleet.dev/v1alpha1",
+        "kind": "SpecExperiment",
+        "metadata": {"name": "x", "namespace": "ns", "uid": "uid-x", "generation": 1},
+        "spec": {"specModelRef": {"name": "m"}, "minRequestsPerClass": 100, "gpuHourPrice": 4.0},
+    }
+    return merge(base, {"spec": spec})
+
+
 @pytest.fixture
 def doc() -> dict[str, Any]:
     return specmodel_doc()

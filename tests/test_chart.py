@@ -107,6 +107,13 @@ def test_namespaced_roles_restrict_secrets_alike() -> None:
         assert (rule["verbs"], rule["resourceNames"]) == (["get"], ["specfleet-alerts"])
 
 
+def test_operator_reads_specexperiments_and_writes_only_their_status() -> None:
+    [_, operator] = kinds(template())["ClusterRole"]
+    verbs = {r: rule["verbs"] for rule in operator["rules"] for r in rule["resources"]}
+    assert verbs["specexperiments"] == ["get", "list", "watch"]
+    assert verbs["specexperiments/status"] == ["get", "patch"]
+
+
 def test_operator_may_manage_the_monitors_it_renders() -> None:
     [_, operator] = kinds(template())["ClusterRole"]
     [rule] = [r for r in operator["rules"] if r["apiGroups"] == ["monitoring.coreos.com"]]

@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from conftest import EXAMPLES, specmodel_doc
-from specfleet.api.crd import crd_yaml
+from specfleet.api.crd import SPECEXPERIMENT, crd_yaml
 from specfleet.cli import main
 
 
@@ -21,6 +21,8 @@ def run(*args: str) -> tuple[int, str, str]:
 def test_crd_prints_the_generated_crd() -> None:
     code, out, _ = run("crd")
     assert code == 0 and out == crd_yaml()
+    code, out, _ = run("crd", "--kind", "specexperiment")
+    assert code == 0 and out == crd_yaml(SPECEXPERIMENT)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, specmodel_doc
+from conftest import ROOT, experiment_doc, specmodel_doc
 from specfleet.api import parse_specmodel
+from specfleet.api.validation import parse_specexperiment
+from specfleet.experiment.workloads import render_arms
 from specfleet.render import ServingPlan, render
 from specfleet.render.plan import RolloutCanary
 from specfleet.yamlio import dump_all
@@ -125,7 +127,25 @@ TRTLLM_DRAFTING: dict[str, dict[str, Any]] = {
 def test_golden(name: str, spec: dict[str, Any], plan: ServingPlan) -> None:
     doc = specmodel_doc(**spec)
     doc["metadata"]["name"] = "golden"
-    rendered = dump_all(render(parse_specmodel(doc), plan))
+    check_golden(name, dump_all(render(parse_specmodel(doc), plan)))
+
+
+EXPERIMENT = "vllm-experiment-four-arms"
+"""The four arms of a SpecModel serving a pre-quantized AWQ checkpoint with EAGLE-3."""
+
+
+def test_golden_experiment() -> None:
+    doc = specmodel_doc(
+        model={"source": "org/model-awq"},
+        quantization={"weights": "awq"},
+        speculative=METHODS["eagle3"],
+    )
+    doc["metadata"]["name"] = "golden"
+    experiment = parse_specexperiment(experiment_doc(unquantizedSource="org/model"))
+    check_golden(EXPERIMENT, dump_all(render_arms(parse_specmodel(doc), experiment)))
+
+
+def check_golden(name: str, rendered: str) -> None:
     path = GOLDEN / f"{name}.yaml"
     if UPDATE:
         GOLDEN.mkdir(exist_ok=True)
@@ -135,5 +155,5 @@ def test_golden(name: str, spec: dict[str, Any], plan: ServingPlan) -> None:
 
 
 def test_no_stale_golden_files() -> None:
-    expected = {f"{c[0]}.yaml" for c in cases()}
+    expected = {f"{c[0]}.yaml" for c in cases()} | {f"{EXPERIMENT}.yaml"}
     assert {p.name for p in GOLDEN.glob("*.yaml")} == expected

@@ -9,7 +9,7 @@ from typing import NoReturn
 import click
 
 from specfleet.api import InvalidSpecModel, parse_specmodel
-from specfleet.api.crd import crd_yaml
+from specfleet.api.crd import RESOURCES, crd_yaml
 from specfleet.api.manifests import load_manifests
 from specfleet.api.reference import markdown
 from specfleet.experiment.cli import experiment
@@ -29,9 +29,12 @@ def main() -> None:
 
 
 @main.command()
-def crd() -> None:
-    """Print the SpecModel CRD generated from the API models."""
-    click.echo(crd_yaml(), nl=False)
+@click.option(
+    "--kind", type=click.Choice(sorted(RESOURCES)), default="specmodel", show_default=True
+)
+def crd(kind: str) -> None:
+    """Print a CRD (SpecModel or SpecExperiment) generated from the API models."""
+    click.echo(crd_yaml(RESOURCES[kind]), nl=False)
 
 
 @main.command()

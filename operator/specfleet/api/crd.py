@@ -1,4 +1,5 @@
-"""Generates the SpecModel CRD from the pydantic models: the single source of truth.
+"""Generates the CRDs (SpecModel, SpecExperiment) from the pydantic models: the single source of
+truth.
 
 Pydantic emits JSON Schema 2020-12; Kubernetes wants a *structural* OpenAPI v3 schema: no
 `$ref`, no `anyOf` for optionals, no `additionalProperties: false`, boolean exclusive bounds,
@@ -7,6 +8,7 @@ and defaults on object fields so the API server fills in what pydantic would.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -21,6 +23,13 @@ from specfleet.api.base import (
     ROLLOUT_SUFFIX,
     VERSION,
     cel,
+)
+from specfleet.api.experiment import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_PLURAL,
+    MAX_EXPERIMENT_NAME_LENGTH,
+    SpecExperimentSpec,
+    SpecExperimentStatus,
 )
 from specfleet.api.spec import SpecModelSpec
 from specfleet.api.status import SpecModelStatus
@@ -40,6 +49,15 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     # -o wide: `kubectl get sm` keeps to 80 columns
     {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.phase", "priority": 1},
     {"name": "Step", "type": "integer", "jsonPath": ".status.rollout.step", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+EXPERIMENT_PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "SpecModel", "type": "string", "jsonPath": ".spec.specModelRef.name"},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Leading arm", "type": "string", "jsonPath": ".status.leadingArm"},
+    {"name": "Progress", "type": "integer", "jsonPath": ".status.progress.percent"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
@@ -141,6 +159,56 @@ NAME_RULES = [
 ]
 """Rules on the name, at the root: the only place a CRD's CEL may read metadata."""
 
+EXPERIMENT_NAME_RULES = [
+    cel(
+        f"self.metadata.name.matches('{DNS_1035_LABEL}')",
+        "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter "
+        "and ending with a letter or digit, because each arm's Service is named "
+        "<experiment>-<arm>; rename it",
+        ".metadata.name",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """What tells one generated CRD from the other."""
+
+    kind: str
+    plural: str
+    short_name: str
+    description: str
+    status: type[BaseModel]
+    printer_columns: list[dict[str, Any]]
+    name_rules: list[Any]
+    max_name_length: int
+
+
+SPECMODEL = Resource(
+    kind=KIND,
+    plural=PLURAL,
+    short_name="sm",
+    description="SpecModel: a model served by vLLM or TensorRT-LLM with speculative "
+    "decoding, guarded per prompt class by specfleet.",
+    status=SpecModelStatus,
+    printer_columns=PRINTER_COLUMNS,
+    name_rules=NAME_RULES,
+    max_name_length=MAX_NAME_LENGTH,
+)
+SPECEXPERIMENT = Resource(
+    kind=EXPERIMENT_KIND,
+    plural=EXPERIMENT_PLURAL,
+    short_name="sx",
+    description="SpecExperiment: a SpecModel's four arms (baseline, quantized, speculative, "
+    "both) on a sample of its live traffic, judged by cost per accepted answer. Never writes "
+    "the SpecModel.",
+    status=SpecExperimentStatus,
+    printer_columns=EXPERIMENT_PRINTER_COLUMNS,
+    name_rules=EXPERIMENT_NAME_RULES,
+    max_name_length=MAX_EXPERIMENT_NAME_LENGTH,
+)
+RESOURCES = {"specmodel": SPECMODEL, "specexperiment": SPECEXPERIMENT}
+
 
 @cache
 def spec_schema() -> Schema:
@@ -151,38 +219,49 @@ def spec_schema() -> Schema:
 
 
 def openapi_schema() -> Schema:
+    return _root_schema(SPECMODEL, spec_schema())
+
+
+def _root_schema(resource: Resource, spec: Schema) -> Schema:
     return {
         "type": "object",
-        "description": "SpecModel: a model served by vLLM or TensorRT-LLM with speculative "
-        "decoding, guarded per prompt class by specfleet.",
+        "description": resource.description,
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             "metadata": {  # the one metadata field a CRD may restrict, besides generateName
                 "type": "object",
-                "properties": {"name": {"type": "string", "maxLength": MAX_NAME_LENGTH}},
+                "properties": {"name": {"type": "string", "maxLength": resource.max_name_length}},
             },
-            "spec": spec_schema(),
-            "status": model_schema(SpecModelStatus),
+            "spec": spec,
+            "status": model_schema(resource.status),
         },
         "required": ["spec"],
-        "x-kubernetes-validations": NAME_RULES,
+        "x-kubernetes-validations": resource.name_rules,
     }
 
 
-def crd() -> dict[str, Any]:
+def experiment_spec_schema() -> Schema:
+    schema = model_schema(SpecExperimentSpec)
+    _object_defaults(SpecExperimentSpec, schema)
+    return schema
+
+
+def crd(resource: Resource | None = None) -> dict[str, Any]:
+    resource = resource or SPECMODEL
+    spec = spec_schema() if resource is SPECMODEL else experiment_spec_schema()
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "metadata": {"name": f"{resource.plural}.{GROUP}"},
         "spec": {
             "group": GROUP,
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": KIND.lower(),
-                "shortNames": ["sm"],
+                "kind": resource.kind,
+                "listKind": f"{resource.kind}List",
+                "plural": resource.plural,
+                "singular": resource.kind.lower(),
+                "shortNames": [resource.short_name],
                 "categories": ["specfleet"],
             },
             "scope": "Namespaced",
@@ -191,15 +270,15 @@ def crd() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "schema": {"openAPIV3Schema": _root_schema(resource, spec)},
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "additionalPrinterColumns": resource.printer_columns,
                 }
             ],
         },
     }
 
 
-def crd_yaml() -> str:
+def crd_yaml(resource: Resource | None = None) -> str:
     header = "# Generated by `specfleet crd` from specfleet.api. Do not edit.\n"
-    return header + dump(crd())
+    return header + dump(crd(resource))

@@ -18,7 +18,8 @@ import celpy
 from celpy.adapter import json_to_cel
 from pydantic import ValidationError
 
-from specfleet.api.crd import NAME_RULES, Schema, spec_schema
+from specfleet.api.crd import RESOURCES, Schema, experiment_spec_schema, spec_schema
+from specfleet.api.experiment import SpecExperiment
 from specfleet.api.model import SpecModel
 
 INT64 = range(-(2**63), 2**63)
@@ -48,11 +49,28 @@ def parse_specmodel(document: dict[str, Any]) -> SpecModel:
     except ValidationError as exc:
         raise InvalidSpecModel([_pydantic_error(e) for e in exc.errors()]) from None
     errors = list(_spec_cel_errors(json.dumps(specmodel.spec.to_wire(), sort_keys=True)))
-    errors += _name_cel_errors(specmodel.metadata.name)
+    errors += _name_cel_errors(specmodel.metadata.name, "specmodel")
     errors += one_model_schedule_errors(specmodel)
     if errors:
         raise InvalidSpecModel(errors)
     return specmodel
+
+
+class InvalidSpecExperiment(InvalidSpecModel):
+    """The SpecExperiment cannot run; every error names its field."""
+
+
+def parse_specexperiment(document: dict[str, Any]) -> SpecExperiment:
+    """A validated SpecExperiment, or InvalidSpecExperiment listing every problem."""
+    try:
+        experiment = SpecExperiment.model_validate(document)
+    except ValidationError as exc:
+        raise InvalidSpecExperiment([_pydantic_error(e) for e in exc.errors()]) from None
+    errors = list(cel_errors(experiment_spec_schema(), experiment.spec.to_wire(), "spec"))
+    errors += _name_cel_errors(experiment.metadata.name, "specexperiment")
+    if errors:
+        raise InvalidSpecExperiment(errors)
+    return experiment
 
 
 def one_model_schedule_errors(specmodel: SpecModel) -> list[FieldError]:
@@ -111,10 +129,14 @@ def _integers_past_int64(value: Any, path: str) -> Iterator[FieldError]:
 
 
 @lru_cache(maxsize=4096)
-def _name_cel_errors(name: str) -> tuple[FieldError, ...]:
-    """The CRD's root rules on the name (its fieldPath `.metadata.name`, from the root)."""
+def _name_cel_errors(name: str, resource: str) -> tuple[FieldError, ...]:
+    """The CRD's root rules on the name (its fieldPath `.metadata.name`, from the root) and its
+    length."""
     named = {"metadata": {"name": name}}
-    rules = {"x-kubernetes-validations": NAME_RULES}
+    rules = {"x-kubernetes-validations": RESOURCES[resource].name_rules}
+    longest = RESOURCES[resource].max_name_length
+    if len(name) > longest:
+        return (FieldError("metadata.name", f"at most {longest} characters; shorten it"),)
     return tuple(FieldError(e.path.lstrip("."), e.message) for e in cel_errors(rules, named, ""))
 
 

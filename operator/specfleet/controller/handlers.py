@@ -1,6 +1,7 @@
 """kopf wiring, thin: watches fill indexes; any event on a SpecModel, one of its children or
 pods puts the SpecModel on the work queue, and workers reconcile it in threads; a periodic
-resync is the level-based safety net.
+resync is the level-based safety net. SpecExperiments alike, on a queue of their own: an event
+on one, on one of its arms' objects or on the SpecModel it names.
 
 No per-object timers or daemons: they would put a kopf finalizer on every SpecModel.
 """
@@ -15,10 +16,12 @@ from typing import Any
 import kopf
 
 from specfleet.api import GROUP, PLURAL, VERSION
+from specfleet.api.experiment import EXPERIMENT_PLURAL
 from specfleet.controller.children import summary
 from specfleet.controller.operator import Index, Key, Operator
 from specfleet.controller.queue import WorkQueue
 from specfleet.render.labels import INSTANCE, MANAGED
+from specfleet.render.workload import EXPERIMENT_LABEL
 
 CHILD_RESOURCES = [
     ("apps", "v1", "deployments"),
@@ -29,6 +32,13 @@ CHILD_RESOURCES = [
     ("monitoring.coreos.com", "v1", "podmonitors"),
 ]
 CHILD_INDEXES = [f"children_{plural}" for _, _, plural in CHILD_RESOURCES]
+LabelFilter = dict[str, Any]
+"""Label values or kopf.PRESENT / kopf.ABSENT."""
+FLEET: LabelFilter = {**MANAGED, EXPERIMENT_LABEL: kopf.ABSENT}
+"""A SpecModel's own objects and pods: not an experiment's arms."""
+ARM_RESOURCES = CHILD_RESOURCES[:3]
+"""An arm renders a Deployment, ConfigMaps and a Service."""
+ARM_INDEXES = [f"arms_{plural}" for _, _, plural in ARM_RESOURCES]
 RECONCILE_WORKERS = 8
 log = logging.getLogger(__name__)
 
@@ -54,34 +64,97 @@ def _by_owner(
     return {_owner(namespace, labels): summary(body)}
 
 
-kopf.index("", "v1", "pods", labels=MANAGED, id="pods")(_by_owner)
+kopf.index("", "v1", "pods", labels=FLEET, id="pods")(_by_owner)
 
 
 def _index_children(group: str, version: str, plural: str) -> None:
-    kopf.index(group, version, plural, labels=MANAGED, id=f"children_{plural}")(_by_owner)
+    kopf.index(group, version, plural, labels=FLEET, id=f"children_{plural}")(_by_owner)
 
     async def child_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
         memo["queue"].add(_owner(namespace, labels))
 
-    kopf.on.event(group, version, plural, labels=MANAGED, id=f"{plural}_event")(child_event)
+    kopf.on.event(group, version, plural, labels=FLEET, id=f"{plural}_event")(child_event)
 
 
 for _group, _version, _plural in CHILD_RESOURCES:
     _index_children(_group, _version, _plural)
 
 
+@kopf.index(GROUP, VERSION, EXPERIMENT_PLURAL)
+def specexperiments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Key, Any]:
+    return {(namespace or "", name): _snapshot(body)}
+
+
+def _experiment(namespace: str | None, labels: kopf.Labels) -> Key:
+    return namespace or "", labels.get(EXPERIMENT_LABEL, "")
+
+
+def _by_experiment(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[Key, Any]:
+    return {_experiment(namespace, labels): summary(body)}
+
+
+def _index_arms(group: str, version: str, plural: str) -> None:
+    arms: LabelFilter = {**MANAGED, EXPERIMENT_LABEL: kopf.PRESENT}
+    kopf.index(group, version, plural, labels=arms, id=f"arms_{plural}")(_by_experiment)
+
+    async def arm_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
+        memo["experiments"].add(_experiment(namespace, labels))
+
+    kopf.on.event(group, version, plural, labels=arms, id=f"arms_{plural}_event")(arm_event)
+
+
+for _group, _version, _plural in ARM_RESOURCES:
+    _index_arms(_group, _version, _plural)
+
+
+@kopf.on.event(GROUP, VERSION, EXPERIMENT_PLURAL)
+async def specexperiment_event(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    memo["experiments"].add((namespace or "", name))
+
+
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def specmodel_event(type: str, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+async def specmodel_event(
+    type: str,
+    namespace: str | None,
+    name: str,
+    memo: Any,
+    specexperiments: Index | None = None,
+    **_: Any,
+) -> None:
     key = (namespace or "", name)
+    for experiment in _experiments_of(key, specexperiments or {}):
+        memo["experiments"].add(experiment)
     if type == "DELETED":
         await asyncio.to_thread(memo["operator"].forget, key)
         return
     memo["queue"].add(key)
 
 
-@kopf.on.event("", "v1", "pods", labels=MANAGED)
+def _experiments_of(specmodel: Key, specexperiments: Index) -> list[Key]:
+    return [
+        key
+        for key, bodies in specexperiments.items()
+        for body in bodies
+        if key[0] == specmodel[0]
+        and body["spec"].get("specModelRef", {}).get("name") == specmodel[1]
+    ]
+
+
+@kopf.on.event("", "v1", "pods", labels=FLEET)
 async def pod_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
     memo["queue"].add(_owner(namespace, labels))
+
+
+def _reconcile_experiment(memo: Any, key: Key, indexes: dict[str, Any]) -> None:
+    operator: Operator = memo["operator"]
+    operator.reconcile_experiment(
+        key,
+        indexes["specexperiments"],
+        indexes["specmodels"],
+        [indexes[name] for name in ARM_INDEXES],
+    )
 
 
 def _reconcile(memo: Any, key: Key, indexes: dict[str, Any]) -> None:
@@ -103,8 +176,10 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup()
 async def start_loops(memo: Any, **indexes: Any) -> None:
     memo["queue"] = WorkQueue()
+    memo["experiments"] = WorkQueue()
     memo["tasks"] = [
         asyncio.create_task(_resync_forever(memo, indexes)),
+        asyncio.create_task(_work_experiments(memo, indexes)),
         asyncio.create_task(_guard_forever(memo, indexes)),
         *(asyncio.create_task(_work(memo, indexes)) for _ in range(RECONCILE_WORKERS)),
     ]
@@ -134,13 +209,27 @@ async def _work(memo: Any, indexes: dict[str, Any]) -> None:
             queue.add_after(key, retry_in)
 
 
+async def _work_experiments(memo: Any, indexes: dict[str, Any]) -> None:
+    """The one SpecExperiment worker: experiments are few and their reconciles short."""
+    queue: WorkQueue = memo["experiments"]
+    while True:
+        key = await queue.get()
+        try:
+            await asyncio.to_thread(_reconcile_experiment, memo, key, indexes)
+        except Exception:  # one broken SpecExperiment must not stop the worker
+            log.exception("reconcile of SpecExperiment %s/%s failed", *key)
+        finally:
+            queue.done(key)
+
+
 async def _resync_forever(memo: Any, indexes: dict[str, Any]) -> None:
-    """The level-based safety net: every SpecModel again, from the watches' current view."""
+    """The level-based safety net: every SpecModel and SpecExperiment again, from the watches'
+    current view."""
     while True:
         await asyncio.sleep(memo["resync_seconds"])
-        specmodel_index: Index = indexes["specmodels"]
-        for key in list(specmodel_index):
-            memo["queue"].add(key)
+        for queue, index in (("queue", "specmodels"), ("experiments", "specexperiments")):
+            for key in list(indexes[index]):
+                memo[queue].add(key)
 
 
 async def _guard_forever(memo: Any, indexes: dict[str, Any]) -> None:

@@ -103,15 +103,16 @@ class Kube:
                 raise
 
     @_retry
-    def apply_status(self, namespace: str, name: str, status: Body) -> None:
+    def apply_status(self, namespace: str, name: str, status: Body, kind: str = KIND) -> None:
+        """The status of a SpecModel, or of another specfleet resource (`kind`)."""
         API_WRITES.labels(namespace, "status").inc()
         body = {
             "apiVersion": API_VERSION,
-            "kind": KIND,
+            "kind": kind,
             "metadata": {"name": name, "namespace": namespace},
             "status": status,
         }
-        resource = self._resource(API_VERSION, KIND)
+        resource = self._resource(API_VERSION, kind)
         try:
             response = resource.status.server_side_apply(
                 body=body,

@@ -21,6 +21,7 @@ from specfleet.alerts.sender import AlertSender
 from specfleet.api import InvalidSpecModel, SpecModel, SpecModelStatus, parse_specmodel
 from specfleet.api.status import RolloutPhase
 from specfleet.controller import children
+from specfleet.controller.experiments import reconcile_experiment
 from specfleet.controller.kube import Kube
 from specfleet.controller.metrics import (
     ACTIVE_REVISION,
@@ -125,6 +126,17 @@ class Operator:
         self._record(key, outcome)
         self._alert(key, body, outcome)
         return outcome
+
+    def reconcile_experiment(
+        self, key: Key, experiments: Index, specmodels: Index, arm_indexes: list[Index]
+    ) -> None:
+        body = next(iter(experiments.get(key, [])), None)
+        if body is None:
+            return
+        ref = body.get("spec", {}).get("specModelRef", {}).get("name", "")
+        specmodel = next(iter(specmodels.get((key[0], ref), [])), None)
+        arms = {children.key(b): b for index in arm_indexes for b in index.get(key, [])}
+        reconcile_experiment(body, specmodel, arms, self.kube, self.settings, self.clock())
 
     def guard_tick(self, specmodels: Index, child_indexes: list[Index], pods: Index) -> None:
         """Evaluates every SpecModel whose guard interval has passed, with one batch of queries."""

@@ -114,9 +114,9 @@ def reconcile(
     except ApiException as exc:
         if _namespace_terminating(exc):  # everything in it is going; nothing to report
             return Outcome(the_step.guarded, 0, 0, None)
-        error = _describe(exc)
+        error = describe(exc)
     except ValueError as exc:
-        error = _describe(exc)
+        error = describe(exc)
     if error is not None:
         log.warning("applying %s failed: %s", name, error)
     status = the_step.status if error is None else the_step.failed(error)
@@ -157,7 +157,7 @@ def _namespace_terminating(exc: ApiException) -> bool:
     )
 
 
-def _describe(exc: Exception) -> str:
+def describe(exc: Exception) -> str:
     if isinstance(exc, ApiException):
         return f"API server answered {exc.status} {exc.reason}: {(exc.body or '')[:300]}"
     return str(exc)

@@ -99,7 +99,7 @@ def next_status(
     state = rollout(observed.deployment)
     generation = specmodel.metadata.generation
     conditions = [
-        _condition(c, generation, previous, now)
+        condition(c, generation, previous.conditions, now)
         for c in _conditions(specmodel, plan, observed, state, previous)
     ]
     return previous.model_copy(
@@ -146,7 +146,7 @@ def invalid_status(
             "the spec cannot be served; the last applied children stay",
         ),
     ]
-    conditions = [_condition(c, specmodel_generation, previous, now) for c in raw]
+    conditions = [condition(c, specmodel_generation, previous.conditions, now) for c in raw]
     kept = [c for c in previous.conditions if c.type not in {"Degraded", "Ready"}]
     return previous.model_copy(
         update={
@@ -265,11 +265,12 @@ def _rolled_back_condition(plan: Plan) -> RawCondition:
     )
 
 
-def _condition(
-    raw: RawCondition, generation: int | None, previous: SpecModelStatus, now: datetime
+def condition(
+    raw: RawCondition, generation: int | None, previous: list[Condition], now: datetime
 ) -> Condition:
+    """`raw` as a condition that keeps its lastTransitionTime while its status holds."""
     kind, status, reason, message = raw
-    old = next((c for c in previous.conditions if c.type == kind), None)
+    old = next((c for c in previous if c.type == kind), None)
     since = old.last_transition_time if old and old.status == status else now.isoformat()
     return Condition(
         type=kind,

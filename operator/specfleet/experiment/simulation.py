@@ -2,8 +2,7 @@
 physics and outcome code (`simulate.physics`, `simulate.outcome`) and its common random numbers
 (`simulate.draws`): every arm serves the very same drawn requests.
 
-The arms are overlays of the SpecModel's spec: `both` is the spec as it is, `quantized` drops
-`speculative`, `speculative` drops `quantization`, `baseline` drops both. A scenario's `arms`
+The arms are overlays of the SpecModel's spec (`experiment.arms`). A scenario's `arms`
 section says what each does beyond the physics (a quantized arm's broken tool calls, faster
 steps, lower acceptance; greedy answers that no longer match the baseline's), as a rollout's
 `effects` do in `specfleet simulate`:
@@ -20,7 +19,6 @@ greedy_share: 0.2
 
 from __future__ import annotations
 
-import copy
 import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specfleet.api.spec import ClassSlo
+from specfleet.experiment.arms import overlay
 from specfleet.experiment.verdict import (
     ArmMeasurement,
     ArmName,
@@ -122,16 +121,6 @@ def load_experiment(specmodel_path: Path, scenario_path: Path) -> Experiment:
         for arm in ArmName
     }
     return Experiment(document, scenario, worlds)
-
-
-def overlay(document: dict[str, Any], arm: ArmName) -> dict[str, Any]:
-    """The SpecModel as the arm runs it."""
-    out = copy.deepcopy(document)
-    if arm in (ArmName.BASELINE, ArmName.SPECULATIVE):
-        out["spec"].pop("quantization", None)
-    if arm in (ArmName.BASELINE, ArmName.QUANTIZED):
-        out["spec"].pop("speculative", None)
-    return out
 
 
 def _arm_world(world: World, effects: Effects) -> World:

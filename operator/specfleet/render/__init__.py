@@ -9,11 +9,13 @@ from specfleet.render import trtllm, vllm
 from specfleet.render.engine import EngineLaunch
 from specfleet.render.plan import RenderSettings, ServingPlan, revision_hash
 from specfleet.render.workload import (
+    ArmOf,
     Manifest,
     Role,
     Workload,
     deployment_and_configs,
     manifests,
+    service,
 )
 
 LAUNCHERS: dict[str, Callable[[EngineConfig, str, bool], EngineLaunch]] = {
@@ -21,7 +23,15 @@ LAUNCHERS: dict[str, Callable[[EngineConfig, str, bool], EngineLaunch]] = {
     "tensorrt-llm": trtllm.launch,
 }
 
-__all__ = ["Manifest", "RenderSettings", "ServingPlan", "render", "revision_hash"]
+__all__ = [
+    "ArmOf",
+    "Manifest",
+    "RenderSettings",
+    "ServingPlan",
+    "render",
+    "render_arm",
+    "revision_hash",
+]
 
 
 def render(
@@ -48,12 +58,23 @@ def render(
     return objects
 
 
+def render_arm(
+    specmodel: SpecModel, arm: ArmOf, settings: RenderSettings | None = None
+) -> list[Manifest]:
+    """An experiment's arm: `specmodel` is the arm's own (the overlaid spec, named
+    `<experiment>-<arm>`), served as it is, with a Service of its own and no budget or monitor."""
+    plan, config = ServingPlan(), specmodel.engine_config()
+    workload = _workload(specmodel, plan, config, settings or RenderSettings(), Role.ARM, arm)
+    return [*deployment_and_configs(workload), service(workload)]
+
+
 def _workload(
     specmodel: SpecModel,
     plan: ServingPlan,
     config: EngineConfig,
     settings: RenderSettings,
     role: Role = Role.FLEET,
+    arm: ArmOf | None = None,
 ) -> Workload:
     launch = LAUNCHERS[config.engine.name](config, specmodel.served_name(), plan.speculation)
     return Workload(
@@ -64,4 +85,5 @@ def _workload(
         launch=launch,
         settings=settings,
         role=role,
+        arm=arm,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from specfleet.api.experiment import SpecExperiment
 from specfleet.api.model import SpecModel
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -20,13 +21,14 @@ def managed_labels(name: str) -> dict[str, str]:
     return {INSTANCE: name, **MANAGED}
 
 
-def owner_reference(specmodel: SpecModel) -> dict[str, Any]:
-    """The SpecModel as its children's controller: deleting it deletes them."""
+def owner_reference(owner: SpecModel | SpecExperiment) -> dict[str, Any]:
+    """The SpecModel (or SpecExperiment) as its children's controller: deleting it deletes
+    them."""
     return {
-        "apiVersion": specmodel.api_version,
-        "kind": specmodel.kind,
-        "name": specmodel.metadata.name,
-        "uid": specmodel.metadata.uid,
+        "apiVersion": owner.api_version,
+        "kind": owner.kind,
+        "name": owner.metadata.name,
+        "uid": owner.metadata.uid,
         "controller": True,
         "blockOwnerDeletion": True,
     }

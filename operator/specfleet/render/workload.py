@@ -47,6 +47,9 @@ REVISION_HASH_ANNOTATION = "specfleet.dev/revision-hash"
 ENGINE_APP = "specfleet-engine"
 CANARY_APP = "specfleet-engine-canary"
 ROLLOUT_APP = "specfleet-engine-rollout"
+ARM_APP = "specfleet-engine-arm"
+EXPERIMENT_LABEL = "specfleet.dev/experiment"
+ARM_LABEL = "specfleet.dev/arm"
 
 
 class Role(Enum):
@@ -57,6 +60,19 @@ class Role(Enum):
     """A trial's canary: one pod, with speculation."""
     ROLLOUT = (ROLLOUT_SUFFIX, ROLLOUT_APP)
     """A rollout's canary: the new revision on the step's pods."""
+    ARM = ("", ARM_APP)
+    """An experiment's arm: its own SpecModel-shaped workload, named `<experiment>-<arm>`."""
+
+
+@dataclass(frozen=True)
+class ArmOf:
+    """Whose arm a workload is: its pods carry the experiment's and the arm's names instead of
+    `app.kubernetes.io/instance`, so no SpecModel's selectors match them."""
+
+    experiment: str
+    arm: str
+    owner: dict[str, Any]
+    """The SpecExperiment's owner reference."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +87,7 @@ class Workload:
     launch: EngineLaunch
     settings: RenderSettings
     role: Role = Role.FLEET
+    arm: ArmOf | None = None
 
     @property
     def name(self) -> str:
@@ -97,12 +114,15 @@ class Workload:
         return replicas - rollout.pods if rollout is not None else replicas
 
     def selector(self) -> dict[str, str]:
-        """The Deployment's own pods: the fleet's and the canaries' never overlap."""
-        return {"app.kubernetes.io/name": self.role.value[1], INSTANCE: self.name}
+        """The Deployment's own pods: the fleet's, the canaries' and the arms' never overlap."""
+        app = {"app.kubernetes.io/name": self.role.value[1]}
+        if self.arm is not None:
+            return {**app, EXPERIMENT_LABEL: self.arm.experiment, ARM_LABEL: self.arm.arm}
+        return {**app, INSTANCE: self.name}
 
     def serving_selector(self) -> dict[str, str]:
-        """Every pod that serves the SpecModel: the fleet's and the canaries'."""
-        return managed_labels(self.name)
+        """Every pod that serves the SpecModel: the fleet's and the canaries'; an arm's own."""
+        return self.selector() if self.arm is not None else managed_labels(self.name)
 
     def labels(self) -> dict[str, str]:
         return {
@@ -121,7 +141,9 @@ class Workload:
 
     def metadata(self, name: str) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": name, "namespace": self.namespace, "labels": self.labels()}
-        if self.specmodel.metadata.uid:
+        if self.arm is not None:
+            meta["ownerReferences"] = [self.arm.owner]
+        elif self.specmodel.metadata.uid:
             meta["ownerReferences"] = [owner_reference(self.specmodel)]
         return meta
 

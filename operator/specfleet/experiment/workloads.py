@@ -1,0 +1,106 @@
+"""Each arm of a SpecExperiment as its own small workload (pure): the SpecModel's spec with the
+arm's overlay, rendered by `render` as a SpecModel named `<experiment>-<arm>` would be, with a
+Service of its own and the gateway sidecar, owned by the experiment. The pods carry
+`app.kubernetes.io/name: specfleet-engine-arm` and the experiment's and arm's names, never
+`app.kubernetes.io/instance`: no SpecModel's Deployment selector, Service or
+PodDisruptionBudget matches them.
+
+An arm serves the SpecModel's served name (mirrored requests name it), drops the rollout
+settings (an arm is one fixed revision) and runs the experiment's replicas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specfleet.api import SpecModel, parse_specmodel
+from specfleet.api.experiment import ArmSpec, SpecExperiment
+from specfleet.api.spec import WeightsFormat
+from specfleet.api.validation import FieldError, InvalidSpecModel
+from specfleet.experiment.arms import arms_of, overlay_spec
+from specfleet.render import ArmOf, Manifest, RenderSettings, render_arm
+from specfleet.render.labels import owner_reference
+
+
+class InvalidArms(ValueError):
+    """The experiment's arms cannot run on this SpecModel; every error names its field."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(str(e) for e in errors))
+
+
+def arm_name(experiment: str, arm: str) -> str:
+    return f"{experiment}-{arm}"
+
+
+def render_arms(
+    specmodel: SpecModel, experiment: SpecExperiment, settings: RenderSettings | None = None
+) -> list[Manifest]:
+    """Every arm's Deployment, ConfigMaps and Service; InvalidArms when an arm cannot run."""
+    arms = arms_of(experiment.spec)
+    errors = [e for arm in arms for e in arm_errors(specmodel, experiment, arm)]
+    if errors:
+        raise InvalidArms(errors)
+    return [
+        manifest
+        for arm in arms
+        for manifest in render_arm(
+            arm_specmodel(specmodel, experiment, arm),
+            ArmOf(experiment.metadata.name, arm.name, owner_reference(experiment)),
+            settings,
+        )
+    ]
+
+
+def arm_errors(specmodel: SpecModel, experiment: SpecExperiment, arm: ArmSpec) -> list[FieldError]:
+    """What the overlay asks of the SpecModel that it lacks."""
+    spec, overlay = specmodel.spec, arm.overlay
+    errors = []
+    if overlay.speculative and spec.speculative is None:
+        errors.append(
+            FieldError(
+                f"specmodels/{specmodel.metadata.name}: spec.speculative",
+                f"arm {arm.name} speculates but the SpecModel has no speculative settings; "
+                "add them to the SpecModel (the arms are its spec with and without them)",
+            )
+        )
+    if overlay.quantization and spec.quantization.weights == WeightsFormat.NONE:
+        errors.append(
+            FieldError(
+                f"specmodels/{specmodel.metadata.name}: spec.quantization",
+                f"arm {arm.name} is quantized but the SpecModel serves unquantized weights; "
+                "set its quantization (the arms are its spec with and without it)",
+            )
+        )
+    prequantized = spec.quantization.weights != WeightsFormat.NONE and not spec.quantization.online
+    if overlay.quantization is False and prequantized and overlay.model_source is None:
+        errors.append(
+            FieldError(
+                "spec.unquantizedSource",
+                f"arm {arm.name} drops quantization but {spec.model.source} is a pre-quantized "
+                "checkpoint; give the unquantized one in spec.unquantizedSource (or in this "
+                "arm's overlay.modelSource)",
+            )
+        )
+    return errors
+
+
+def arm_specmodel(specmodel: SpecModel, experiment: SpecExperiment, arm: ArmSpec) -> SpecModel:
+    """The SpecModel as the arm serves it, named `<experiment>-<arm>`."""
+    spec = overlay_spec(specmodel.spec.to_wire(), arm.overlay)
+    spec["model"]["servedName"] = specmodel.served_name()
+    spec["pod"] = {**spec.get("pod", {}), "replicas": experiment.spec.replicas}
+    spec.pop("rollout", None)
+    document: dict[str, Any] = {
+        "metadata": {
+            "name": arm_name(experiment.metadata.name, arm.name),
+            "namespace": experiment.metadata.namespace,
+        },
+        "spec": spec,
+    }
+    try:
+        return parse_specmodel(document)
+    except InvalidSpecModel as exc:
+        raise InvalidArms(
+            [FieldError(f"arm {arm.name}: {e.path}", e.message) for e in exc.errors]
+        ) from None

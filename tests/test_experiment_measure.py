@@ -1,0 +1,115 @@
+"""The live experiment's verdict inputs: telemetry's windows as measurements `judge` takes, the
+progress towards the samples needed, and the recommended arm as a merge patch for Git."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import yaml
+
+from specfleet.api.experiment import ArmOverlay
+from specfleet.api.spec import ClassSlo
+from specfleet.experiment.arms import default_overlay, overlay_spec
+from specfleet.experiment.measure import arm_measurement, progress, recommended_patch
+from specfleet.experiment.verdict import ArmName, Outcome, judge
+from specfleet.telemetry.model import ClassWindow, Observation
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+SLO = ClassSlo(max_p95_tpot_seconds=0.02)
+
+
+def window(requests: float, tpot: float, **counts: float) -> ClassWindow:
+    return ClassWindow(
+        requests=requests,
+        errors=0.0,
+        p95_ttft_seconds=0.2,
+        p95_tpot_seconds=tpot,
+        choices=requests,
+        truncated=0.0,
+        **counts,
+    )
+
+
+def observation(**classes: ClassWindow) -> Observation:
+    return Observation(at=T0, window_seconds=3600, revision=1, speculation=True, classes=classes)
+
+
+def test_windows_become_measurements_judge_takes() -> None:
+    arms = [
+        arm_measurement(arm, observation(chat=window(400.4, tpot)), 1, rps)
+        for arm, tpot, rps in [
+            (ArmName.BASELINE, 0.030, 1.0),
+            (ArmName.QUANTIZED, 0.015, 2.0),
+            (ArmName.SPECULATIVE, 0.012, 1.5),
+            (ArmName.BOTH, 0.010, 2.2),
+        ]
+    ]
+    assert arms[0].classes["chat"].requests == 400
+    verdict = judge(arms, {"chat": SLO}, gpu_hour_price=4.0, min_samples=100)
+    assert verdict.outcome == Outcome.RECOMMENDED
+    assert any(
+        e.arm == ArmName.BASELINE and e.signal == "p95TpotSeconds" for e in verdict.exclusions
+    )
+
+
+def test_validity_counts_and_acceptance_carry_over() -> None:
+    measured = arm_measurement(
+        ArmName.BOTH,
+        observation(
+            tools=window(
+                50,
+                0.01,
+                tool_calls_valid=40,
+                tool_calls_invalid=10,
+                draft_tokens=100,
+                accepted_tokens=60,
+            )
+        ),
+        2,
+        1.0,
+    ).classes["tools"]
+    assert (measured.tool_calls_valid, measured.tool_calls_judged) == (40, 50)
+    assert measured.acceptance_rate == 0.6
+    assert measured.ttft.p50_seconds == measured.ttft.p99_seconds == 0.2
+
+
+def test_progress_is_the_arm_and_class_furthest_from_the_samples_needed() -> None:
+    observations = {
+        ArmName.BASELINE: observation(chat=window(300, 0.01), tools=window(20, 0.01)),
+        ArmName.BOTH: observation(chat=window(500, 0.01)),
+    }
+    result = progress(observations, ["chat", "tools"], needed=40)
+    assert result.percent == 0  # both served no tool calls yet
+    assert [(r.arm, r.class_name, r.requests) for r in result.requests][:2] == [
+        (ArmName.BASELINE, "chat", 300),
+        (ArmName.BASELINE, "tools", 20),
+    ]
+    observations[ArmName.BOTH] = observation(chat=window(500, 0.01), tools=window(60, 0.01))
+    assert progress(observations, ["chat", "tools"], needed=40).percent == 50
+    assert progress(observations, ["chat"], needed=40).percent == 100
+
+
+def merged(spec: dict[str, object], patch: dict[str, object]) -> dict[str, object]:
+    """RFC 7386, as `kubectl patch --type merge` applies it."""
+    out = dict(spec)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)  # type: ignore[arg-type]
+        else:
+            out[key] = value
+    return out
+
+
+def test_the_recommended_patch_makes_the_spec_serve_the_arm() -> None:
+    spec = {
+        "model": {"source": "org/awq", "servedName": "m"},
+        "quantization": {"weights": "awq"},
+        "speculative": {"method": "ngram"},
+    }
+    for arm in ArmName:
+        overlay = default_overlay(arm, "org/bf16")
+        patch = yaml.safe_load(recommended_patch(overlay))
+        assert merged(spec, patch.get("spec", {})) == overlay_spec(spec, overlay), arm
+    assert recommended_patch(ArmOverlay(quantization=True, speculative=True)) == "{}\n"
