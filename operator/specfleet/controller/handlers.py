@@ -110,8 +110,13 @@ for _group, _version, _plural in ARM_RESOURCES:
 
 
 @kopf.on.event(GROUP, VERSION, EXPERIMENT_PLURAL)
-async def specexperiment_event(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+async def specexperiment_event(
+    namespace: str | None, name: str, body: kopf.Body, memo: Any, **_: Any
+) -> None:
     memo["experiments"].add((namespace or "", name))
+    specmodel = body.get("spec", {}).get("specModelRef", {}).get("name")
+    if specmodel:  # its fleet's gateways start or stop mirroring to the arms
+        memo["queue"].add((namespace or "", specmodel))
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -164,6 +169,7 @@ def _reconcile(memo: Any, key: Key, indexes: dict[str, Any]) -> None:
         indexes["specmodels"],
         [indexes[name] for name in CHILD_INDEXES],
         indexes["pods"],
+        experiments=indexes["specexperiments"],
     )
 
 
@@ -243,6 +249,7 @@ async def _guard_forever(memo: Any, indexes: dict[str, Any]) -> None:
                 indexes["specmodels"],
                 [indexes[name] for name in CHILD_INDEXES],
                 indexes["pods"],
+                indexes["specexperiments"],
             )
         except Exception:  # a failed tick is logged; the next tick tries again
             log.exception("guard tick failed")

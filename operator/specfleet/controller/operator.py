@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,7 +19,9 @@ from specfleet.alerts.model import firing
 from specfleet.alerts.receivers import Receiver
 from specfleet.alerts.sender import AlertSender
 from specfleet.api import InvalidSpecModel, SpecModel, SpecModelStatus, parse_specmodel
+from specfleet.api.experiment import SpecExperiment
 from specfleet.api.status import RolloutPhase
+from specfleet.api.validation import InvalidSpecExperiment, parse_specexperiment
 from specfleet.controller import children
 from specfleet.controller.experiments import reconcile_experiment
 from specfleet.controller.kube import Kube
@@ -42,6 +44,7 @@ from specfleet.controller.receivers import ReceiverCache
 from specfleet.controller.reconcile import Live, Outcome, reconcile
 from specfleet.controller.revisions import RevisionConfigs
 from specfleet.controller.step import GuardTick
+from specfleet.experiment.mirror import mirror_of
 from specfleet.guard.actions import ActionKind
 from specfleet.render import RenderSettings
 from specfleet.telemetry.reader import Target, TelemetryReader
@@ -100,6 +103,7 @@ class Operator:
         child_indexes: list[Index],
         pods: Index,
         tick: GuardTick | None = None,
+        experiments: Index | None = None,
     ) -> Outcome | None:
         body = next(iter(specmodels.get(key, [])), None)
         if body is None or self._backing_off(key):
@@ -108,6 +112,8 @@ class Operator:
             live = _live(key, child_indexes, pods, self._recently_applied(key))
             written = self._written_for(key, body)
             parsed = self._parsed(key, body)
+            if isinstance(parsed, SpecModel):
+                live = replace(live, mirror=mirror_of(_experiments(key, experiments), parsed))
             outcome = reconcile(
                 body,
                 parsed,
@@ -138,7 +144,13 @@ class Operator:
         arms = {children.key(b): b for index in arm_indexes for b in index.get(key, [])}
         reconcile_experiment(body, specmodel, arms, self.kube, self.settings, self.clock())
 
-    def guard_tick(self, specmodels: Index, child_indexes: list[Index], pods: Index) -> None:
+    def guard_tick(
+        self,
+        specmodels: Index,
+        child_indexes: list[Index],
+        pods: Index,
+        experiments: Index | None = None,
+    ) -> None:
         """Evaluates every SpecModel whose guard interval has passed, with one batch of queries."""
         if self.reader is None:
             return
@@ -149,7 +161,8 @@ class Operator:
         targets = [t for key in due if (t := self._target(key, _first(specmodels, key)))]
         observations = self.reader.read(targets, now) if targets else {}
         for key in due:
-            self.reconcile(key, specmodels, child_indexes, pods, GuardTick(observations.get(key)))
+            tick = GuardTick(observations.get(key))
+            self.reconcile(key, specmodels, child_indexes, pods, tick, experiments)
 
     def forget(self, key: Key) -> None:
         self._backoff.pop(key, None)
@@ -320,6 +333,17 @@ def _parse(body: Body) -> SpecModel | InvalidSpecModel:
 def _switched_off(outcome: Outcome) -> bool:
     plan = outcome.status.serving_plan
     return outcome.status.speculation not in (None, "none") and not (plan and plan.speculation)
+
+
+def _experiments(specmodel: Key, experiments: Index | None) -> list[SpecExperiment]:
+    """The valid SpecExperiments in the SpecModel's namespace (an invalid one is its own
+    reconcile's to report)."""
+    found = []
+    for key, bodies in (experiments or {}).items():
+        for body in bodies if key[0] == specmodel[0] else []:
+            with contextlib.suppress(InvalidSpecExperiment):
+                found.append(parse_specexperiment(dict(body)))
+    return found
 
 
 def _live(

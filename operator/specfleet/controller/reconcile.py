@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from specfleet.api import InvalidSpecModel, SpecModel, SpecModelStatus
+from specfleet.api.gateway import Mirror
 from specfleet.controller import children, events
 from specfleet.controller.children import ChildKey
 from specfleet.controller.kube import Kube
@@ -38,6 +39,8 @@ class Live:
     pods: list[Body] = field(default_factory=list)
     recently_applied: dict[ChildKey, str] = field(default_factory=dict)
     """Hashes applied moments ago, not yet seen by the watches."""
+    mirror: Mirror | None = None
+    """A running experiment's arms, which the fleet's gateways mirror a sample to."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ def reconcile(
         pods=live.pods,
         canary=live.children.get(("Deployment", canary_name(name))),
         rollout=live.children.get(("Deployment", rollout_name(name))),
+        mirror=live.mirror,
     )
     known = (configs or RevisionConfigs(kube)).of(
         specmodel, previous.revisions, previous.active_revision

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from specfleet.api import Condition, ConditionType, Phase, SpecModel, SpecModelStatus
+from specfleet.api.gateway import Mirror
 from specfleet.api.status import (
     CanaryState,
     CanaryStatus,
@@ -41,6 +42,8 @@ class Observed:
     """A trial's canary Deployment."""
     rollout: Body | None = None
     """A canary rollout's Deployment (`<name>-rollout`)."""
+    mirror: Mirror | None = None
+    """A running experiment's arms, which the fleet's gateways mirror a sample to."""
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ class Step:
             canary=self.plan.canary,
             engine_config=self._config(self.plan.active),
             rollout=self._rollout_canary(),
+            mirror=self.observed.mirror,
         )
         return [children.with_applied_hash(m) for m in render(self.specmodel, serving, settings)]
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pydantic import Field
 
 from specfleet.api.base import ApiModel
+from specfleet.api.gateway import Mirror
 from specfleet.api.model import EngineConfig
 
 DEFAULT_GATEWAY_IMAGE = "ghcr.io/specfleet/specfleet:0.1.0"
@@ -39,6 +40,9 @@ class ServingPlan(ApiModel):
     )
     rollout: RolloutCanary | None = Field(
         default=None, description="A canary rollout's step, beside the fleet."
+    )
+    mirror: Mirror | None = Field(
+        default=None, description="A running experiment's arms the fleet's gateways mirror to."
     )
 
 

@@ -176,7 +176,10 @@ def deployment_and_configs(workload: Workload) -> list[Manifest]:
 def gateway_configmap(workload: Workload) -> Manifest:
     running = workload.config.speculative if workload.plan.speculation else None
     drafting = workload.launch.drafting
-    wire = GatewayConfig.from_specmodel(workload.specmodel, running, drafting).to_wire()
+    config = GatewayConfig.from_specmodel(workload.specmodel, running, drafting)
+    if workload.role == Role.FLEET:  # the fleet's clients are the sample, not a canary's
+        config = config.model_copy(update={"mirror": workload.plan.mirror})
+    wire = config.to_wire()
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
