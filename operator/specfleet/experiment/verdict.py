@@ -44,6 +44,9 @@ and two techniques are two things to break (as speculation must pay the guard's 
 margin, 10%, before it is turned back on)."""
 
 
+NO_THROUGHPUT = "throughputAtSlo"
+"""The signal of an arm that misses its latency SLOs at any load."""
+
 class ArmName(StrEnum):
     BASELINE = "baseline"
     QUANTIZED = "quantized"
@@ -147,6 +150,8 @@ class Exclusion(ApiModel):
     baseline_samples: float | None = None
 
     def words(self) -> str:
+        if self.signal == NO_THROUGHPUT:
+            return f"{self.arm}: no load keeps every class within its latency SLOs"
         versus = "" if self.baseline is None else f" vs baseline {self.baseline:.3f}"
         counts = f"n={self.samples:.0f}"
         if self.baseline_samples is not None:
@@ -389,7 +394,7 @@ def _exclusions(
             Exclusion(
                 arm=name,
                 class_name=OVERALL,
-                signal="throughputAtSlo",
+                signal=NO_THROUGHPUT,
                 value=0.0,
                 limit=0.0,
                 samples=0.0,
@@ -491,8 +496,9 @@ def _confidently_cheaper(cost: _Cost, rival: _Cost) -> bool:
 
 
 def _cheapest_words(arm: ArmName, costs: Mapping[ArmName, _Cost]) -> str:
-    among = ", ".join(costs)
-    return f"{arm}: {_money(costs[arm])} per {PER} accepted answers, the cheapest of {among}"
+    others = [a for a in costs if a != arm]
+    among = f"the cheapest of {arm}, {', '.join(others)}" if others else "the only arm left"
+    return f"{arm}: {_money(costs[arm])} per {PER} accepted answers, {among}"
 
 
 def _money(cost: _Cost) -> str:
