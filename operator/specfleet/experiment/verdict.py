@@ -47,6 +47,7 @@ margin, 10%, before it is turned back on)."""
 NO_THROUGHPUT = "throughputAtSlo"
 """The signal of an arm that misses its latency SLOs at any load."""
 
+
 class ArmName(StrEnum):
     BASELINE = "baseline"
     QUANTIZED = "quantized"
