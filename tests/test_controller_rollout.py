@@ -16,7 +16,7 @@ from specfleet.controller.metrics import REGISTRY, record_rollout
 from specfleet.render import RenderSettings
 from specfleet.telemetry.model import Observation
 from test_guard import observe
-from test_guard_loop import CLASSES, Loop
+from test_guard_loop import CLASSES, Loop, deployment
 
 GOOD = {"tool_calls_valid": 98.0, "tool_calls_invalid": 2.0, "p95_tpot_seconds": 0.02}
 
@@ -118,6 +118,31 @@ def test_a_class_too_thin_on_the_canary_holds_the_step_and_is_named() -> None:
     rollout = loop.status.rollout
     assert loop.actions == [] and rollout and rollout.step == 1 and rollout.good_windows == 0
     assert rollout.last_analysis and rollout.last_analysis.unjudged == ["chat"]
+
+
+def test_a_canary_whose_pods_never_become_available_is_aborted_on_its_deadline() -> None:
+    loop = started()
+    stuck = deployment(1, True)
+    stuck["status"] |= {
+        "availableReplicas": 0,
+        "readyReplicas": 0,
+        "conditions": [
+            {
+                "type": "Progressing",
+                "status": "False",
+                "reason": "ProgressDeadlineExceeded",
+                "message": 'ReplicaSet "m-rollout-5d8f" has timed out progressing.',
+            }
+        ],
+    }
+    watched = loop._observed
+    loop._observed = lambda: replace(watched(), rollout=stuck)  # type: ignore[method-assign]
+    loop.tick(observe(0.8, 0.8, **GOOD))  # the canary never served: no window of its own
+    assert loop.actions == ["rollout_aborted"]
+    assert deployments(loop) == {"m": 4}
+    assert loop.status.revisions[-1].verdict == "bad"
+    [rolled_back] = [c for c in loop.status.conditions if c.type == "RolledBack"]
+    assert rolled_back.reason == "CanaryAborted" and "timed out progressing" in rolled_back.message
 
 
 def test_a_kill_switch_flip_mid_step_starts_the_step_over_on_the_restarted_pods() -> None:

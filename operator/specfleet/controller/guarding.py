@@ -31,7 +31,9 @@ def situation(
     observation: Observation | None,
     now: datetime,
     speculative: SpeculativeSpec | None = None,
+    canary_rollout: Rollout | None = None,
 ) -> Situation:
+    """`rollout` is the fleet's Deployment as watched, `canary_rollout` a canary rollout's."""
     override = killswitch.override(the_plan.speculation_source)
     target = rollback_target(the_plan.revisions, the_plan.active.number)
     policy = Policy.of(specmodel, override, speculative)
@@ -49,6 +51,9 @@ def situation(
         canary=judged_canary(status, the_plan, observation, specmodel.spec.guard, now),
         rollback_target=target.number if target else None,
         rollout=the_rollout,
+        rollout_stalled=canary_rollout.deadline_exceeded
+        if the_rollout and canary_rollout
+        else None,
     )
 
 

@@ -120,6 +120,7 @@ def step(
             tick.observation,
             now,
             _speculative(specmodel, the_plan, configs),
+            rollout(observed.rollout),
         )
         decision = decide(situation)
         guarded = guarding.apply_decision(guarded, the_plan, decision, now)

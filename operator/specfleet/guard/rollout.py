@@ -18,6 +18,9 @@ from specfleet.guard.tick import Tick
 
 def judge_step(tick: Tick) -> None:
     situation, rollout = tick.situation, tick.rollout
+    if rollout is not None and situation.rollout_stalled:
+        _abort_stalled(tick, rollout, situation.rollout_stalled)
+        return
     if rollout is None or situation.canary is None or situation.observation is None:
         return
     analysis = analyse(situation.policy, situation.canary, situation.observation)
@@ -88,6 +91,20 @@ def _abort(tick: Tick, rollout: RolloutStatus, analysis: Analysis) -> None:
                 "phase": RolloutPhase.ABORTED,
                 "message": f"{first.klass} {first.signal}: {message}",
             }
+        )
+
+
+def _abort_stalled(tick: Tick, rollout: RolloutStatus, why: str) -> None:
+    """A canary that never becomes available is never judged: its revision does not serve."""
+    message = (
+        f"Revision {rollout.revision} aborted at canary step {rollout.step} of {rollout.steps}: "
+        f"its pods did not become available ({why}). Canary removed; the fleet stays on revision "
+        f"{rollout.control} until the engine config or specfleet.dev/retry changes."
+    )
+    evidence = {**_evidence(rollout), "stalled": why}
+    if tick.act(ActionKind.ROLLOUT_ABORTED, "RolloutAborted", message, evidence):
+        tick.rollout = rollout.model_copy(
+            update={"phase": RolloutPhase.ABORTED, "message": f"canary not available: {message}"}
         )
 
 

@@ -40,6 +40,9 @@ class Situation:
     """The revision a rollback serves, named in the decision."""
     rollout: RolloutStatus | None = None
     """A canary rollout in progress (the fleet serves its control)."""
+    rollout_stalled: str | None = None
+    """Why the rollout's canary pods cannot become available (its Deployment's progress
+    deadline passed: a crash loop, an unschedulable pod, a flag the engine refuses)."""
 
 
 @lru_cache(maxsize=4)
