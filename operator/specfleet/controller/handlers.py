@@ -18,7 +18,7 @@ import kopf
 from specfleet.api import GROUP, PLURAL, VERSION
 from specfleet.api.experiment import EXPERIMENT_PLURAL
 from specfleet.controller.children import summary
-from specfleet.controller.operator import Index, Key, Operator
+from specfleet.controller.operator import Index, Key, Operator, experiments_of
 from specfleet.controller.queue import WorkQueue
 from specfleet.render.labels import INSTANCE, MANAGED
 from specfleet.render.workload import EXPERIMENT_LABEL
@@ -129,22 +129,12 @@ async def specmodel_event(
     **_: Any,
 ) -> None:
     key = (namespace or "", name)
-    for experiment in _experiments_of(key, specexperiments or {}):
+    for experiment in experiments_of(key, specexperiments or {}):
         memo["experiments"].add(experiment)
     if type == "DELETED":
         await asyncio.to_thread(memo["operator"].forget, key)
         return
     memo["queue"].add(key)
-
-
-def _experiments_of(specmodel: Key, specexperiments: Index) -> list[Key]:
-    return [
-        key
-        for key, bodies in specexperiments.items()
-        for body in bodies
-        if key[0] == specmodel[0]
-        and body["spec"].get("specModelRef", {}).get("name") == specmodel[1]
-    ]
 
 
 @kopf.on.event("", "v1", "pods", labels=FLEET)

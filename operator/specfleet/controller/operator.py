@@ -335,12 +335,23 @@ def _switched_off(outcome: Outcome) -> bool:
     return outcome.status.speculation not in (None, "none") and not (plan and plan.speculation)
 
 
+def experiments_of(specmodel: Key, experiments: Index) -> list[Key]:
+    """The SpecExperiments that name the SpecModel, read off their bodies unparsed."""
+    return [
+        key
+        for key, bodies in experiments.items()
+        for body in bodies
+        if key[0] == specmodel[0]
+        and body["spec"].get("specModelRef", {}).get("name") == specmodel[1]
+    ]
+
+
 def _experiments(specmodel: Key, experiments: Index | None) -> list[SpecExperiment]:
-    """The valid SpecExperiments in the SpecModel's namespace (an invalid one is its own
-    reconcile's to report)."""
+    """The valid SpecExperiments that name the SpecModel (an invalid one is its own reconcile's
+    to report). Only those are parsed: this runs on every reconcile of every SpecModel."""
     found = []
-    for key, bodies in (experiments or {}).items():
-        for body in bodies if key[0] == specmodel[0] else []:
+    for key in experiments_of(specmodel, experiments or {}):
+        for body in (experiments or {})[key]:
             with contextlib.suppress(InvalidSpecExperiment):
                 found.append(parse_specexperiment(dict(body)))
     return found
