@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -36,6 +37,7 @@ LabelFilter = dict[str, Any]
 """Label values or kopf.PRESENT / kopf.ABSENT."""
 FLEET: LabelFilter = {**MANAGED, EXPERIMENT_LABEL: kopf.ABSENT}
 """A SpecModel's own objects and pods: not an experiment's arms."""
+ARMS: LabelFilter = {**MANAGED, EXPERIMENT_LABEL: kopf.PRESENT}
 ARM_RESOURCES = CHILD_RESOURCES[:3]
 """An arm renders a Deployment, ConfigMaps and a Service."""
 ARM_INDEXES = [f"arms_{plural}" for _, _, plural in ARM_RESOURCES]
@@ -58,26 +60,30 @@ def specmodels(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> d
     return {(namespace or "", name): _snapshot(body)}
 
 
-def _by_owner(
-    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
-) -> dict[Key, Any]:
-    return {_owner(namespace, labels): summary(body)}
+def _watch_owned(
+    resource: tuple[str, str, str],
+    labels: LabelFilter,
+    index_id: str,
+    owner: Callable[[str | None, kopf.Labels], Key],
+    queue: str,
+) -> None:
+    """Index `resource` by its owner's key, and queue the owner when one changes."""
+
+    def by_owner(
+        namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+    ) -> dict[Key, Any]:
+        return {owner(namespace, labels): summary(body)}
+
+    async def owned_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
+        memo[queue].add(owner(namespace, labels))
+
+    kopf.index(*resource, labels=labels, id=index_id)(by_owner)
+    kopf.on.event(*resource, labels=labels, id=f"{index_id}_event")(owned_event)
 
 
-kopf.index("", "v1", "pods", labels=FLEET, id="pods")(_by_owner)
-
-
-def _index_children(group: str, version: str, plural: str) -> None:
-    kopf.index(group, version, plural, labels=FLEET, id=f"children_{plural}")(_by_owner)
-
-    async def child_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
-        memo["queue"].add(_owner(namespace, labels))
-
-    kopf.on.event(group, version, plural, labels=FLEET, id=f"{plural}_event")(child_event)
-
-
-for _group, _version, _plural in CHILD_RESOURCES:
-    _index_children(_group, _version, _plural)
+_watch_owned(("", "v1", "pods"), FLEET, "pods", _owner, "queue")
+for _resource in CHILD_RESOURCES:
+    _watch_owned(_resource, FLEET, f"children_{_resource[2]}", _owner, "queue")
 
 
 @kopf.index(GROUP, VERSION, EXPERIMENT_PLURAL)
@@ -89,24 +95,8 @@ def _experiment(namespace: str | None, labels: kopf.Labels) -> Key:
     return namespace or "", labels.get(EXPERIMENT_LABEL, "")
 
 
-def _by_experiment(
-    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
-) -> dict[Key, Any]:
-    return {_experiment(namespace, labels): summary(body)}
-
-
-def _index_arms(group: str, version: str, plural: str) -> None:
-    arms: LabelFilter = {**MANAGED, EXPERIMENT_LABEL: kopf.PRESENT}
-    kopf.index(group, version, plural, labels=arms, id=f"arms_{plural}")(_by_experiment)
-
-    async def arm_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
-        memo["experiments"].add(_experiment(namespace, labels))
-
-    kopf.on.event(group, version, plural, labels=arms, id=f"arms_{plural}_event")(arm_event)
-
-
-for _group, _version, _plural in ARM_RESOURCES:
-    _index_arms(_group, _version, _plural)
+for _resource in ARM_RESOURCES:
+    _watch_owned(_resource, ARMS, f"arms_{_resource[2]}", _experiment, "experiments")
 
 
 @kopf.on.event(GROUP, VERSION, EXPERIMENT_PLURAL)
@@ -135,11 +125,6 @@ async def specmodel_event(
         await asyncio.to_thread(memo["operator"].forget, key)
         return
     memo["queue"].add(key)
-
-
-@kopf.on.event("", "v1", "pods", labels=FLEET)
-async def pod_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
-    memo["queue"].add(_owner(namespace, labels))
 
 
 def _reconcile_experiment(memo: Any, key: Key, indexes: dict[str, Any]) -> None:
