@@ -10,9 +10,16 @@ import yaml
 from specfleet.api.experiment import ArmOverlay
 from specfleet.api.spec import ClassSlo
 from specfleet.experiment.arms import default_overlay, overlay_spec
-from specfleet.experiment.measure import arm_measurement, progress, recommended_patch
+from specfleet.experiment.measure import (
+    arm_measurement,
+    arm_measurements,
+    progress,
+    recommended_patch,
+    throughput_at_concurrency_one,
+)
 from specfleet.experiment.verdict import ArmName, Outcome, judge
-from specfleet.telemetry.model import ClassWindow, Observation
+from specfleet.telemetry.arms import ArmsObservation, GreedyComparison
+from specfleet.telemetry.model import ClassWindow
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SLO = ClassSlo(max_p95_tpot_seconds=0.02)
@@ -30,13 +37,9 @@ def window(requests: float, tpot: float, **counts: float) -> ClassWindow:
     )
 
 
-def observation(**classes: ClassWindow) -> Observation:
-    return Observation(at=T0, window_seconds=3600, revision=1, speculation=True, classes=classes)
-
-
 def test_windows_become_measurements_judge_takes() -> None:
     arms = [
-        arm_measurement(arm, observation(chat=window(400.4, tpot)), 1, rps)
+        arm_measurement(arm, {"chat": window(400.4, tpot)}, {}, 1, rps)
         for arm, tpot, rps in [
             (ArmName.BASELINE, 0.030, 1.0),
             (ArmName.QUANTIZED, 0.015, 2.0),
@@ -55,8 +58,8 @@ def test_windows_become_measurements_judge_takes() -> None:
 def test_validity_counts_and_acceptance_carry_over() -> None:
     measured = arm_measurement(
         ArmName.BOTH,
-        observation(
-            tools=window(
+        {
+            "tools": window(
                 50,
                 0.01,
                 tool_calls_valid=40,
@@ -64,29 +67,56 @@ def test_validity_counts_and_acceptance_carry_over() -> None:
                 draft_tokens=100,
                 accepted_tokens=60,
             )
-        ),
+        },
+        {"tools": GreedyComparison(compared=20.2, exact_matches=18.9)},
         2,
         1.0,
     ).classes["tools"]
+    assert (measured.greedy_agreed, measured.greedy_compared) == (19, 20)
     assert (measured.tool_calls_valid, measured.tool_calls_judged) == (40, 50)
     assert measured.acceptance_rate == 0.6
     assert measured.ttft.p50_seconds == measured.ttft.p99_seconds == 0.2
 
 
+def reading(**arms: dict[str, ClassWindow]) -> ArmsObservation:
+    return ArmsObservation(at=T0, window_seconds=3600, arms=arms)
+
+
 def test_progress_is_the_arm_and_class_furthest_from_the_samples_needed() -> None:
-    observations = {
-        ArmName.BASELINE: observation(chat=window(300, 0.01), tools=window(20, 0.01)),
-        ArmName.BOTH: observation(chat=window(500, 0.01)),
+    gpus = dict.fromkeys(ArmName, 1)
+    arms = {
+        ArmName.BASELINE: {"chat": window(300, 0.01), "tools": window(20, 0.01)},
+        ArmName.BOTH: {"chat": window(500, 0.01)},
     }
-    result = progress(observations, ["chat", "tools"], needed=40)
-    assert result.percent == 0  # both served no tool calls yet
+    measured = arm_measurements(reading(**arms), ["chat", "tools"], gpus)
+    result = progress(measured, needed=40)
+    assert result.percent == 0  # two arms served nothing yet, both no tool calls
     assert [(r.arm, r.class_name, r.requests) for r in result.requests][:2] == [
         (ArmName.BASELINE, "chat", 300),
         (ArmName.BASELINE, "tools", 20),
     ]
-    observations[ArmName.BOTH] = observation(chat=window(500, 0.01), tools=window(60, 0.01))
-    assert progress(observations, ["chat", "tools"], needed=40).percent == 50
-    assert progress(observations, ["chat"], needed=40).percent == 100
+    arms = {arm: {"chat": window(500, 0.01), "tools": window(20, 0.01)} for arm in ArmName}
+    measured = arm_measurements(reading(**arms), ["chat", "tools"], gpus)
+    assert progress(measured, needed=40).percent == 50
+    assert progress(measured[:1], needed=10).percent == 100
+    assert progress(measured, needed=None).percent == 0  # it runs for its duration
+
+
+def test_without_a_capacity_phase_an_arms_throughput_is_at_concurrency_one() -> None:
+    windows = [
+        ClassWindow(requests=100.0, request_seconds=50.0),
+        ClassWindow(requests=100.0, request_seconds=150.0),
+    ]
+    assert throughput_at_concurrency_one(windows) == 1.0
+    assert throughput_at_concurrency_one([ClassWindow()]) == 0.0
+    gpus = dict.fromkeys(ArmName, 1)
+    faster = {"chat": ClassWindow(requests=10.0, request_seconds=2.0)}
+    [baseline, *_] = arm_measurements(reading(baseline=faster), ["chat"], gpus)
+    assert baseline.throughput_at_slo == 5.0
+    [baseline, *_] = arm_measurements(
+        reading(baseline=faster), ["chat"], gpus, {ArmName.BASELINE: 7.5}
+    )
+    assert baseline.throughput_at_slo == 7.5
 
 
 def merged(spec: dict[str, object], patch: dict[str, object]) -> dict[str, object]:

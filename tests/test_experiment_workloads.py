@@ -86,7 +86,21 @@ def test_arms_are_owned_by_the_experiment_and_run_its_replicas() -> None:
         if manifest["kind"] == "Deployment":
             assert manifest["spec"]["replicas"] == 2
     kinds = {m["kind"] for m in render_arms(specmodel, experiment)}
-    assert kinds == {"Deployment", "ConfigMap", "Service"}
+    assert kinds == {"Deployment", "ConfigMap", "Service", "ServiceMonitor", "PodMonitor"}
+
+
+def test_each_arms_monitors_select_its_pods_alone_and_label_its_series_with_the_arm() -> None:
+    manifests = render_arms(*four_arms())
+    for kind, endpoints in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
+        monitors = {m["metadata"]["name"]: m["spec"] for m in by_kind(manifests, kind)}
+        assert set(monitors) == {f"x-{arm}" for arm in ArmName}
+        selector = monitors["x-both"]["selector"]["matchLabels"]
+        assert selector["specfleet.dev/arm"] == "both"
+        assert selector["specfleet.dev/experiment"] == "x"
+        [endpoint] = monitors["x-both"][endpoints]
+        targets = {r["targetLabel"]: r["sourceLabels"] for r in endpoint["relabelings"]}
+        assert targets["experiment"] == ["__meta_kubernetes_pod_label_specfleet_dev_experiment"]
+        assert targets["arm"] == ["__meta_kubernetes_pod_label_specfleet_dev_arm"]
 
 
 def engine_args(manifests: list[dict[str, Any]], arm: ArmName) -> list[str]:

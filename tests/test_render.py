@@ -472,6 +472,8 @@ def test_monitors_scrape_the_gateway_through_the_service_and_the_engine_from_its
             "specmodel": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"],
             "revision": ["__meta_kubernetes_pod_label_specfleet_dev_revision"],
             "speculation": ["__meta_kubernetes_pod_label_specfleet_dev_speculation"],
+            "experiment": ["__meta_kubernetes_pod_label_specfleet_dev_experiment"],
+            "arm": ["__meta_kubernetes_pod_label_specfleet_dev_arm"],
         }
 
 

@@ -19,7 +19,7 @@ def test_unreachable_prometheus_is_blind_not_zero() -> None:
 def test_one_query_set_per_window_length() -> None:
     templates = {template.format(w="60s") for template, _, _ in QUERIES.values()}
     assert len(templates) == 14
-    assert all("sum by (namespace, specmodel, class, revision, speculation" in t for t in templates)
+    assert all("sum by (namespace, specmodel, revision, speculation, class" in t for t in templates)
 
 
 def test_ratios_come_from_counter_increases() -> None:

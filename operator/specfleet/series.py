@@ -44,8 +44,9 @@ SPECMODEL = "specmodel"
 REVISION = "revision"
 SPECULATION = "speculation"
 
-SERIES_KEY = (NAMESPACE, SPECMODEL, CLASS, REVISION, SPECULATION)
-"""What telemetry groups every series by: one class of one SpecModel's pods in one plan state."""
+EXPERIMENT = "experiment"
+"""An experiment arm's pods carry its experiment's name, and `ARM` the arm's: the fleet's
+mirrored series name in `ARM` the arm they went to."""
 
 OUTCOMES = ("ok", "client_error", "upstream_error", "gateway_error", "cancelled")
 """upstream_error is the engine's failure only; gateway_error the gateway's own."""

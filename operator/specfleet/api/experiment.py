@@ -184,6 +184,10 @@ class SpecExperimentStatus(ApiModel):
     )
     conditions: list[Condition] = Field(default_factory=list, description="Conditions.")
     arms: list[ArmStatus] = Field(default_factory=list, description="Each arm's workload.")
+    started_at: str | None = Field(
+        default=None,
+        description="When every arm was first ready: the sample is measured from then on.",
+    )
     progress: Progress = Field(default_factory=Progress, description="Samples so far.")
     leading_arm: ArmName | None = Field(
         default=None, description="The arm the verdict recommends on the samples so far."

@@ -1,12 +1,14 @@
 """One SpecExperiment, level-based: read it and its SpecModel, render the arms
 (`experiment.workloads`), apply what differs and prune the rest (as a SpecModel's children),
-write status. Writes only the arms and the experiment's status: never the SpecModel.
+measure the running arms when asked to, retire them once concluded, write status. Writes only
+the arms and the experiment's status: never the SpecModel.
 
 Sync; runs in a worker thread."""
 
 from __future__ import annotations
 
 import logging
+import math
 from datetime import datetime
 from typing import Any
 
@@ -14,15 +16,28 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from specfleet.api import InvalidSpecModel, SpecModel, parse_specmodel
-from specfleet.api.experiment import EXPERIMENT_KIND, SpecExperiment, SpecExperimentStatus
+from specfleet.api.base import SCRAPE_INTERVAL_SECONDS
+from specfleet.api.experiment import (
+    EXPERIMENT_KIND,
+    ExperimentPhase,
+    SpecExperiment,
+    SpecExperimentStatus,
+)
 from specfleet.api.validation import InvalidSpecExperiment, parse_specexperiment
 from specfleet.controller import children
 from specfleet.controller.children import ChildKey
-from specfleet.controller.experiment_status import arms_status, failed_status
+from specfleet.controller.experiment_status import (
+    arms_status,
+    concluded,
+    failed_status,
+    measured_status,
+)
 from specfleet.controller.kube import Kube
 from specfleet.controller.reconcile import describe
 from specfleet.experiment.workloads import InvalidArms, render_arms
 from specfleet.render import Manifest, RenderSettings
+from specfleet.telemetry.arms import ArmsTarget, read_arms
+from specfleet.telemetry.reader import TelemetryReader
 
 Body = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -41,16 +56,21 @@ def reconcile_experiment(
     kube: Kube,
     settings: RenderSettings,
     now: datetime,
+    reader: TelemetryReader | None = None,
 ) -> SpecExperimentStatus:
     """`arms` are the experiment's children as watched; `specmodel_body` the SpecModel it
-    names, if there is one."""
+    names, if there is one; `reader`, when a measurement of the running arms is due."""
     previous = _previous_status(body)
+    generation = body["metadata"].get("generation")
     if body["metadata"].get("deletionTimestamp"):
         return previous
-    generation = body["metadata"].get("generation")
+    if concluded(previous, generation):
+        _sync(kube, [], arms)
+        return previous
     try:
         experiment = _experiment(body)
-        desired = _desired(experiment, specmodel_body, settings)
+        specmodel = _specmodel(experiment, specmodel_body)
+        desired = _desired(experiment, specmodel, settings)
     except CannotRun as exc:
         status = failed_status(generation, exc.reason, exc.message, previous, now)
         if exc.reason == "SpecModelNotFound":  # its arms serve nothing anyone will adopt
@@ -59,8 +79,26 @@ def reconcile_experiment(
         error = _sync(kube, desired, arms)
         deployments = {name: b for (kind, name), b in arms.items() if kind == "Deployment"}
         status = arms_status(experiment, deployments, previous, now, error)
+        if reader is not None and status.phase == ExperimentPhase.RUNNING:
+            reading = read_arms(reader, _target(experiment, status, now), now)
+            status = measured_status(experiment, specmodel, reading, status, now)
+            if concluded(status, generation):  # the verdict is in: retire the arms
+                _sync(kube, [], arms)
     _write_status(kube, body, previous, status)
     return status
+
+
+def _target(experiment: SpecExperiment, status: SpecExperimentStatus, now: datetime) -> ArmsTarget:
+    """The sample since the arms first served it (two scrapes at least: an increase needs
+    two samples)."""
+    started = datetime.fromisoformat(status.started_at) if status.started_at else now
+    elapsed = math.ceil((now - started).total_seconds())
+    return ArmsTarget(
+        namespace=experiment.metadata.namespace,
+        experiment=experiment.metadata.name,
+        specmodel=experiment.spec.spec_model_ref.name,
+        window_seconds=max(elapsed, 2 * SCRAPE_INTERVAL_SECONDS),
+    )
 
 
 def _experiment(body: Body) -> SpecExperiment:
@@ -71,10 +109,9 @@ def _experiment(body: Body) -> SpecExperiment:
 
 
 def _desired(
-    experiment: SpecExperiment, specmodel_body: Body | None, settings: RenderSettings
+    experiment: SpecExperiment, specmodel: SpecModel, settings: RenderSettings
 ) -> list[Manifest]:
     try:
-        specmodel = _specmodel(experiment, specmodel_body)
         return [children.with_applied_hash(m) for m in render_arms(specmodel, experiment, settings)]
     except InvalidArms as exc:
         raise CannotRun("ArmsInvalid", str(exc)) from None

@@ -38,8 +38,8 @@ LabelFilter = dict[str, Any]
 FLEET: LabelFilter = {**MANAGED, EXPERIMENT_LABEL: kopf.ABSENT}
 """A SpecModel's own objects and pods: not an experiment's arms."""
 ARMS: LabelFilter = {**MANAGED, EXPERIMENT_LABEL: kopf.PRESENT}
-ARM_RESOURCES = CHILD_RESOURCES[:3]
-"""An arm renders a Deployment, ConfigMaps and a Service."""
+ARM_RESOURCES = [r for r in CHILD_RESOURCES if r[2] != "poddisruptionbudgets"]
+"""An arm renders a Deployment, ConfigMaps, a Service and, as its SpecModel does, monitors."""
 ARM_INDEXES = [f"arms_{plural}" for _, _, plural in ARM_RESOURCES]
 RECONCILE_WORKERS = 8
 log = logging.getLogger(__name__)
@@ -228,3 +228,5 @@ async def _guard_forever(memo: Any, indexes: dict[str, Any]) -> None:
             )
         except Exception:  # a failed tick is logged; the next tick tries again
             log.exception("guard tick failed")
+        for key in list(indexes["specexperiments"]):  # running arms are measured on the tick
+            memo["experiments"].add(key)

@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_SECONDS = 300.0
 FIRST_BACKOFF_SECONDS = 1.0
 RECENT_SECONDS = 10.0
+MEASURE_SECONDS = 15.0
 Stamp = tuple[str | None, int | None, tuple[tuple[str, str], ...]]
 """(uid, generation, annotations): one spec of one SpecModel."""
 
@@ -91,6 +92,8 @@ class Operator:
     """The status last written per SpecModel, fresher than a lagging watch."""
     _applied: dict[Key, tuple[float, dict[children.ChildKey, str]]] = field(default_factory=dict)
     """Children hashes applied in the last RECENT_SECONDS, until the watches catch up."""
+    _measured: dict[Key, float] = field(default_factory=dict)
+    """When each experiment's arms were last measured."""
 
     def __post_init__(self) -> None:
         self._own_receivers = ReceiverCache(self.kube, self._http, self.monotonic)
@@ -138,11 +141,22 @@ class Operator:
     ) -> None:
         body = next(iter(experiments.get(key, [])), None)
         if body is None:
+            self._measured.pop(key, None)
             return
         ref = body.get("spec", {}).get("specModelRef", {}).get("name", "")
         specmodel = next(iter(specmodels.get((key[0], ref), [])), None)
         arms = {children.key(b): b for index in arm_indexes for b in index.get(key, [])}
-        reconcile_experiment(body, specmodel, arms, self.kube, self.settings, self.clock())
+        reader = self.reader if self._measure_due(key) else None
+        reconcile_experiment(body, specmodel, arms, self.kube, self.settings, self.clock(), reader)
+
+    def _measure_due(self, key: Key) -> bool:
+        """An experiment's arms are measured once a MEASURE_SECONDS, however often its
+        events come."""
+        now = self.monotonic()
+        if now - self._measured.get(key, -MEASURE_SECONDS) < MEASURE_SECONDS:
+            return False
+        self._measured[key] = now
+        return True
 
     def guard_tick(
         self,

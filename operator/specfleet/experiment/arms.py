@@ -7,7 +7,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from specfleet.api import SpecModel
 from specfleet.api.experiment import ArmOverlay, ArmSpec, SpecExperimentSpec
+from specfleet.api.spec import ClassSlo
 from specfleet.experiment.verdict import ArmName
 
 QUANTIZED = {ArmName.QUANTIZED, ArmName.BOTH}
@@ -48,3 +50,12 @@ def overlay_spec(spec: dict[str, Any], overlay: ArmOverlay) -> dict[str, Any]:
 def overlay(document: dict[str, Any], arm: ArmName) -> dict[str, Any]:
     """The SpecModel document as the default arm runs it."""
     return {**document, "spec": overlay_spec(document["spec"], default_overlay(arm))}
+
+
+def class_slos(specmodel: SpecModel) -> dict[str, ClassSlo]:
+    """The SLOs each arm is judged by, per class (a class without any: none to miss)."""
+    return {c.name: c.slo or ClassSlo() for c in specmodel.spec.classes}
+
+
+def gpus_per_replica(specmodel: SpecModel) -> int:
+    return specmodel.spec.pod.gpu.count or specmodel.spec.model.tensor_parallel_size

@@ -1,39 +1,81 @@
-"""The live experiment's verdict inputs (pure): each arm's per-class windows, as telemetry reads
-them (`telemetry.model.Observation`), as the measurements `verdict.judge` takes; the progress
-towards the samples needed; and the recommended arm as a merge patch of the SpecModel's spec.
+"""The live experiment's verdict inputs (pure): each arm's per-class windows since it started
+serving the sample, as telemetry reads them (`telemetry.arms.ArmsObservation`), as the
+measurements `verdict.judge` takes; the progress towards the samples needed; and the
+recommended arm as a merge patch of the SpecModel's spec.
 
 Telemetry gives one percentile of latency, the p95: it stands for p50 and p99 too, so
 `verdict.accepted_share` counts a class whose p95 misses its SLO as mostly late (pessimistic),
-and one whose p95 meets it as all on time. Greedy agreement is not measured live yet."""
+and one whose p95 meets it as all on time.
+
+Throughput at SLO comes from the capacity phase. Without one, an arm's throughput is its
+requests per second at concurrency one (1 / its mean request time on the sample): the same
+basis for every arm, but it flatters speculation, whose gain is largest at low concurrency."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import yaml
 
 from specfleet.api.experiment import ArmClassRequests, ArmOverlay, Progress
 from specfleet.experiment.verdict import ArmMeasurement, ArmName, ClassMeasurement, Latency
-from specfleet.telemetry.model import ClassWindow, Observation
+from specfleet.telemetry.arms import ArmsObservation, GreedyComparison
+from specfleet.telemetry.model import ClassWindow
+
+
+def arm_measurements(
+    reading: ArmsObservation,
+    classes: list[str],
+    gpus_per_replica: Mapping[ArmName, int],
+    throughput_at_slo: Mapping[ArmName, float] | None = None,
+) -> list[ArmMeasurement]:
+    """Every arm, every class (a class an arm has not served yet measures zero requests)."""
+    return [
+        arm_measurement(
+            arm,
+            {c: reading.arms.get(arm, {}).get(c, ClassWindow()) for c in classes},
+            reading.greedy.get(arm, {}),
+            gpus_per_replica[arm],
+            (throughput_at_slo or {}).get(arm),
+        )
+        for arm in ArmName
+    ]
 
 
 def arm_measurement(
-    arm: ArmName, observation: Observation, gpus_per_replica: int, throughput_at_slo: float
+    arm: ArmName,
+    classes: Mapping[str, ClassWindow],
+    greedy: Mapping[str, GreedyComparison],
+    gpus_per_replica: int,
+    throughput_at_slo: float | None = None,
 ) -> ArmMeasurement:
-    """`throughput_at_slo` comes from the capacity phase: the sample's windows cannot tell it."""
+    """`throughput_at_slo`: the capacity phase's; None for the arm's at concurrency one."""
+    if throughput_at_slo is None:
+        throughput_at_slo = throughput_at_concurrency_one(classes.values())
     return ArmMeasurement(
         arm=arm,
         gpus_per_replica=gpus_per_replica,
         throughput_at_slo=throughput_at_slo,
-        classes={name: class_measurement(w) for name, w in observation.classes.items()},
+        classes={
+            name: class_measurement(w, greedy.get(name, GreedyComparison()))
+            for name, w in classes.items()
+        },
     )
 
 
-def class_measurement(window: ClassWindow) -> ClassMeasurement:
-    errors = _count(window.errors)
+def throughput_at_concurrency_one(windows: Iterable[ClassWindow]) -> float:
+    """Requests per second one request at a time would get: requests over their seconds."""
+    found = list(windows)
+    seconds = sum(w.request_seconds or 0.0 for w in found)
+    requests = sum(w.requests or 0.0 for w in found)
+    return requests / seconds if seconds > 0 else 0.0
+
+
+def class_measurement(window: ClassWindow, greedy: GreedyComparison) -> ClassMeasurement:
+    compared = _count(greedy.compared)
     return ClassMeasurement(
         requests=_count(window.requests),
-        errors=errors,
+        errors=_count(window.errors),
         truncated=_count(window.truncated),
         tool_calls_valid=_count(window.tool_calls_valid),
         tool_calls_judged=_count(window.tool_calls_judged),
@@ -42,6 +84,8 @@ def class_measurement(window: ClassWindow) -> ClassMeasurement:
         ttft=_p95_only(window.p95_ttft_seconds),
         tpot=_p95_only(window.p95_tpot_seconds),
         acceptance_rate=window.acceptance_rate,
+        greedy_agreed=min(_count(greedy.exact_matches), compared),
+        greedy_compared=compared,
     )
 
 
@@ -55,19 +99,16 @@ def _p95_only(seconds: float | None) -> Latency:
     return Latency(p50_seconds=p95, p95_seconds=p95, p99_seconds=p95)
 
 
-def progress(
-    observations: Mapping[ArmName, Observation], classes: list[str], needed: int
-) -> Progress:
-    """Requests per arm and class, and the share of `needed` of the one furthest from it."""
+def progress(measured: list[ArmMeasurement], needed: int | None) -> Progress:
+    """Requests per arm and class, and the share of `needed` of the one furthest from it
+    (no share without `needed`: the experiment then runs for its duration)."""
     requests = [
-        ArmClassRequests(
-            arm=arm,
-            class_name=klass,
-            requests=_count(observations[arm].classes.get(klass, ClassWindow()).requests),
-        )
-        for arm in observations
-        for klass in classes
+        ArmClassRequests(arm=arm.arm, class_name=klass, requests=m.requests)
+        for arm in measured
+        for klass, m in arm.classes.items()
     ]
+    if not needed:
+        return Progress(requests=requests)
     least = min((r.requests for r in requests), default=0)
     return Progress(requests=requests, percent=min(100, least * 100 // needed))
 

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specfleet.api.spec import ClassSlo
-from specfleet.experiment.arms import overlay
+from specfleet.experiment.arms import class_slos, gpus_per_replica, overlay
 from specfleet.experiment.verdict import (
     ArmMeasurement,
     ArmName,
@@ -135,9 +135,7 @@ def run(experiment: Experiment, seed: int | None = None) -> ExperimentVerdict:
     draws = draw_slices(scenario, seed, SLICE_SECONDS, count)
     greedy = _greedy_draws(scenario, seed, count)
     specmodel = experiment.worlds[ArmName.BASELINE].changes[0].specmodel
-    slos = {
-        c.name: c.slo or ClassSlo() for c in specmodel.spec.classes if c.name in scenario.classes
-    }
+    slos = {c: slo for c, slo in class_slos(specmodel).items() if c in scenario.classes}
     arms = [measure(arm, experiment.worlds[arm], scenario, slos, draws, greedy) for arm in ArmName]
     return judge(arms, slos, scenario.gpu_hour_price, specmodel.spec.guard.min_requests)
 
@@ -180,7 +178,7 @@ def measure(
     specmodel = world.changes[0].specmodel
     return ArmMeasurement(
         arm=arm,
-        gpus_per_replica=specmodel.spec.pod.gpu.count or specmodel.spec.model.tensor_parallel_size,
+        gpus_per_replica=gpus_per_replica(specmodel),
         throughput_at_slo=throughput_at_slo(world, setting, slos),
         classes={
             name: tally.measurement(conditions_k=revision.k) for name, tally in totals.items()

@@ -15,6 +15,7 @@ from specfleet.render.workload import (
     Workload,
     deployment_and_configs,
     manifests,
+    monitors,
     service,
 )
 
@@ -62,10 +63,11 @@ def render_arm(
     specmodel: SpecModel, arm: ArmOf, settings: RenderSettings | None = None
 ) -> list[Manifest]:
     """An experiment's arm: `specmodel` is the arm's own (the overlaid spec, named
-    `<experiment>-<arm>`), served as it is, with a Service of its own and no budget or monitor."""
+    `<experiment>-<arm>`), served as it is, with a Service of its own, monitors of its own when
+    the SpecModel's are rendered (its own select only its pods), and no budget."""
     plan, config = ServingPlan(), specmodel.engine_config()
     workload = _workload(specmodel, plan, config, settings or RenderSettings(), Role.ARM, arm)
-    return [*deployment_and_configs(workload), service(workload)]
+    return [*deployment_and_configs(workload), service(workload), *monitors(workload)]
 
 
 def _workload(

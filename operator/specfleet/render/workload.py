@@ -160,9 +160,14 @@ def manifests(workload: Workload) -> list[Manifest]:
     objects = [*deployment_and_configs(workload), service(workload)]
     if workload.specmodel.spec.pod.replicas >= 2:
         objects.append(pod_disruption_budget(workload))
-    if workload.specmodel.spec.monitoring.service_monitor:
-        objects += [service_monitor(workload), pod_monitor(workload)]
-    return objects
+    return objects + monitors(workload)
+
+
+def monitors(workload: Workload) -> list[Manifest]:
+    """The ServiceMonitor and PodMonitor of the workload's pods, when the spec asks for them."""
+    if not workload.specmodel.spec.monitoring.service_monitor:
+        return []
+    return [service_monitor(workload), pod_monitor(workload)]
 
 
 def deployment_and_configs(workload: Workload) -> list[Manifest]:
@@ -427,6 +432,8 @@ def pod_relabelings() -> list[dict[str, Any]]:
             (INSTANCE, series.SPECMODEL),
             (REVISION_LABEL, series.REVISION),
             (SPECULATION_LABEL, series.SPECULATION),
+            (EXPERIMENT_LABEL, series.EXPERIMENT),
+            (ARM_LABEL, series.ARM),
         )
     ]
 

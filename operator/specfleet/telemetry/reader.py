@@ -22,9 +22,6 @@ from specfleet import series
 from specfleet.telemetry.model import ClassWindow, Observation
 
 log = logging.getLogger(__name__)
-GROUP = ", ".join(series.SERIES_KEY)
-SeriesKey = tuple[str, str, str, str, str]
-"""One value per label of `series.SERIES_KEY`."""
 
 
 @dataclass(frozen=True)
@@ -41,54 +38,102 @@ class Target:
     way (a trial's canary, if one runs)."""
 
 
-def _increase(metric: str, extra: str = "") -> str:
-    by = f"{GROUP}{', ' + extra if extra else ''}"
-    return f"sum by ({by}) (increase({metric}_total[{{w}}]))"
+def _increase(metric: str, group: str, selector: str, extra: str = "") -> str:
+    by = f"{group}{', ' + extra if extra else ''}"
+    return f"sum by ({by}) (increase({metric}_total{selector}[{{w}}]))"
 
 
-def _quantile(metric: str) -> str:
-    return f"histogram_quantile(0.95, sum by ({GROUP}, le) (rate({metric}_bucket[{{w}}])))"
+def _quantile(metric: str, group: str, selector: str) -> str:
+    rate = f"rate({metric}_bucket{selector}[{{w}}])"
+    return f"histogram_quantile(0.95, sum by ({group}, le) ({rate}))"
 
 
-def _mean(metric: str) -> str:
-    rate = "sum by ({g}) (rate({m}_{s}[{{w}}]))"
-    return (
-        f"{rate.format(g=GROUP, m=metric, s='sum')} / {rate.format(g=GROUP, m=metric, s='count')}"
-    )
+def _mean(metric: str, group: str, selector: str) -> str:
+    rate = "sum by ({g}) (rate({m}_{s}{sel}[{{w}}]))"
+    sums, counts = (rate.format(g=group, m=metric, s=s, sel=selector) for s in ("sum", "count"))
+    return f"{sums} / {counts}"
 
 
-def _validity(metric: str, valid: bool) -> tuple[str, str, str]:
-    return _increase(metric, series.VALID), series.VALID, series.valid_value(valid)
+Query = tuple[str, str | None, str | None]
+"""A PromQL template (`{w}`: the window), and the label that must match with its value."""
 
 
-# field of ClassWindow -> (PromQL template, label that must match, its value)
-QUERIES: dict[str, tuple[str, str | None, str | None]] = {
-    "requests": (_increase(series.REQUESTS), None, None),
-    "errors": (
-        _increase(series.REQUESTS, series.OUTCOME),
-        series.OUTCOME,
-        series.UPSTREAM_ERROR,
-    ),
-    "draft_tokens": (_increase(series.DRAFT_TOKENS), None, None),
-    "accepted_tokens": (_increase(series.ACCEPTED_TOKENS), None, None),
-    "steps": (_increase(series.SPEC_STEPS), None, None),
-    "output_tokens": (_increase(series.OUTPUT_TOKENS), None, None),
-    "request_seconds": (_increase(series.REQUEST_SECONDS), None, None),
-    "p95_ttft_seconds": (_quantile(series.TTFT), None, None),
-    "p95_tpot_seconds": (_quantile(series.TPOT), None, None),
-    "mean_tpot_seconds": (_mean(series.TPOT), None, None),
-    "tool_calls_valid": _validity(series.TOOL_CALLS, True),
-    "tool_calls_invalid": _validity(series.TOOL_CALLS, False),
-    "structured_valid": _validity(series.STRUCTURED_OUTPUTS, True),
-    "structured_invalid": _validity(series.STRUCTURED_OUTPUTS, False),
-    "choices": (_increase(series.FINISH_REASONS), None, None),
-    "truncated": (
-        _increase(series.FINISH_REASONS, series.REASON),
-        series.REASON,
-        series.TRUNCATED,
-    ),
-}
-UNJUDGED_QUERY = _increase(series.QUALITY_UNJUDGED, f"{series.KIND}, {series.REASON}")
+def queries(group: str, selector: str = "") -> dict[str, Query]:
+    """Each field of ClassWindow as a query grouped by `group`, over the series `selector`
+    (`{label="value",...}`) picks."""
+
+    selector = _literal(selector)
+
+    def increase(metric: str, extra: str = "") -> str:
+        return _increase(metric, group, selector, extra)
+
+    def validity(metric: str, valid: bool) -> Query:
+        return increase(metric, series.VALID), series.VALID, series.valid_value(valid)
+
+    return {
+        "requests": (increase(series.REQUESTS), None, None),
+        "errors": (
+            increase(series.REQUESTS, series.OUTCOME),
+            series.OUTCOME,
+            series.UPSTREAM_ERROR,
+        ),
+        "draft_tokens": (increase(series.DRAFT_TOKENS), None, None),
+        "accepted_tokens": (increase(series.ACCEPTED_TOKENS), None, None),
+        "steps": (increase(series.SPEC_STEPS), None, None),
+        "output_tokens": (increase(series.OUTPUT_TOKENS), None, None),
+        "request_seconds": (increase(series.REQUEST_SECONDS), None, None),
+        "p95_ttft_seconds": (_quantile(series.TTFT, group, selector), None, None),
+        "p95_tpot_seconds": (_quantile(series.TPOT, group, selector), None, None),
+        "mean_tpot_seconds": (_mean(series.TPOT, group, selector), None, None),
+        "tool_calls_valid": validity(series.TOOL_CALLS, True),
+        "tool_calls_invalid": validity(series.TOOL_CALLS, False),
+        "structured_valid": validity(series.STRUCTURED_OUTPUTS, True),
+        "structured_invalid": validity(series.STRUCTURED_OUTPUTS, False),
+        "choices": (increase(series.FINISH_REASONS), None, None),
+        "truncated": (
+            increase(series.FINISH_REASONS, series.REASON),
+            series.REASON,
+            series.TRUNCATED,
+        ),
+    }
+
+
+def unjudged_query(group: str, selector: str = "") -> str:
+    extra = f"{series.KIND}, {series.REASON}"
+    return _increase(series.QUALITY_UNJUDGED, group, _literal(selector), extra)
+
+
+def _literal(selector: str) -> str:
+    """The selector inside a template the window is formatted into."""
+    return selector.replace("{", "{{").replace("}", "}}")
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """How one batch of queries groups the series: by the labels of a pod state (one
+    SpecModel's pods in one plan state; one experiment's arm), then by class."""
+
+    state: tuple[str, ...]
+    selector: str = ""
+    """Which series, as PromQL's `{label="value",...}`; empty: every one."""
+
+    @property
+    def labels(self) -> str:
+        return ", ".join((*self.state, series.CLASS))
+
+    def key(self, metric: dict[str, str]) -> tuple[State, str]:
+        return tuple(metric.get(label, "") for label in self.state), metric.get(series.CLASS, "")
+
+
+State = tuple[str, ...]
+"""One value per label of a Grouping's state."""
+Grouped = dict[State, dict[str, dict[str, Any]]]
+"""state -> class -> field of ClassWindow -> value."""
+FLEET = Grouping((series.NAMESPACE, series.SPECMODEL, series.REVISION, series.SPECULATION))
+
+
+QUERIES = queries(FLEET.labels)
+"""The fleet's: field of ClassWindow -> (PromQL template, label that must match, its value)."""
 # the unjudged series' `kind` label -> field of ClassWindow (a mapping reason -> count)
 UNJUDGED_FIELDS = {"tool_call": "tool_calls_unjudged", "structured_output": "structured_unjudged"}
 assert set(QUERIES) | set(UNJUDGED_FIELDS.values()) == {f.name for f in fields(ClassWindow)}
@@ -120,90 +165,82 @@ class TelemetryReader:
         self, window: int, targets: list[Target], now: datetime
     ) -> dict[tuple[str, str], Observation]:
         try:
-            values = _by_pod_state(*self._query_all(window))
-        except (PrometheusApiClientException, RequestException, ValueError) as exc:
-            reason = f"Prometheus query failed: {exc}"[:300]
-            log.warning("%s", reason)
+            values = self.read_grouped(FLEET, window)
+        except QueryFailed as exc:
             return {
-                (t.namespace, t.specmodel): _observation(t, now, {}, blind=reason) for t in targets
+                (t.namespace, t.specmodel): _observation(t, now, {}, blind=str(exc))
+                for t in targets
             }
         return {(t.namespace, t.specmodel): _observations(t, now, values) for t in targets}
 
+    def read_grouped(self, grouping: Grouping, window: int) -> Grouped:
+        """Every field of every class of every state over the last `window` seconds;
+        QueryFailed when Prometheus did not answer."""
+        return _grouped(grouping, *self._query_all(grouping, window))
+
     def _query_all(
-        self, window: int
-    ) -> tuple[dict[str, dict[SeriesKey, float]], list[dict[str, Any]]]:
-        """Every field's series, and the unjudged quality checks' rows."""
+        self, grouping: Grouping, window: int
+    ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+        """Every field's rows, and the unjudged quality checks' rows."""
         cache: dict[str, list[dict[str, Any]]] = {}
-        values: dict[str, dict[SeriesKey, float]] = {}
-        for name, (template, label, wanted) in QUERIES.items():
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for name, (template, label, wanted) in queries(grouping.labels, grouping.selector).items():
             query = template.format(w=f"{window}s")
             if query not in cache:
-                cache[query] = self._query(query)
-            values[name] = _series(cache[query], label, wanted)
-        return values, self._query(UNJUDGED_QUERY.format(w=f"{window}s"))
+                cache[query] = self.query(query)
+            rows[name] = [
+                r for r in cache[query] if label is None or r["metric"].get(label) == wanted
+            ]
+        unjudged = unjudged_query(grouping.labels, grouping.selector)
+        return rows, self.query(unjudged.format(w=f"{window}s"))
 
-    def _query(self, query: str) -> list[dict[str, Any]]:
+    def query(self, query: str) -> list[dict[str, Any]]:
+        """The rows of an instant query; QueryFailed when Prometheus did not answer."""
         self.queries += 1
-        rows: list[dict[str, Any]] = self._prometheus.custom_query(
-            query, params={"timeout": f"{int(self._timeout * 1000)}ms"}
-        )
+        try:
+            rows: list[dict[str, Any]] = self._prometheus.custom_query(
+                query, params={"timeout": f"{int(self._timeout * 1000)}ms"}
+            )
+        except (PrometheusApiClientException, RequestException, ValueError) as exc:
+            reason = f"Prometheus query failed: {exc}"[:300]
+            log.warning("%s", reason)
+            raise QueryFailed(reason) from None
         return rows
 
 
-def _series(
-    rows: list[dict[str, Any]], label: str | None, wanted: str | None
-) -> dict[SeriesKey, float]:
-    out: dict[SeriesKey, float] = {}
-    for row in rows:
-        metric = row["metric"]
-        if label is not None and metric.get(label) != wanted:
-            continue
-        value = float(row["value"][1])
-        if value != value:  # NaN: a histogram or ratio with no observations in the window
-            continue
-        out[_series_key(metric)] = value
-    return out
+class QueryFailed(Exception):
+    """Prometheus did not answer a query: whatever it was to tell is unknown, never zero."""
 
 
-def _series_key(metric: dict[str, str]) -> SeriesKey:
-    namespace, specmodel, klass, revision, speculation = (
-        metric.get(label, "") for label in series.SERIES_KEY
-    )
-    return namespace, specmodel, klass, revision, speculation
-
-
-StateKey = tuple[str, str, str, str]
-"""(namespace, specmodel, revision, speculation): one SpecModel's pods in one plan state."""
-
-
-def _state(target: Target) -> StateKey:
-    speculation = series.speculation_value(target.speculation)
-    return target.namespace, target.specmodel, str(target.revision), speculation
-
-
-def _by_pod_state(
-    values: dict[str, dict[SeriesKey, float]], unjudged: list[dict[str, Any]]
-) -> dict[StateKey, dict[str, dict[str, Any]]]:
+def _grouped(
+    grouping: Grouping, rows: dict[str, list[dict[str, Any]]], unjudged: list[dict[str, Any]]
+) -> Grouped:
     """Regroups query results once, so each target is a lookup: state -> class -> field."""
-    grouped: dict[StateKey, dict[str, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
-    for name, by_key in values.items():
-        for (namespace, specmodel, klass, revision, speculation), value in by_key.items():
-            grouped[(namespace, specmodel, revision, speculation)][klass][name] = value
+    grouped: Grouped = defaultdict(lambda: defaultdict(dict))
+    for name, found in rows.items():
+        for row in found:
+            value = float(row["value"][1])
+            if value != value:  # NaN: a histogram or ratio with no observations in the window
+                continue
+            state, klass = grouping.key(row["metric"])
+            grouped[state][klass][name] = value
     for row in unjudged:
         metric = row["metric"]
         field_name = UNJUDGED_FIELDS.get(metric.get(series.KIND, ""))
         value = float(row["value"][1])
         if field_name is None or not value > 0:  # also NaN
             continue
-        namespace, specmodel, klass, revision, speculation = _series_key(metric)
-        found = grouped[(namespace, specmodel, revision, speculation)][klass]
-        found.setdefault(field_name, {})[metric.get(series.REASON, "")] = value
+        state, klass = grouping.key(metric)
+        grouped[state][klass].setdefault(field_name, {})[metric.get(series.REASON, "")] = value
     return grouped
 
 
-def _observations(
-    target: Target, now: datetime, values: dict[StateKey, dict[str, dict[str, Any]]]
-) -> Observation:
+def _state(target: Target) -> State:
+    speculation = series.speculation_value(target.speculation)
+    return target.namespace, target.specmodel, str(target.revision), speculation
+
+
+def _observations(target: Target, now: datetime, values: Grouped) -> Observation:
     """The target's pods, with its canary's beside them: the same queries answered both, so
     reading them costs nothing."""
     revision, speculation = target.canary or (target.revision, not target.speculation)
