@@ -176,8 +176,9 @@ def running(now: datetime = T0) -> tuple[dict[str, Any], dict[ChildKey, dict[str
     first, _ = run(experiment_doc(), specmodel_body(), now=now)
     live = {(m["kind"], m["metadata"]["name"]): complete(m) for m in first.applied}
     body = {**experiment_doc(), "status": first.statuses[-1][2]}
-    _, status = run(body, specmodel_body(), live, now)
+    kube, status = run(body, specmodel_body(), live, now)
     assert status["phase"] == "Running" and status["startedAt"] == now.isoformat()
+    assert kube.events == ["ArmsReady"]
     return {**experiment_doc(), "status": status}, live
 
 
@@ -221,6 +222,7 @@ def test_the_running_arms_are_measured_and_judged_with_progress_and_a_patch_for_
         "spec" in yaml.safe_load(status["recommendedPatch"]) or verdict["recommendation"] == "both"
     )
     assert len(kube.deleted) == len(live)  # the arms are retired once concluded
+    assert kube.events == ["ExperimentConcluded"]
     kube, again = measure({**body, "status": status}, live, prometheus(0), T0 + timedelta(hours=1))
     assert again["verdict"] == verdict and len(kube.deleted) == len(live)
 
@@ -234,6 +236,7 @@ def test_a_blind_prometheus_keeps_the_last_verdict_and_says_so() -> None:
     assert (measured["status"], measured["reason"]) == ("False", "PrometheusUnavailable")
     assert blind["verdict"] == status["verdict"] and blind["progress"] == status["progress"]
     assert blind["phase"] == "Running" and kube.deleted == []
+    assert kube.events == ["ExperimentBlind"]
 
 
 def test_the_duration_concludes_an_experiment_that_saw_too_few_requests() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specfleet.api import SpecModelStatus
+from specfleet.api.experiment import SpecExperimentStatus
 from specfleet.api.status import CanaryState, ConditionType
 from specfleet.guard.actions import ActionKind
 
@@ -107,4 +108,36 @@ def _condition_event(kind: str, status: str, reason: str, message: str) -> Event
         return Event(WARNING, "RolledBack", message)
     if kind == ConditionType.ROLLED_BACK and status == "False":
         return Event(NORMAL, "RollbackCleared", message)
+    return None
+
+
+def experiment_transitions(
+    before: SpecExperimentStatus, after: SpecExperimentStatus
+) -> list[Event]:
+    """A SpecExperiment's arms ready, its conclusion with the recommendation, a measurement
+    gone blind, a failure."""
+    old = {c.type: c for c in before.conditions}
+    events = []
+    for condition in after.conditions:
+        previous = old.get(condition.type)
+        if previous is not None and (previous.status, previous.reason) == (
+            condition.status,
+            condition.reason,
+        ):
+            continue
+        event = _experiment_event(condition.type, condition.status, condition.reason)
+        if event is not None:
+            events.append(Event(event[0], event[1], condition.message))
+    return events
+
+
+def _experiment_event(kind: str, status: str, reason: str) -> tuple[str, str] | None:
+    if kind == "Concluded" and status == "True":
+        return NORMAL, "ExperimentConcluded"
+    if kind == "Measured" and status == "False":
+        return WARNING, "ExperimentBlind"
+    if kind == "Ready" and status == "True":
+        return NORMAL, "ArmsReady"
+    if kind == "Ready" and reason not in {"ArmsStarting"}:
+        return WARNING, reason
     return None

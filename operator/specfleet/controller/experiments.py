@@ -24,7 +24,7 @@ from specfleet.api.experiment import (
     SpecExperimentStatus,
 )
 from specfleet.api.validation import InvalidSpecExperiment, parse_specexperiment
-from specfleet.controller import children
+from specfleet.controller import children, events
 from specfleet.controller.children import ChildKey
 from specfleet.controller.experiment_status import (
     arms_status,
@@ -159,3 +159,5 @@ def _write_status(
     if after.to_wire() != before.to_wire():
         meta = body["metadata"]
         kube.apply_status(meta["namespace"], meta["name"], after.to_wire(), EXPERIMENT_KIND)
+        for event in events.experiment_transitions(before, after):
+            kube.event(body, event.type, event.reason, event.message)
