@@ -104,6 +104,32 @@ def test_report_command_names_the_file_and_field_of_bad_input(
     assert result.exit_code == 2 and str(path) in result.output
 
 
+def test_report_command_reads_a_saved_specexperiment_and_says_when_it_has_no_verdict(
+    verdict: ExperimentVerdict, tmp_path: Path
+) -> None:
+    saved = {
+        "apiVersion": "specfleet.dev/v1alpha1",
+        "kind": "SpecExperiment",
+        "metadata": {"name": "x", "namespace": "ns"},
+        "spec": {"specModelRef": {"name": "m"}, "gpuHourPrice": 4.0},
+        "status": {"phase": "Running", "verdict": json.loads(verdict_json(verdict))},
+    }
+    path = tmp_path / "x.yaml"
+    path.write_text(yaml.safe_dump(saved))
+    out = tmp_path / "out"
+    args = ["experiment", "report", "--verdict", str(path), "--out", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert (out / "report.md").read_text() == markdown(verdict)
+    del saved["status"]["verdict"]
+    path.write_text(yaml.safe_dump(saved))
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert "status.verdict: none yet (phase Running)" in result.output
+    result = CliRunner().invoke(main, ["experiment", "report", "--out", str(out)])
+    assert result.exit_code == 2 and "NAME or --verdict" in result.output
+
+
 def test_simulate_command_refuses_a_scenario_without_arms_and_a_spec_without_speculation(
     tmp_path: Path,
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -19,17 +20,46 @@ def experiment() -> None:
 
 
 @experiment.command("report")
-@click.option("--verdict", "verdict_path", type=click.Path(path_type=Path), required=True)
+@click.argument("name", required=False)
+@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option(
+    "--verdict",
+    "verdict_path",
+    type=click.Path(path_type=Path),
+    help="Offline: a verdict (JSON) or a saved SpecExperiment (`kubectl get specexperiment NAME "
+    "-o yaml`) instead of NAME.",
+)
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Output directory.")
-def report_command(verdict_path: Path, out: Path) -> None:
-    """Write OUT/report.md and OUT/report.png from a verdict (JSON)."""
-    from specfleet.experiment.report import VerdictInputError, load_verdict
+def report_command(name: str | None, namespace: str, verdict_path: Path | None, out: Path) -> None:
+    """Write OUT/report.md and OUT/report.png from the SpecExperiment NAME's verdict (read from
+    the cluster, $KUBECONFIG) or from --verdict."""
+    from specfleet.experiment.report import VerdictInputError, load_verdict, verdict_of
 
+    if (name is None) == (verdict_path is None):
+        raise click.UsageError("give the SpecExperiment's NAME or --verdict FILE, one of them")
     try:
-        verdict = load_verdict(verdict_path)
+        if verdict_path is not None:
+            verdict = load_verdict(verdict_path)
+        else:
+            verdict = verdict_of(_read_experiment(namespace, str(name)), f"{namespace}/{name}")
     except VerdictInputError as exc:
-        _refuse(exc.source, "is not a valid experiment verdict", exc.problems)
+        _refuse(exc.source, "holds no valid experiment verdict", exc.problems)
     _write_report(verdict, out)
+
+
+def _read_experiment(namespace: str, name: str) -> object:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from specfleet.api import GROUP, VERSION
+    from specfleet.api.experiment import EXPERIMENT_PLURAL
+    from specfleet.controller.kube import api_client
+
+    api = client.CustomObjectsApi(api_client())
+    try:
+        return api.get_namespaced_custom_object(GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name)
+    except ApiException as exc:
+        _refuse(f"specexperiments/{name} in {namespace}", "cannot be read", [str(exc.reason)])
 
 
 @experiment.command("simulate")
@@ -75,7 +105,7 @@ def _write_report(verdict: ExperimentVerdict, out: Path) -> None:
     click.echo(f"wrote {out}/")
 
 
-def _refuse(source: str, what: str, problems: list[str]) -> None:
+def _refuse(source: str, what: str, problems: list[str]) -> NoReturn:
     click.echo(f"error: {source} {what}:", err=True)
     for problem in problems:
         click.echo(f"  {problem}", err=True)

@@ -5,11 +5,13 @@ matplotlib is imported lazily, as in `simulate.plot`: the operator image ships w
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
+from specfleet.api.experiment import EXPERIMENT_KIND
 from specfleet.experiment.verdict import OVERALL, PER, ArmRow, ExperimentVerdict, Latency
 
 COLUMNS = [
@@ -38,10 +40,24 @@ class VerdictInputError(ValueError):
 
 
 def load_verdict(path: Path) -> ExperimentVerdict:
+    """A verdict saved as JSON, or a SpecExperiment saved with its status (`kubectl get
+    specexperiment NAME -o yaml`, or `-o json`)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
         raise VerdictInputError(str(path), [str(exc)]) from None
+    return verdict_of(data, str(path))
+
+
+def verdict_of(data: Any, source: str) -> ExperimentVerdict:
+    """The verdict in `data`: a verdict, or a SpecExperiment whose status holds one."""
+    if isinstance(data, dict) and data.get("kind") == EXPERIMENT_KIND:
+        status = data.get("status") or {}
+        if status.get("verdict") is None:
+            phase = status.get("phase", "Pending")
+            problem = f"status.verdict: none yet (phase {phase}): wait until its arms are measured"
+            raise VerdictInputError(source, [problem])
+        data = status["verdict"]
     try:
         return ExperimentVerdict.model_validate(data)
     except ValidationError as exc:
@@ -49,7 +65,7 @@ def load_verdict(path: Path) -> ExperimentVerdict:
             f"{'.'.join(str(part) for part in e['loc']) or '<root>'}: {e['msg']}"
             for e in exc.errors()
         ]
-        raise VerdictInputError(str(path), problems) from None
+        raise VerdictInputError(source, problems) from None
 
 
 def markdown(verdict: ExperimentVerdict) -> str:
