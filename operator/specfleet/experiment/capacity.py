@@ -100,3 +100,8 @@ def _class_misses(measured: ClassStep | None, slo: ClassSlo) -> Sequence[tuple[s
     if error_rate > ERROR_BUDGET:
         return [(ERROR_RATE, error_rate, ERROR_BUDGET)]
     return latency_misses(measured.p95_ttft_seconds, measured.p95_tpot_seconds, slo)
+
+
+def concurrency_steps(max_concurrency: int, steps: int) -> list[int]:
+    """Evenly spaced up to the maximum, rounded, each at least one request in flight."""
+    return sorted({max(1, round(max_concurrency * i / steps)) for i in range(1, steps + 1)})
