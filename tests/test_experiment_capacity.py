@@ -5,9 +5,12 @@ from __future__ import annotations
 from specfleet.api.spec import ClassSlo
 from specfleet.experiment.capacity import (
     ERROR_BUDGET,
+    TERMINATION_MESSAGE_BYTES,
+    Capacity,
     ClassStep,
     ConcurrencyStep,
     capacity,
+    termination_message,
 )
 
 SLOS = {
@@ -98,3 +101,22 @@ def test_the_compact_result_round_trips_on_the_wire() -> None:
     wire = result.model_dump_json(by_alias=True, exclude={"steps"})
     assert '"class":"code"' in wire and '"throughputAtSlo":1.0' in wire
     assert type(result).model_validate_json(result.model_dump_json(by_alias=True)) == result
+
+
+def test_the_termination_message_drops_the_last_misses_to_fit_and_counts_them() -> None:
+    many = {
+        f"class-{i:03}": ClassSlo(max_p95_ttft_seconds=0.1, max_p95_tpot_seconds=0.01)
+        for i in range(60)
+    }
+    slow = cls(ttft=1.0, tpot=0.1)
+    result = capacity(
+        [ConcurrencyStep(concurrency=1, throughput=1.0, classes=dict.fromkeys(many, slow))], many
+    )
+    assert len(result.misses) == 120
+    message = termination_message(result)
+    assert len(message.encode()) <= TERMINATION_MESSAGE_BYTES
+    compact = Capacity.model_validate_json(message)
+    assert compact.misses == result.misses[: len(compact.misses)]
+    assert compact.omitted_misses == 120 - len(compact.misses) > 0
+    small = capacity([step(1, 1.0)], SLOS)
+    assert Capacity.model_validate_json(termination_message(small)).throughput_at_slo == 1.0

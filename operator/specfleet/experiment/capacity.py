@@ -19,6 +19,8 @@ from specfleet.experiment.verdict import latency_misses
 
 ERROR_BUDGET = 0.05
 """The share of a class's requests that may fail before its p95 is itself a failure."""
+TERMINATION_MESSAGE_BYTES = 4096
+"""What a container's termination message holds at most."""
 ERROR_RATE = "errorRate"
 UNMEASURED = "requests"
 """The signal of a class that has no request in a step: nothing says it is inside."""
@@ -60,6 +62,7 @@ class Capacity(ApiModel):
         default_factory=list,
         description="What the first step outside the SLOs missed; empty when every step was in.",
     )
+    omitted_misses: int = Field(default=0, ge=0, description="Misses left out to fit.")
 
 
 class CapacityReport(Capacity):
@@ -105,3 +108,20 @@ def _class_misses(measured: ClassStep | None, slo: ClassSlo) -> Sequence[tuple[s
 def concurrency_steps(max_concurrency: int, steps: int) -> list[int]:
     """Evenly spaced up to the maximum, rounded, each at least one request in flight."""
     return sorted({max(1, round(max_concurrency * i / steps)) for i in range(1, steps + 1)})
+
+
+def termination_message(result: Capacity, limit: int = TERMINATION_MESSAGE_BYTES) -> str:
+    """The result without its steps, as JSON within `limit` bytes: the last misses dropped
+    (and counted) while it is longer."""
+    kept = len(result.misses)
+    while True:
+        compact = Capacity(
+            throughput_at_slo=result.throughput_at_slo,
+            concurrency=result.concurrency,
+            misses=result.misses[:kept],
+            omitted_misses=result.omitted_misses + len(result.misses) - kept,
+        )
+        text = compact.model_dump_json(by_alias=True)
+        if len(text.encode()) <= limit or not kept:
+            return text
+        kept -= 1

@@ -122,7 +122,7 @@ def capacity_command(
     import tempfile
 
     from specfleet.experiment import guidellm as tool
-    from specfleet.experiment.capacity import capacity, concurrency_steps
+    from specfleet.experiment.capacity import capacity, concurrency_steps, termination_message
     from specfleet.experiment.replay import RequestFileError, load_requests
 
     try:
@@ -151,7 +151,7 @@ def capacity_command(
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     if result_file:
-        result_file.write_text(result.model_dump_json(by_alias=True, exclude={"steps"}))
+        result_file.write_text(termination_message(result))
     click.echo(result.model_dump_json(by_alias=True, indent=2))
 
 
