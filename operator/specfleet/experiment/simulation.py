@@ -35,6 +35,7 @@ from specfleet.experiment.verdict import (
     ExperimentVerdict,
     Latency,
     judge,
+    latency_misses,
 )
 from specfleet.scenario import Effects, Scenario, ScenarioError, Schedule, load_scenario_as
 from specfleet.simulate import physics
@@ -276,6 +277,4 @@ def throughput_at_slo(world: World, setting: Setting, slos: dict[str, ClassSlo])
 
 def _inside(conditions: Conditions, klass: ClassConditions, slo: ClassSlo) -> bool:
     tpot = tpot_quantile_seconds(conditions, klass, klass.alpha, physics.Z95)
-    return (
-        slo.max_p95_ttft_seconds is None or klass.p95_ttft_seconds <= slo.max_p95_ttft_seconds
-    ) and (slo.max_p95_tpot_seconds is None or tpot <= slo.max_p95_tpot_seconds)
+    return not latency_misses(klass.p95_ttft_seconds, tpot, slo)

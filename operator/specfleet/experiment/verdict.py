@@ -44,6 +44,8 @@ and two techniques are two things to break (as speculation must pay the guard's 
 margin, 10%, before it is turned back on)."""
 
 
+P95_TTFT = "p95TtftSeconds"
+P95_TPOT = "p95TpotSeconds"
 NO_THROUGHPUT = "throughputAtSlo"
 """The signal of an arm that misses its latency SLOs at any load."""
 
@@ -404,17 +406,31 @@ def _exclusions(
     return found
 
 
-def _latency(arm: ArmName, name: str, m: ClassMeasurement, slo: ClassSlo) -> list[Exclusion]:
+class LatencyMiss(NamedTuple):
+    signal: str
+    value: float
+    limit: float
+
+
+def latency_misses(p95_ttft: float, p95_tpot: float, slo: ClassSlo) -> list[LatencyMiss]:
+    """A class's p95 TTFT and TPOT over its SLO's limits; none when it is inside them."""
     checks = [
-        ("p95TtftSeconds", m.ttft.p95_seconds, slo.max_p95_ttft_seconds),
-        ("p95TpotSeconds", m.tpot.p95_seconds, slo.max_p95_tpot_seconds),
+        (P95_TTFT, p95_ttft, slo.max_p95_ttft_seconds),
+        (P95_TPOT, p95_tpot, slo.max_p95_tpot_seconds),
     ]
+    return [
+        LatencyMiss(signal, value, limit)
+        for signal, value, limit in checks
+        if limit is not None and value > limit
+    ]
+
+
+def _latency(arm: ArmName, name: str, m: ClassMeasurement, slo: ClassSlo) -> list[Exclusion]:
     return [
         Exclusion(
             arm=arm, class_name=name, signal=signal, value=value, limit=limit, samples=m.requests
         )
-        for signal, value, limit in checks
-        if limit is not None and value > limit
+        for signal, value, limit in latency_misses(m.ttft.p95_seconds, m.tpot.p95_seconds, slo)
     ]
 
 

@@ -33,6 +33,12 @@ def arm_name(experiment: str, arm: str) -> str:
     return f"{experiment}-{arm}"
 
 
+def arm_url(experiment: SpecExperiment, arm: str) -> str:
+    """The arm's own gateway, through its Service."""
+    service = arm_name(experiment.metadata.name, arm)
+    return f"http://{service}.{experiment.metadata.namespace}.svc:80"
+
+
 def render_arms(
     specmodel: SpecModel, experiment: SpecExperiment, settings: RenderSettings | None = None
 ) -> list[Manifest]:

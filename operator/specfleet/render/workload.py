@@ -387,16 +387,21 @@ def gateway_container(workload: Workload) -> dict[str, Any]:
             "requests": {"cpu": "250m", "memory": "128Mi"},
             "limits": {"memory": "512Mi"},
         },
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": 65532,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": non_root_read_only(),
         "volumeMounts": [
             {"name": "gateway-config", "mountPath": GATEWAY_CONFIG_PATH, "readOnly": True}
         ],
+    }
+
+
+def non_root_read_only() -> dict[str, Any]:
+    """The security context of a specfleet container (the gateway's, a load test's)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
     }
 
 
