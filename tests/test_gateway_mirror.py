@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,7 +24,13 @@ from pydantic import ValidationError
 
 from specfleet.api.gateway import MIRRORED_HEADER, GatewayConfig, MirrorArm
 from specfleet.gateway.config import load_gateway_config
-from specfleet.gateway.mirror import is_greedy, sampled, word_prefix_agreement
+from specfleet.gateway.mirror import (
+    EXPERIMENT_HEADER,
+    Reservoir,
+    is_greedy,
+    sampled,
+    word_prefix_agreement,
+)
 from specfleet.gateway.server import GatewayServer, Watch, running
 from specfleet_testbed.engine.args import parse_vllm
 from specfleet_testbed.engine.server import SimOptions, serve
@@ -386,6 +393,81 @@ async def test_hostile_answers_from_an_arm_are_counted(
         await eventually(lambda: arm_errors(gw, "quantized", reason) == 1)
         assert compared(gw, "quantized") == 0
         assert value(gw, "specfleet_gateway_errors_total", stage="mirror") == 0
+
+
+# ------------------------------------------------------------------- the sample of prompts
+
+
+def prompt(i: int, words: int = 1) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": f"p{i} " + "w " * words}], "max_tokens": 8}
+
+
+def test_the_kept_sample_is_uniform_per_class_and_bounded_in_requests() -> None:
+    firsts = 0
+    for seed in range(200):
+        reservoir = Reservoir(size=10, class_bytes=10**6, rng=random.Random(seed))
+        for i in range(100):
+            reservoir.offer("chat", prompt(i))
+            reservoir.offer("code", prompt(1000 + i))
+        lines = [json.loads(line) for line in reservoir.jsonl().splitlines()]
+        by_class = {k: [r for r in lines if r["class"] == k] for k in ("chat", "code")}
+        assert [len(rows) for rows in by_class.values()] == [10, 10]
+        assert all(r["max_tokens"] == 8 for r in lines)
+        firsts += sum(int(r["messages"][0]["content"].split()[0][1:]) % 1000 < 10 for r in lines)
+    # each of the first ten prompts of a class stays with probability 1/10, as every other one
+    assert abs(firsts / (200 * 20) - 0.1) < 0.03
+
+
+def test_the_kept_sample_is_bounded_in_bytes_per_class() -> None:
+    reservoir = Reservoir(size=1000, class_bytes=2000, rng=random.Random(1))
+    for i in range(500):
+        reservoir.offer("chat", prompt(i, words=i % 40))
+        reservoir.offer("code", prompt(i, words=2000))  # each longer than the bound: none kept
+    lines = reservoir.jsonl().splitlines(keepends=True)
+    assert sum(len(line) for line in lines) <= 2000
+    assert lines and all(json.loads(line)["class"] == "chat" for line in lines)
+
+
+async def sample_of(http: httpx.AsyncClient, gw: GatewayServer) -> httpx.Response:
+    return await http.get(gw.metrics_url + "/mirror/sample")
+
+
+async def test_the_sample_is_kept_only_when_asked_and_served_on_the_metrics_port() -> None:
+    arm = Arm()
+    async with fleet({"baseline": arm}) as gw, httpx.AsyncClient() as http:
+        await post(http, gw)
+        await eventually(lambda: len(arm.seen) == 1)
+        assert gw.proxy.mirroring.reservoir is None
+        assert (await sample_of(http, gw)).status_code == 404
+    async with fleet({"baseline": arm}, keepSample=3) as gw, httpx.AsyncClient() as http:
+        for i in range(8):
+            await post(http, gw, {**GREEDY, "messages": [{"role": "user", "content": f"q{i}"}]})
+            await post(http, gw, GREEDY, **{"x-team": "code"})
+        await eventually(lambda: len(arm.seen) == 1 + 16)
+        served = await sample_of(http, gw)
+        assert (await http.get(gw.url + "/mirror/sample")).status_code != 200  # not the proxy's
+    assert served.status_code == 200 and served.headers[EXPERIMENT_HEADER] == "four-arms"
+    assert served.headers["content-type"].startswith("application/jsonl")
+    rows = [json.loads(line) for line in served.text.splitlines()]
+    assert sorted(r["class"] for r in rows) == ["chat"] * 3 + ["code"] * 3
+    assert all(r["messages"][0]["content"].startswith("q") for r in rows if r["class"] == "chat")
+    assert all(r["temperature"] == 0 and r["model"] == "llama" for r in rows)
+
+
+async def test_a_mirror_that_stops_asking_drops_the_sample(tmp_path: Path) -> None:
+    arm = Arm()
+    path = tmp_path / "gateway.yaml"
+    write = lambda doc: path.write_text(yaml.safe_dump(doc.to_wire()))  # noqa: E731
+    watch = Watch(path, load_gateway_config, interval=0.02)
+    async with fleet({"baseline": arm}, watch=watch, keepSample=5) as gw:
+        url = gw.proxy.mirroring.mirror.arms[0].url  # type: ignore[union-attr]
+        write(config({"baseline": url}, keepSample=5))  # the same ask: the sample stays
+        async with httpx.AsyncClient() as http:
+            await post(http, gw)
+            await eventually(lambda: b"hi" in gw.proxy.mirroring.reservoir.jsonl())  # type: ignore[union-attr]
+            write(config({"baseline": url}))
+            await eventually(lambda: gw.proxy.mirroring.reservoir is None)
+            assert (await sample_of(http, gw)).status_code == 404
 
 
 # -------------------------------------------------------------------------------- reload

@@ -21,6 +21,7 @@ MIRRORED_HEADER = "x-specfleet-mirrored"
 """Marks a request the gateway mirrored (its value: the experiment): never mirrored again, so an
 arm pointed back at a mirroring gateway cannot loop."""
 ARM_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+MAX_KEPT_SAMPLE = 10_000
 
 
 class Drafting(ApiModel):
@@ -106,6 +107,14 @@ class Mirror(ApiModel):
     )
     max_request_bytes: int = Field(
         default=256 * 1024, ge=1, description="Larger requests are not mirrored (counted)."
+    )
+    keep_sample: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_KEPT_SAMPLE,
+        description="Keep up to this many of each class's mirrored requests (a uniform sample, "
+        "in memory) for the experiment's capacity phase, served at `GET /mirror/sample` on the "
+        "metrics port; none when absent.",
     )
 
     @field_validator("sample")

@@ -17,6 +17,12 @@ output compared with the baseline arm's: exact match (texts and tool calls) and 
 agreement, the share of leading words in common over the longer output's words (greedy outputs
 that part once part for good, so their common prefix is what agrees). Responses are dropped
 once compared.
+
+The sample of prompts: when the mirror asks (`keep_sample`, an experiment with a capacity phase),
+the workers also keep a uniform sample of each class's mirrored requests (reservoir sampling),
+bounded in requests and bytes, in memory only, served as JSONL at `GET /mirror/sample` on the
+metrics port for the operator to replay. It goes with the mirror: a configuration that stops
+asking drops it.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +47,11 @@ log = logging.getLogger(__name__)
 
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 """An arm's answer longer than this is not compared (counted `unreadable`)."""
+SAMPLE_BYTES = 1024 * 1024
+"""The kept sample's bytes, shared evenly by the mirrored classes: what a ConfigMap holds."""
+SAMPLE_CONTENT_TYPE = "application/jsonl"
+EXPERIMENT_HEADER = "x-specfleet-experiment"
+"""Names the experiment whose sample `GET /mirror/sample` served."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +119,39 @@ def sampled(number: int, share: float) -> bool:
     return int.from_bytes(digest, "little") < share * 2**64
 
 
+class Reservoir:
+    """A uniform sample of each class's requests (Algorithm R): at most `size` requests and
+    `class_bytes` bytes per class. A request whose line would overflow its class's bytes is not
+    kept: under that bound the sample leans towards shorter prompts."""
+
+    def __init__(self, size: int, class_bytes: int, rng: random.Random | None = None) -> None:
+        self.size, self.class_bytes = size, class_bytes
+        self._rng = rng or random.Random()
+        self._lines: dict[str, list[bytes]] = {}
+        self._bytes: dict[str, int] = {}
+        self._seen: dict[str, int] = {}
+
+    def offer(self, klass: str, body: dict[str, Any]) -> None:
+        seen = self._seen[klass] = self._seen.get(klass, 0) + 1
+        lines = self._lines.setdefault(klass, [])
+        slot = len(lines) if len(lines) < self.size else self._rng.randrange(seen)
+        if slot >= self.size:
+            return
+        line = json.dumps({**body, "class": klass}, separators=(",", ":")).encode() + b"\n"
+        replaced = len(lines[slot]) if slot < len(lines) else 0
+        size = self._bytes.get(klass, 0) - replaced + len(line)
+        if size > self.class_bytes:
+            return
+        self._bytes[klass] = size
+        if slot < len(lines):
+            lines[slot] = line
+        else:
+            lines.append(line)
+
+    def jsonl(self) -> bytes:
+        return b"".join(line for lines in self._lines.values() for line in lines)
+
+
 class ArmFailed(Exception):
     """An arm gave no readable answer; `reason` is the metric's label."""
 
@@ -127,16 +172,20 @@ class Mirroring:
         self._workers: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
         self._served = 0
+        self.reservoir: Reservoir | None = None
         self.apply(config)
 
     def apply(self, config: GatewayConfig) -> None:
-        mirror = self.mirror = config.mirror
+        before, mirror = self.mirror, config.mirror
+        self.mirror = mirror
         self.class_header = config.class_header
         if mirror is None:
             self._drop_queued()
         else:
             self.metrics.ensure((arm.name for arm in mirror.arms), mirror.sample)
             log.info("mirroring to experiment %s: %s", mirror.experiment, _arms(mirror))
+        if _sample_of(mirror) != _sample_of(before):
+            self.reservoir = _reservoir(mirror)
         self._resize()
 
     async def open(self) -> None:
@@ -213,6 +262,8 @@ class Mirroring:
         if mirror is None:
             self.metrics.dropped.labels("stopped").inc()
             return
+        if self.reservoir is not None:
+            self.reservoir.offer(sample.class_name, sample.body)
         data = arm_body(sample.body)
         asks = (self._ask(mirror, arm, sample, data) for arm in mirror.arms)
         answers = await asyncio.gather(*asks)
@@ -259,6 +310,17 @@ class Mirroring:
                 raise ArmFailed("status")
             return await _read_capped(r.content, MAX_RESPONSE_BYTES)
 
+    async def sample(self, request: web.Request) -> web.Response:
+        """The kept sample, as JSONL: a request body and its `class` a line."""
+        mirror, reservoir = self.mirror, self.reservoir
+        if mirror is None or reservoir is None:
+            raise web.HTTPNotFound(text="no sample kept: no mirror asks for one\n")
+        return web.Response(
+            body=reservoir.jsonl(),
+            content_type=SAMPLE_CONTENT_TYPE,
+            headers={EXPERIMENT_HEADER: mirror.experiment},
+        )
+
     def _compare(self, mirror: Mirror, klass: str, outputs: dict[str, Output]) -> None:
         baseline = outputs.get(mirror.baseline)
         if baseline is None:
@@ -282,6 +344,19 @@ async def _read_capped(content: aiohttp.StreamReader, limit: int) -> bytes:
             raise ArmFailed("unreadable")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _sample_of(mirror: Mirror | None) -> tuple[str, int, frozenset[str]] | None:
+    """What a kept sample is a sample of: a change starts a new one."""
+    if mirror is None or mirror.keep_sample is None:
+        return None
+    return mirror.experiment, mirror.keep_sample, frozenset(mirror.sample)
+
+
+def _reservoir(mirror: Mirror | None) -> Reservoir | None:
+    if mirror is None or mirror.keep_sample is None:
+        return None
+    return Reservoir(mirror.keep_sample, SAMPLE_BYTES // len(mirror.sample))
 
 
 def _arms(mirror: Mirror) -> str:

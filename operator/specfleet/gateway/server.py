@@ -106,6 +106,7 @@ class GatewayServer:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/mirror/sample", self.proxy.mirroring.sample)
         return app
 
     async def _metrics(self, request: web.Request) -> web.Response:
