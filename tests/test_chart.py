@@ -161,3 +161,12 @@ def test_values_schema_rejects_bad_values() -> None:
 def test_chart_ships_the_generated_crd() -> None:
     crd = yaml.safe_load((CHART / "crds/specmodel.yaml").read_text())
     assert crd["metadata"]["name"] == "specmodels.specfleet.dev"
+
+
+def test_operator_may_run_the_load_tests_of_an_experiment() -> None:
+    [_, operator] = kinds(template())["ClusterRole"]
+    [rule] = [r for r in operator["rules"] if r["apiGroups"] == ["batch"]]
+    assert rule["resources"] == ["jobs"] and set(rule["verbs"]) == OPERATOR_VERBS
+    [deployment] = kinds(template("--set", "capacityImage.tag=v7"))["Deployment"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--capacity-image=ghcr.io/specfleet/specfleet-capacity:v7" in container["args"]

@@ -171,3 +171,12 @@ def test_a_load_test_that_ended_without_a_result_fails_with_its_words(
 ) -> None:
     with pytest.raises(CapacityFailed, match=words):
         capacity_of_pod(pod(**terminated))
+
+
+def test_the_capacity_image_pins_guidellm_as_the_local_build_does() -> None:
+    root = Path(__file__).parents[1]
+    script = (root / "hack/guidellm.sh").read_text()
+    dockerfile = (root / "images/capacity/Dockerfile").read_text()
+    for pin in ("GUIDELLM_VERSION", "TORCH_VERSION"):
+        [version] = [line.split("=")[1] for line in script.splitlines() if line.startswith(pin)]
+        assert f"ARG {pin}={version}" in dockerfile

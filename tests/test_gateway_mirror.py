@@ -22,10 +22,14 @@ import yaml
 from aiohttp import web
 from pydantic import ValidationError
 
-from specfleet.api.gateway import MIRRORED_HEADER, GatewayConfig, MirrorArm
+from specfleet.api.gateway import (
+    MIRRORED_HEADER,
+    SAMPLE_EXPERIMENT_HEADER,
+    GatewayConfig,
+    MirrorArm,
+)
 from specfleet.gateway.config import load_gateway_config
 from specfleet.gateway.mirror import (
-    EXPERIMENT_HEADER,
     Reservoir,
     is_greedy,
     sampled,
@@ -446,7 +450,7 @@ async def test_the_sample_is_kept_only_when_asked_and_served_on_the_metrics_port
         await eventually(lambda: len(arm.seen) == 1 + 16)
         served = await sample_of(http, gw)
         assert (await http.get(gw.url + "/mirror/sample")).status_code != 200  # not the proxy's
-    assert served.status_code == 200 and served.headers[EXPERIMENT_HEADER] == "four-arms"
+    assert served.status_code == 200 and served.headers[SAMPLE_EXPERIMENT_HEADER] == "four-arms"
     assert served.headers["content-type"].startswith("application/jsonl")
     rows = [json.loads(line) for line in served.text.splitlines()]
     assert sorted(r["class"] for r in rows) == ["chat"] * 3 + ["code"] * 3

@@ -15,7 +15,7 @@ from specfleet.api.reference import markdown
 from specfleet.experiment.cli import experiment
 from specfleet.gateway.cli import gateway
 from specfleet.render import ServingPlan, render
-from specfleet.render.plan import DEFAULT_GATEWAY_IMAGE
+from specfleet.render.plan import DEFAULT_CAPACITY_IMAGE, DEFAULT_GATEWAY_IMAGE
 from specfleet.simulate.cli import simulate_command
 from specfleet.yamlio import YamlError, dump_all
 
@@ -67,6 +67,12 @@ def render_command(filename: Path, plan_file: Path | None) -> None:
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info"
 )
 @click.option("--gateway-image", default=DEFAULT_GATEWAY_IMAGE, show_default=True)
+@click.option(
+    "--capacity-image",
+    default=DEFAULT_CAPACITY_IMAGE,
+    show_default=True,
+    help="specfleet with guidellm (images/capacity): experiments' load tests.",
+)
 @click.option("--resync-seconds", type=float, default=300.0, show_default=True)
 @click.option(
     "--prometheus-url", default=None, help="Prometheus the guard reads; no guard without."

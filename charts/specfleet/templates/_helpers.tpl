@@ -31,6 +31,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{- define "specfleet.capacityImage" -}}
+{{- printf "%s:%s" .Values.capacityImage.repository (default .Chart.AppVersion .Values.capacityImage.tag) -}}
+{{- end -}}
+
 {{/* Whether to render a monitoring.coreos.com object: "auto" follows the cluster's APIs. */}}
 {{- define "specfleet.monitoring" -}}
 {{- $enabled := index . 0 -}}

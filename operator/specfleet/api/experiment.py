@@ -145,6 +145,7 @@ class SpecExperimentSpec(ApiModel):
 class ExperimentPhase(StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"
+    CAPACITY = "Capacity"
     CONCLUDED = "Concluded"
     FAILED = "Failed"
 
@@ -174,13 +175,45 @@ class Progress(ApiModel):
     )
 
 
+class ArmCapacity(ApiModel):
+    name: ArmName = Field(description="The arm.")
+    throughput_at_slo: float | None = Field(
+        default=None, ge=0, description="Its load test's requests/s at SLO; absent if it failed."
+    )
+    concurrency: int | None = Field(default=None, description="The step that achieved it.")
+    failed: str | None = Field(
+        default=None,
+        description="Why its load test gave no result: its throughput at SLO is then the one "
+        "at concurrency one, measured on the sample.",
+    )
+
+
+class CapacityStatus(ApiModel):
+    started_at: str = Field(
+        description="When the sample was complete: the verdict measures the arms up to then."
+    )
+    sampled_at: str | None = Field(
+        default=None,
+        description="When the sample of prompts was taken from the fleet's gateway and the load "
+        "tests began (the fleet mirrors until then).",
+    )
+    requests: int = Field(default=0, ge=0, description="Prompts in the sample.")
+    classes: list[str] = Field(
+        default_factory=list, description="The classes the sample holds: those load-tested."
+    )
+    arms: list[ArmCapacity] = Field(
+        default_factory=list, description="Each arm's result, once its load test ended."
+    )
+
+
 class SpecExperimentStatus(ApiModel):
     observed_generation: int | None = Field(
         default=None, description="The spec generation this status describes."
     )
     phase: ExperimentPhase = Field(
         default=ExperimentPhase.PENDING,
-        description="Pending until every arm is ready, Running, Concluded, or Failed.",
+        description="Pending until every arm is ready, Running on the sample, Capacity while "
+        "the arms are load-tested (with `spec.capacity`), Concluded, or Failed.",
     )
     conditions: list[Condition] = Field(default_factory=list, description="Conditions.")
     arms: list[ArmStatus] = Field(default_factory=list, description="Each arm's workload.")
@@ -199,6 +232,9 @@ class SpecExperimentStatus(ApiModel):
         default=None,
         description="A JSON merge patch (YAML) of the SpecModel's spec serving the recommended "
         "arm, to commit to Git; the operator never applies it.",
+    )
+    capacity: CapacityStatus | None = Field(
+        default=None, description="The capacity phase, once the sample is complete."
     )
 
 

@@ -20,6 +20,10 @@ CLASS_HEADER = "x-specfleet-class"
 MIRRORED_HEADER = "x-specfleet-mirrored"
 """Marks a request the gateway mirrored (its value: the experiment): never mirrored again, so an
 arm pointed back at a mirroring gateway cannot loop."""
+SAMPLE_PATH = "/mirror/sample"
+"""Where a gateway's metrics port serves the sample of prompts it kept (`Mirror.keep_sample`)."""
+SAMPLE_EXPERIMENT_HEADER = "x-specfleet-experiment"
+"""Names the experiment whose sample that was."""
 ARM_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 MAX_KEPT_SAMPLE = 10_000
 

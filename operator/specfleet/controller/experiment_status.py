@@ -1,7 +1,8 @@
 """A SpecExperiment's status, pure: Pending until every arm's Deployment is ready, then Running;
 Failed, with the reason and its fix, when it cannot run; the measurement of the arms adds the
-progress, the verdict, the leading arm and its patch, and Concluded once enough was seen (the
-arms are then retired: the verdict stays)."""
+progress, the verdict, the leading arm and its patch, and once enough was seen the capacity
+phase (`controller.capacity_status`) when the spec has one, then Concluded (the arms are then
+retired: the verdict stays)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from specfleet.api import SpecModel
 from specfleet.api.experiment import (
     ArmStatus,
+    CapacityStatus,
     ExperimentPhase,
     Progress,
     SpecExperiment,
@@ -71,19 +73,35 @@ def arms_status(
     return previous.model_copy(
         update={
             "observed_generation": generation,
-            "phase": ExperimentPhase.RUNNING if running else ExperimentPhase.PENDING,
-            "conditions": _replace(
+            "phase": _arms_phase(previous, generation, running),
+            "conditions": replace_condition(
                 previous.conditions, condition(raw, generation, previous.conditions, now)
             ),
             "arms": arms,
             "started_at": previous.started_at if was_running else _started(running, now),
+            "capacity": previous.capacity if was_running else None,
         }
     )
 
 
+def _arms_phase(
+    previous: SpecExperimentStatus, generation: int | None, running: bool
+) -> ExperimentPhase:
+    if in_capacity(previous, generation):
+        return ExperimentPhase.CAPACITY
+    return ExperimentPhase.RUNNING if running else ExperimentPhase.PENDING
+
+
 def _running(status: SpecExperimentStatus, generation: int | None) -> bool:
-    """Running this very spec: a new spec starts the sample again."""
-    return status.phase == ExperimentPhase.RUNNING and status.observed_generation == generation
+    """Running this very spec, on the sample or its load tests: a new spec starts the sample
+    again."""
+    running = status.phase in (ExperimentPhase.RUNNING, ExperimentPhase.CAPACITY)
+    return running and status.observed_generation == generation
+
+
+def in_capacity(status: SpecExperimentStatus, generation: int | None) -> bool:
+    """In the capacity phase of this very spec."""
+    return status.phase == ExperimentPhase.CAPACITY and status.observed_generation == generation
 
 
 def _started(running: bool, now: datetime) -> str | None:
@@ -101,29 +119,42 @@ def measured_status(
     reading: ArmsObservation,
     previous: SpecExperimentStatus,
     now: datetime,
+    tested: Mapping[ArmName, float | None] | None = None,
 ) -> SpecExperimentStatus:
-    """The verdict on the sample so far, the progress, the leading arm and its patch; Concluded
-    once enough was seen. A blind reading keeps the last verdict and says why."""
+    """The verdict on the sample so far, the progress, the leading arm and its patch; once
+    enough was seen, the capacity phase if the spec has one, else Concluded. `tested`: the
+    capacity phase's throughputs at SLO (None for an arm whose load test failed: its own at
+    concurrency one), for the final verdict. A blind reading keeps the last verdict and says
+    why."""
     generation = experiment.metadata.generation
     if reading.blind is not None:
         raw = (MEASURED, "False", "PrometheusUnavailable", reading.blind)
         measured = condition(raw, generation, previous.conditions, now)
-        return previous.model_copy(update={"conditions": _replace(previous.conditions, measured)})
+        return previous.model_copy(
+            update={"conditions": replace_condition(previous.conditions, measured)}
+        )
     classes = class_slos(specmodel)
-    arms = arm_measurements(reading, list(classes), _gpus(specmodel, experiment))
+    throughputs = {arm: t for arm, t in (tested or {}).items() if t is not None}
+    arms = arm_measurements(reading, list(classes), _gpus(specmodel, experiment), throughputs)
     price, enough = experiment.spec.gpu_hour_price, specmodel.spec.guard.min_requests
     verdict = judge(arms, classes, price, enough)
     progress = measured_progress(experiment, arms, previous.started_at, now)
-    done = progress.percent >= 100
+    phase = _measured_phase(experiment, previous, progress.percent >= 100, tested is not None)
     raw = (MEASURED, "True", "Measured", f"{reading.window_seconds}s of the sample measured")
-    conditions = _replace(previous.conditions, condition(raw, generation, previous.conditions, now))
-    if done:
+    conditions = replace_condition(
+        previous.conditions, condition(raw, generation, previous.conditions, now)
+    )
+    if phase == ExperimentPhase.CONCLUDED:
         outcome = str(verdict.outcome)  # a condition's reason is CamelCase
         end = (CONCLUDED, "True", outcome[0].upper() + outcome[1:], verdict.reason)
-        conditions = _replace(conditions, condition(end, generation, conditions, now))
+        conditions = replace_condition(conditions, condition(end, generation, conditions, now))
+    entered_capacity = phase == ExperimentPhase.CAPACITY != previous.phase
     return previous.model_copy(
         update={
-            "phase": ExperimentPhase.CONCLUDED if done else previous.phase,
+            "phase": phase,
+            "capacity": CapacityStatus(started_at=now.isoformat())
+            if entered_capacity
+            else previous.capacity,
             "conditions": conditions,
             "progress": progress,
             "leading_arm": verdict.recommendation,
@@ -131,6 +162,16 @@ def measured_status(
             "recommended_patch": _patch(experiment, verdict.recommendation),
         }
     )
+
+
+def _measured_phase(
+    experiment: SpecExperiment, previous: SpecExperimentStatus, enough: bool, tested: bool
+) -> ExperimentPhase:
+    if tested:
+        return ExperimentPhase.CONCLUDED
+    if not enough or previous.phase == ExperimentPhase.CAPACITY:
+        return previous.phase
+    return ExperimentPhase.CAPACITY if experiment.spec.capacity else ExperimentPhase.CONCLUDED
 
 
 def measured_progress(
@@ -161,7 +202,7 @@ def _patch(experiment: SpecExperiment, arm: ArmName | None) -> str | None:
     return recommended_patch(overlay)
 
 
-def _replace(conditions: list[Condition], new: Condition) -> list[Condition]:
+def replace_condition(conditions: list[Condition], new: Condition) -> list[Condition]:
     """One condition of each type: `new` in place of its type's."""
     return [*(c for c in conditions if c.type != new.type), new]
 

@@ -21,6 +21,7 @@ from specfleet.api.experiment import EXPERIMENT_PLURAL
 from specfleet.controller.children import summary
 from specfleet.controller.operator import Index, Key, Operator, experiments_of
 from specfleet.controller.queue import WorkQueue
+from specfleet.experiment.capacity_job import CAPACITY_APP
 from specfleet.render.labels import INSTANCE, MANAGED
 from specfleet.render.workload import EXPERIMENT_LABEL
 
@@ -38,9 +39,15 @@ LabelFilter = dict[str, Any]
 FLEET: LabelFilter = {**MANAGED, EXPERIMENT_LABEL: kopf.ABSENT}
 """A SpecModel's own objects and pods: not an experiment's arms."""
 ARMS: LabelFilter = {**MANAGED, EXPERIMENT_LABEL: kopf.PRESENT}
-ARM_RESOURCES = [r for r in CHILD_RESOURCES if r[2] != "poddisruptionbudgets"]
-"""An arm renders a Deployment, ConfigMaps, a Service and, as its SpecModel does, monitors."""
+ARM_RESOURCES = [
+    *(r for r in CHILD_RESOURCES if r[2] != "poddisruptionbudgets"),
+    ("batch", "v1", "jobs"),
+]
+"""An arm renders a Deployment, ConfigMaps, a Service and, as its SpecModel does, monitors; the
+capacity phase a load test's Job per arm and their prompts' ConfigMap."""
 ARM_INDEXES = [f"arms_{plural}" for _, _, plural in ARM_RESOURCES]
+CAPACITY_PODS: LabelFilter = {**ARMS, "app.kubernetes.io/name": CAPACITY_APP}
+"""The load tests' pods, whose termination messages hold their results."""
 RECONCILE_WORKERS = 8
 log = logging.getLogger(__name__)
 
@@ -97,6 +104,7 @@ def _experiment(namespace: str | None, labels: kopf.Labels) -> Key:
 
 for _resource in ARM_RESOURCES:
     _watch_owned(_resource, ARMS, f"arms_{_resource[2]}", _experiment, "experiments")
+_watch_owned(("", "v1", "pods"), CAPACITY_PODS, "capacity_pods", _experiment, "experiments")
 
 
 @kopf.on.event(GROUP, VERSION, EXPERIMENT_PLURAL)
@@ -134,6 +142,8 @@ def _reconcile_experiment(memo: Any, key: Key, indexes: dict[str, Any]) -> None:
         indexes["specexperiments"],
         indexes["specmodels"],
         [indexes[name] for name in ARM_INDEXES],
+        indexes["capacity_pods"],
+        indexes["pods"],
     )
 
 

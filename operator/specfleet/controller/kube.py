@@ -97,7 +97,10 @@ class Kube:
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         API_WRITES.labels(namespace, "delete").inc()
         try:
-            self._resource(api_version, kind).delete(name=name, namespace=namespace)
+            # a Job's pods go with it (the API's default for Jobs orphans them)
+            self._resource(api_version, kind).delete(
+                name=name, namespace=namespace, propagation_policy="Background"
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise

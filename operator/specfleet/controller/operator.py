@@ -23,7 +23,7 @@ from specfleet.api.experiment import SpecExperiment
 from specfleet.api.status import RolloutPhase
 from specfleet.api.validation import InvalidSpecExperiment, parse_specexperiment
 from specfleet.controller import children
-from specfleet.controller.experiments import reconcile_experiment
+from specfleet.controller.experiments import CapacityLive, reconcile_experiment
 from specfleet.controller.kube import Kube
 from specfleet.controller.metrics import (
     ACTIVE_REVISION,
@@ -45,6 +45,7 @@ from specfleet.controller.reconcile import Live, Outcome, reconcile
 from specfleet.controller.revisions import RevisionConfigs
 from specfleet.controller.step import GuardTick
 from specfleet.experiment.mirror import mirror_of
+from specfleet.experiment.sample import get_sample
 from specfleet.guard.actions import ActionKind
 from specfleet.render import RenderSettings
 from specfleet.telemetry.reader import Target, TelemetryReader
@@ -137,8 +138,16 @@ class Operator:
         return outcome
 
     def reconcile_experiment(
-        self, key: Key, experiments: Index, specmodels: Index, arm_indexes: list[Index]
+        self,
+        key: Key,
+        experiments: Index,
+        specmodels: Index,
+        arm_indexes: list[Index],
+        capacity_pods: Index | None = None,
+        pods: Index | None = None,
     ) -> None:
+        """`capacity_pods`: the load tests' pods by experiment; `pods`: the fleets' by
+        SpecModel."""
         body = next(iter(experiments.get(key, [])), None)
         if body is None:
             self._measured.pop(key, None)
@@ -146,8 +155,15 @@ class Operator:
         ref = body.get("spec", {}).get("specModelRef", {}).get("name", "")
         specmodel = next(iter(specmodels.get((key[0], ref), [])), None)
         arms = {children.key(b): b for index in arm_indexes for b in index.get(key, [])}
+        capacity = CapacityLive(
+            pods=list((capacity_pods or {}).get(key, [])),
+            fleet_pods=list((pods or {}).get((key[0], ref), [])),
+            fetch=lambda url, experiment: get_sample(self._http, url, experiment),
+        )
         reader = self.reader if self._measure_due(key) else None
-        reconcile_experiment(body, specmodel, arms, self.kube, self.settings, self.clock(), reader)
+        reconcile_experiment(
+            body, specmodel, arms, self.kube, self.settings, self.clock(), reader, capacity
+        )
 
     def _measure_due(self, key: Key) -> bool:
         """An experiment's arms are measured once a MEASURE_SECONDS, however often its

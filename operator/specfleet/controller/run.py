@@ -18,7 +18,7 @@ from specfleet.controller.kube import Kube, api_client
 from specfleet.controller.metrics import REGISTRY
 from specfleet.controller.operator import Operator
 from specfleet.render import RenderSettings
-from specfleet.render.plan import DEFAULT_GATEWAY_IMAGE
+from specfleet.render.plan import DEFAULT_CAPACITY_IMAGE, DEFAULT_GATEWAY_IMAGE
 from specfleet.telemetry.reader import TelemetryReader
 
 
@@ -30,6 +30,7 @@ class RunOptions:
     log_format: str = "text"
     log_level: str = "info"
     gateway_image: str = DEFAULT_GATEWAY_IMAGE
+    capacity_image: str = DEFAULT_CAPACITY_IMAGE
     resync_seconds: float = 300.0
     bind_address: str = "0.0.0.0"
     prometheus_url: str | None = None
@@ -82,7 +83,7 @@ def operator_for(options: RunOptions) -> Operator:
         logging.getLogger(__name__).warning("no --prometheus-url: the guard is off")
     return Operator(
         Kube(api_client()),
-        RenderSettings(gateway_image=options.gateway_image),
+        RenderSettings(gateway_image=options.gateway_image, capacity_image=options.capacity_image),
         reader=TelemetryReader(options.prometheus_url) if options.prometheus_url else None,
         alerts=AlertSender(),
         receivers=receivers,

@@ -10,18 +10,18 @@ lean)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
 from specfleet.api import SpecModel
-from specfleet.api.experiment import ArmSpec, SpecExperiment
+from specfleet.api.experiment import ArmSpec, CapacitySpec, SpecExperiment
 from specfleet.api.spec import ClassSlo
 from specfleet.experiment.arms import arms_of
 from specfleet.experiment.capacity import Capacity, concurrency_steps
 from specfleet.experiment.guidellm import STARTUP_SECONDS
-from specfleet.experiment.replay import ReplayRequest
+from specfleet.experiment.replay import ReplayRequest, request_line
 from specfleet.experiment.workloads import arm_name, arm_url
 from specfleet.render import Manifest
 from specfleet.render.labels import MANAGED, owner_reference
@@ -35,6 +35,10 @@ TERMINATION_LOG = "/dev/termination-log"
 STEP_SECONDS = 300
 FAILURE_WORDS = 500
 """Characters of a failed load test's words kept: the end of its log, the start of a result."""
+
+
+Slos = dict[str, dict[str, Any]]
+"""Each judged class's SLO, as the command takes it."""
 
 
 class CapacityFailed(RuntimeError):
@@ -56,7 +60,7 @@ def labels(experiment: str, arm: str | None = None) -> dict[str, str]:
 
 def render_requests(experiment: SpecExperiment, requests: Sequence[ReplayRequest]) -> Manifest:
     """The sample of prompts every arm's load test replays, one JSONL line each."""
-    lines = [r.model_dump_json(by_alias=True, exclude_none=True) + "\n" for r in requests]
+    lines = [request_line(r) for r in requests]
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -66,18 +70,32 @@ def render_requests(experiment: SpecExperiment, requests: Sequence[ReplayRequest
 
 
 def render_capacity_jobs(
-    specmodel: SpecModel, experiment: SpecExperiment, image: str
+    specmodel: SpecModel,
+    experiment: SpecExperiment,
+    image: str,
+    classes: Collection[str] | None = None,
 ) -> list[Manifest]:
-    """One Job per arm; none when the experiment has no capacity phase."""
+    """One Job per arm, judging `classes` (those the sample holds; default: every class); none
+    when the experiment has no capacity phase."""
     if experiment.spec.capacity is None:
         return []
-    return [_job(specmodel, experiment, arm, image) for arm in arms_of(experiment.spec)]
+    slos = {
+        c.name: (c.slo or ClassSlo()).to_wire()
+        for c in specmodel.spec.classes
+        if classes is None or c.name in classes
+    }
+    return [_job(experiment, arm, image, slos) for arm in arms_of(experiment.spec)]
 
 
-def _job(specmodel: SpecModel, experiment: SpecExperiment, arm: ArmSpec, image: str) -> Manifest:
+def job_deadline_seconds(capacity: CapacitySpec) -> int:
+    """How long a load test may run: guidellm's startups and every step at its longest."""
+    steps = len(concurrency_steps(capacity.max_concurrency, capacity.steps))
+    return 2 * STARTUP_SECONDS + steps * STEP_SECONDS
+
+
+def _job(experiment: SpecExperiment, arm: ArmSpec, image: str, slos: Slos) -> Manifest:
     capacity = experiment.spec.capacity
     assert capacity is not None
-    steps = len(concurrency_steps(capacity.max_concurrency, capacity.steps))
     name = experiment.metadata.name
     return {
         "apiVersion": "batch/v1",
@@ -85,14 +103,14 @@ def _job(specmodel: SpecModel, experiment: SpecExperiment, arm: ArmSpec, image: 
         "metadata": _metadata(experiment, capacity_job_name(name, arm.name), arm.name),
         "spec": {
             "backoffLimit": 0,
-            "activeDeadlineSeconds": 2 * STARTUP_SECONDS + steps * STEP_SECONDS,
+            "activeDeadlineSeconds": job_deadline_seconds(capacity),
             "template": {
                 "metadata": {"labels": labels(name, arm.name)},
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [_container(specmodel, experiment, arm, image)],
+                    "containers": [_container(experiment, arm, image, slos)],
                     "volumes": [
                         {"name": "requests", "configMap": {"name": requests_name(name)}},
                         {"name": "tmp", "emptyDir": {}},
@@ -103,12 +121,9 @@ def _job(specmodel: SpecModel, experiment: SpecExperiment, arm: ArmSpec, image: 
     }
 
 
-def _container(
-    specmodel: SpecModel, experiment: SpecExperiment, arm: ArmSpec, image: str
-) -> dict[str, Any]:
+def _container(experiment: SpecExperiment, arm: ArmSpec, image: str, slos: Slos) -> dict[str, Any]:
     capacity = experiment.spec.capacity
     assert capacity is not None
-    slos = {c.name: (c.slo or ClassSlo()).to_wire() for c in specmodel.spec.classes}
     return {
         "name": CONTAINER,
         "image": image,
@@ -164,3 +179,26 @@ def capacity_of_pod(pod: Mapping[str, Any]) -> Capacity | None:
         raise CapacityFailed(
             f"no result in the termination message: {message[:FAILURE_WORDS]}"
         ) from None
+
+
+def capacity_of_job(
+    job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]
+) -> Capacity | None:
+    """An arm's result from its Job and the Job's pods (as watched); None while it runs.
+    CapacityFailed when the pod ended without one, or when the Job failed without a pod that
+    says why (its deadline passed: its pod is gone)."""
+    for pod in pods:
+        found = capacity_of_pod(pod)
+        if found is not None:
+            return found
+    failed = next(
+        (
+            c
+            for c in ((job or {}).get("status") or {}).get("conditions") or []
+            if c.get("type") == "Failed" and c.get("status") == "True"
+        ),
+        None,
+    )
+    if failed is not None:
+        raise CapacityFailed(f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}")
+    return None

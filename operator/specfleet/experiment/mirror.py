@@ -1,19 +1,23 @@
 """What the fleet's gateways mirror while an experiment runs: a sample of each class's requests
 to every arm's own gateway Service. Pure: the SpecModel's reconcile renders it into the fleet's
-gateway config, so mirroring starts once the arms are ready and stops when the experiment does."""
+gateway config, so mirroring starts once the arms are ready and stops when the experiment does,
+or, with a capacity phase, once the sample of prompts the gateways keep meanwhile is taken."""
 
 from __future__ import annotations
 
 from specfleet.api import SpecModel
-from specfleet.api.experiment import ExperimentPhase, SpecExperiment
+from specfleet.api.experiment import ExperimentPhase, SpecExperiment, SpecExperimentStatus
 from specfleet.api.gateway import Mirror, MirrorArm
 from specfleet.experiment.arms import arms_of
 from specfleet.experiment.verdict import ArmName
 from specfleet.experiment.workloads import arm_url
 
+SAMPLE_PER_CLASS = 100
+"""Prompts of each class the gateways keep for the capacity phase's load tests."""
+
 
 def mirror_of(experiments: list[SpecExperiment], specmodel: SpecModel) -> Mirror | None:
-    """The mirror of the first running experiment on `specmodel` by name (one at a time: a
+    """The mirror of the first mirroring experiment on `specmodel` by name (one at a time: a
     request is mirrored to one experiment's arms)."""
     running = [
         e
@@ -21,7 +25,7 @@ def mirror_of(experiments: list[SpecExperiment], specmodel: SpecModel) -> Mirror
         if e.spec.spec_model_ref.name == specmodel.metadata.name
         and e.metadata.namespace == specmodel.metadata.namespace
         and e.status is not None
-        and e.status.phase == ExperimentPhase.RUNNING
+        and mirroring(e.status)
     ]
     if not running:
         return None
@@ -31,7 +35,15 @@ def mirror_of(experiments: list[SpecExperiment], specmodel: SpecModel) -> Mirror
         arms=[_arm(experiment, arm.name) for arm in arms_of(experiment.spec)],
         baseline=ArmName.BASELINE,
         sample={c.name: experiment.spec.sample.of(c.name) for c in specmodel.spec.classes},
+        keep_sample=SAMPLE_PER_CLASS if experiment.spec.capacity else None,
     )
+
+
+def mirroring(status: SpecExperimentStatus) -> bool:
+    """Running, or in the capacity phase until its sample of prompts is taken."""
+    if status.phase == ExperimentPhase.CAPACITY:
+        return status.capacity is None or status.capacity.sampled_at is None
+    return status.phase == ExperimentPhase.RUNNING
 
 
 def _arm(experiment: SpecExperiment, arm: str) -> MirrorArm:

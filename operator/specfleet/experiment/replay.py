@@ -54,6 +54,11 @@ class ReplayRequest(BaseModel):
         return prompt_key(self.messages if self.messages is not None else self.prompt)
 
 
+def request_line(request: ReplayRequest) -> str:
+    """The request as a line of a request file."""
+    return request.model_dump_json(by_alias=True, exclude_none=True) + "\n"
+
+
 def prompt_key(prompt: Any) -> str:
     """A chat request's messages or a completion's prompt, as a load generator echoes it."""
     return json.dumps(prompt, sort_keys=True, separators=(",", ":"))

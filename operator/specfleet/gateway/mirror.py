@@ -38,7 +38,13 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from specfleet.api.gateway import MIRRORED_HEADER, GatewayConfig, Mirror, MirrorArm
+from specfleet.api.gateway import (
+    MIRRORED_HEADER,
+    SAMPLE_EXPERIMENT_HEADER,
+    GatewayConfig,
+    Mirror,
+    MirrorArm,
+)
 from specfleet.gateway.metrics import GatewayMetrics
 from specfleet.gateway.quality import ToolCall
 from specfleet.gateway.stats import summarize_body
@@ -50,8 +56,6 @@ MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 SAMPLE_BYTES = 1024 * 1024
 """The kept sample's bytes, shared evenly by the mirrored classes: what a ConfigMap holds."""
 SAMPLE_CONTENT_TYPE = "application/jsonl"
-EXPERIMENT_HEADER = "x-specfleet-experiment"
-"""Names the experiment whose sample `GET /mirror/sample` served."""
 
 
 @dataclass(frozen=True)
@@ -318,7 +322,7 @@ class Mirroring:
         return web.Response(
             body=reservoir.jsonl(),
             content_type=SAMPLE_CONTENT_TYPE,
-            headers={EXPERIMENT_HEADER: mirror.experiment},
+            headers={SAMPLE_EXPERIMENT_HEADER: mirror.experiment},
         )
 
     def _compare(self, mirror: Mirror, klass: str, outputs: dict[str, Output]) -> None:

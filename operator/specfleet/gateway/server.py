@@ -17,7 +17,7 @@ from pathlib import Path
 from aiohttp import web
 from yarl import URL
 
-from specfleet.api.gateway import GatewayConfig
+from specfleet.api.gateway import SAMPLE_PATH, GatewayConfig
 from specfleet.gateway.config import ConfigWatcher, Loader
 from specfleet.gateway.metrics import GatewayMetrics
 from specfleet.gateway.proxy import Proxy, ProxySettings
@@ -106,7 +106,7 @@ class GatewayServer:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/mirror/sample", self.proxy.mirroring.sample)
+        app.router.add_get(SAMPLE_PATH, self.proxy.mirroring.sample)
         return app
 
     async def _metrics(self, request: web.Request) -> web.Response:

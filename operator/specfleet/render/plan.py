@@ -14,6 +14,7 @@ from specfleet.api.gateway import Mirror
 from specfleet.api.model import EngineConfig
 
 DEFAULT_GATEWAY_IMAGE = "ghcr.io/specfleet/specfleet:0.1.0"
+DEFAULT_CAPACITY_IMAGE = "ghcr.io/specfleet/specfleet-capacity:0.1.0"
 
 
 class RolloutCanary(ApiModel):
@@ -51,6 +52,8 @@ class RenderSettings:
     """Operator-wide settings that shape every SpecModel's children."""
 
     gateway_image: str = DEFAULT_GATEWAY_IMAGE
+    capacity_image: str = DEFAULT_CAPACITY_IMAGE
+    """specfleet with guidellm (images/capacity): an experiment's load tests."""
     extra_labels: dict[str, str] = field(default_factory=dict)
 
 

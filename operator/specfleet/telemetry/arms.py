@@ -22,6 +22,8 @@ class ArmsTarget:
     """The SpecModel whose fleet mirrors its traffic to the arms."""
     window_seconds: int
     """Since the arms started serving the sample."""
+    until: datetime | None = None
+    """The sample's end, once the arms serve a load test instead; None: now."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ def read_arms(reader: TelemetryReader, target: ArmsTarget, now: datetime) -> Arm
     window = target.window_seconds
     arms = Grouping((series.ARM,), _selector(series.EXPERIMENT, target.experiment, target))
     try:
-        grouped = reader.read_grouped(arms, window)
+        grouped = reader.read_grouped(arms, window, target.until)
         compared = _greedy(reader, series.MIRROR_COMPARED, target)
         matches = _greedy(reader, series.MIRROR_EXACT_MATCHES, target)
     except QueryFailed as exc:
@@ -83,7 +85,7 @@ def _greedy(
         f"sum by ({series.ARM}, {series.CLASS}) "
         f"(increase({metric}_total{selector}[{target.window_seconds}s]))"
     )
-    rows = reader.query(query)
+    rows = reader.query(query, target.until)
     out: dict[str, dict[str, float]] = {}
     for row in rows:
         value = float(row["value"][1])

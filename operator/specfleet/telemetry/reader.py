@@ -173,13 +173,15 @@ class TelemetryReader:
             }
         return {(t.namespace, t.specmodel): _observations(t, now, values) for t in targets}
 
-    def read_grouped(self, grouping: Grouping, window: int) -> Grouped:
-        """Every field of every class of every state over the last `window` seconds;
-        QueryFailed when Prometheus did not answer."""
-        return _grouped(grouping, *self._query_all(grouping, window))
+    def read_grouped(
+        self, grouping: Grouping, window: int, until: datetime | None = None
+    ) -> Grouped:
+        """Every field of every class of every state over the `window` seconds up to `until`
+        (now by default); QueryFailed when Prometheus did not answer."""
+        return _grouped(grouping, *self._query_all(grouping, window, until))
 
     def _query_all(
-        self, grouping: Grouping, window: int
+        self, grouping: Grouping, window: int, until: datetime | None
     ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
         """Every field's rows, and the unjudged quality checks' rows."""
         cache: dict[str, list[dict[str, Any]]] = {}
@@ -187,20 +189,22 @@ class TelemetryReader:
         for name, (template, label, wanted) in queries(grouping.labels, grouping.selector).items():
             query = template.format(w=f"{window}s")
             if query not in cache:
-                cache[query] = self.query(query)
+                cache[query] = self.query(query, until)
             rows[name] = [
                 r for r in cache[query] if label is None or r["metric"].get(label) == wanted
             ]
         unjudged = unjudged_query(grouping.labels, grouping.selector)
-        return rows, self.query(unjudged.format(w=f"{window}s"))
+        return rows, self.query(unjudged.format(w=f"{window}s"), until)
 
-    def query(self, query: str) -> list[dict[str, Any]]:
-        """The rows of an instant query; QueryFailed when Prometheus did not answer."""
+    def query(self, query: str, at: datetime | None = None) -> list[dict[str, Any]]:
+        """The rows of an instant query (at `at`, now by default); QueryFailed when Prometheus
+        did not answer."""
         self.queries += 1
+        params = {"timeout": f"{int(self._timeout * 1000)}ms"}
+        if at is not None:
+            params["time"] = f"{at.timestamp():.3f}"
         try:
-            rows: list[dict[str, Any]] = self._prometheus.custom_query(
-                query, params={"timeout": f"{int(self._timeout * 1000)}ms"}
-            )
+            rows: list[dict[str, Any]] = self._prometheus.custom_query(query, params=params)
         except (PrometheusApiClientException, RequestException, ValueError) as exc:
             reason = f"Prometheus query failed: {exc}"[:300]
             log.warning("%s", reason)
