@@ -4,6 +4,7 @@ SpecModel."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -12,10 +13,15 @@ from typing import Any, cast
 import yaml
 
 from conftest import experiment_doc, merge, specmodel_doc
-from specfleet.controller.children import ChildKey
-from specfleet.controller.experiments import reconcile_experiment
+from specfleet.api import parse_specmodel
+from specfleet.api.validation import parse_specexperiment
+from specfleet.controller.children import ChildKey, summary
+from specfleet.controller.experiments import CapacityLive, reconcile_experiment
 from specfleet.controller.kube import Kube
 from specfleet.controller.operator import Operator
+from specfleet.experiment.capacity import Capacity, termination_message
+from specfleet.experiment.mirror import mirror_of
+from specfleet.experiment.sample import SampleUnavailable
 from specfleet.render import RenderSettings
 from specfleet.telemetry.reader import TelemetryReader
 from test_controller_reconcile import FakeKube, complete
@@ -256,3 +262,221 @@ def test_a_new_spec_restarts_the_sample() -> None:
     later = T0 + timedelta(minutes=7)
     _, status = run(changed, specmodel_body(), live, later)
     assert status["startedAt"] == later.isoformat()
+
+
+# ---------------------------------------------------------------------------- capacity phase
+
+CAPACITY = {"maxConcurrency": 8, "steps": 2}
+FLEET_POD_IP = "10.0.0.5"
+SAMPLE = "".join(
+    json.dumps({"class": klass, "messages": [{"role": "user", "content": f"{klass} {i}"}]}) + "\n"
+    for i in range(5)
+    for klass in ("chat", "code")
+)
+THROUGHPUTS = {"baseline": 4.0, "quantized": 6.5, "speculative": 5.0, "both": 8.25}
+
+
+def fleet_pod(name: str = "m-0", ready: bool = True) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "specfleet-engine"}},
+        "status": {
+            "podIP": FLEET_POD_IP,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def load_test_pod(arm: str, exit_code: int = 0, message: str | None = None) -> dict[str, Any]:
+    """A load test's pod as it ends: its result in the termination message."""
+    result = Capacity(throughput_at_slo=THROUGHPUTS[arm], concurrency=8)
+    terminated = {"exitCode": exit_code, "message": message or termination_message(result)}
+    return {
+        "metadata": {"name": f"x-{arm}-capacity-abcde", "labels": {"specfleet.dev/arm": arm}},
+        "status": {
+            "containerStatuses": [{"name": "capacity", "state": {"terminated": terminated}}]
+        },
+    }
+
+
+@dataclass
+class Fetches:
+    """The fleet gateways' sample as the operator fetches it: `answer`, or a failure."""
+
+    answer: str | None = SAMPLE
+    urls: list[str] = field(default_factory=list)
+
+    def __call__(self, url: str, experiment: str) -> str:
+        self.urls.append(url)
+        if self.answer is None:
+            raise SampleUnavailable("ConnectError: connection refused")
+        assert experiment == "x"
+        return self.answer
+
+
+def reconcile_capacity(
+    body: dict[str, Any],
+    live: dict[ChildKey, dict[str, Any]],
+    at: datetime,
+    reader: TelemetryReader | None = None,
+    pods: list[dict[str, Any]] | None = None,
+    fetch: Fetches | None = None,
+) -> tuple[StatusKube, dict[str, Any]]:
+    kube = StatusKube()
+    capacity = CapacityLive(pods=pods or [], fleet_pods=[fleet_pod()], fetch=fetch or Fetches())
+    status = reconcile_experiment(
+        body, specmodel_body(), live, cast(Kube, kube), RenderSettings(), at, reader, capacity
+    )
+    return kube, status.to_wire()
+
+
+def mirrors(body: dict[str, Any], status: dict[str, Any]) -> bool:
+    experiment = parse_specexperiment({**body, "status": status})
+    return mirror_of([experiment], parse_specmodel(specmodel_body())) is not None
+
+
+def in_capacity() -> tuple[dict[str, Any], dict[ChildKey, dict[str, Any]]]:
+    """The sample complete: the experiment in its capacity phase, its sample not yet taken."""
+    body, live = running()
+    body = merge(body, {"spec": {"capacity": CAPACITY}})
+    kube, status = measure(body, live, prometheus(120), T0 + timedelta(minutes=4))
+    assert status["phase"] == "Capacity" and kube.deleted == [] and kube.applied == []
+    assert status["capacity"]["startedAt"] == (T0 + timedelta(minutes=4)).isoformat()
+    assert "sampledAt" not in status["capacity"]
+    assert not any(c["type"] == "Concluded" for c in status["conditions"])
+    assert mirrors(body, status)  # until the sample is taken
+    return {**body, "status": status}, live
+
+
+def sampled() -> tuple[dict[str, Any], dict[ChildKey, dict[str, Any]], StatusKube]:
+    body, live = in_capacity()
+    fetches = Fetches()
+    kube, status = reconcile_capacity(body, live, T0 + timedelta(minutes=5), fetch=fetches)
+    assert fetches.urls == [f"http://{FLEET_POD_IP}:9090/mirror/sample"]
+    return {**body, "status": status}, live, kube
+
+
+def test_a_complete_sample_enters_the_capacity_phase_and_load_tests_every_arm() -> None:
+    body, _, kube = sampled()
+    status = body["status"]
+    assert status["phase"] == "Capacity"
+    [requests, *jobs] = kube.applied
+    assert requests["kind"] == "ConfigMap" and requests["metadata"]["name"] == "x-capacity-requests"
+    replayed = requests["data"]["requests.jsonl"].splitlines()
+    assert sorted(json.loads(line)["class"] for line in replayed) == ["chat"] * 5 + ["code"] * 5
+    assert [j["metadata"]["name"] for j in jobs] == [
+        f"x-{arm}-capacity" for arm in ("baseline", "quantized", "speculative", "both")
+    ]
+    assert kube.deleted == []
+    assert status["capacity"]["requests"] == 10 and status["capacity"]["classes"] == [
+        "chat",
+        "code",
+    ]
+    sampled_condition = next(c for c in status["conditions"] if c["type"] == "CapacitySampled")
+    assert sampled_condition["status"] == "True" and "10 prompts" in sampled_condition["message"]
+    assert kube.events == ["LoadTestsStarted"]
+    assert not mirrors(body, status)  # the sample is in the ConfigMap: mirroring stops
+
+
+def applied(kube: StatusKube) -> dict[ChildKey, dict[str, Any]]:
+    """What the watches show of `kube`'s applies (no ConfigMap's data)."""
+    return {(m["kind"], m["metadata"]["name"]): summary(m) for m in kube.applied}
+
+
+def test_the_load_tests_results_conclude_with_their_throughputs_and_everything_is_retired() -> None:
+    body, live, first = sampled()
+    live = {**live, **applied(first)}
+    later = T0 + timedelta(minutes=12)
+    pods = [load_test_pod(arm) for arm in ("baseline", "quantized", "speculative")]
+    kube, status = reconcile_capacity(body, live, later, pods=pods)
+    assert kube.applied == [] and kube.deleted == []  # the sample's ConfigMap kept as it is
+    assert [a["name"] for a in status["capacity"]["arms"]] == [
+        "baseline",
+        "quantized",
+        "speculative",
+    ]
+    measured = next(c for c in status["conditions"] if c["type"] == "CapacityMeasured")
+    assert (measured["status"], measured["reason"]) == ("Unknown", "LoadTesting")
+    pods.append(load_test_pod("both"))
+    body = {**body, "status": status}
+    reader = prometheus(120)
+    asked = recorded(reader)
+    kube, status = reconcile_capacity(body, live, later, reader, pods)
+    assert status["phase"] == "Concluded"
+    rows = {row["arm"]: row["throughputAtSlo"] for row in status["verdict"]["overall"]}
+    assert rows == THROUGHPUTS
+    assert {a["name"]: a["throughputAtSlo"] for a in status["capacity"]["arms"]} == THROUGHPUTS
+    # the arms measured on the sample, up to its end: the load tests are no sample
+    sample_end = datetime.fromisoformat(status["capacity"]["startedAt"]).timestamp()
+    assert asked and {float(params["time"]) for params in asked} == {sample_end}
+    assert {kind for kind, _ in kube.deleted} >= {"Job", "ConfigMap", "Deployment"}
+    assert len(kube.deleted) == len(live)
+    assert kube.events == ["ExperimentConcluded"]
+
+
+def recorded(reader: TelemetryReader) -> list[dict[str, str]]:
+    """The query parameters `reader` sends, as it sends them."""
+    asked: list[dict[str, str]] = []
+    answer = reader._prometheus.custom_query
+
+    def query(text: str, params: dict[str, str]) -> list[dict[str, Any]]:
+        asked.append(params)
+        return answer(text, params)  # type: ignore[no-any-return]
+
+    reader._prometheus.custom_query = query  # type: ignore[method-assign]
+    return asked
+
+
+def test_a_failed_load_test_falls_back_to_concurrency_one_and_says_so() -> None:
+    body, live, first = sampled()
+    live = {**live, **applied(first)}
+    crashed = load_test_pod("quantized", exit_code=1, message="guidellm: connection refused")
+    pods = [load_test_pod(arm) for arm in ("baseline", "speculative", "both")] + [crashed]
+    later = T0 + timedelta(minutes=12)
+    kube, status = reconcile_capacity(body, live, later, prometheus(120), pods)
+    assert status["phase"] == "Concluded"
+    measured = next(c for c in status["conditions"] if c["type"] == "CapacityMeasured")
+    assert (measured["status"], measured["reason"]) == ("False", "CapacityFailed")
+    assert "quantized" in measured["message"] and "connection refused" in measured["message"]
+    assert "concurrency one" in measured["message"]
+    assert kube.events == ["CapacityFailed", "ExperimentConcluded"]
+    rows = {row["arm"]: row["throughputAtSlo"] for row in status["verdict"]["overall"]}
+    assert rows["both"] == THROUGHPUTS["both"]
+    assert rows["quantized"] == 1 / 0.5  # its requests over their seconds on the sample
+
+
+def test_a_load_test_past_its_deadline_fails_from_its_job_or_the_operators_clock() -> None:
+    body, live, first = sampled()
+    live = {**live, **applied(first)}
+    job = live[("Job", "x-baseline-capacity")]
+    deadline = {"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
+                "message": "Job was active longer than specified deadline"}  # fmt: skip
+    live[("Job", "x-baseline-capacity")] = {**job, "status": {"conditions": [deadline]}}
+    _, status = reconcile_capacity(body, live, T0 + timedelta(minutes=20))
+    [baseline] = status["capacity"]["arms"]
+    assert baseline["failed"].startswith("DeadlineExceeded: Job was active longer")
+    hours_later = T0 + timedelta(hours=3)  # no pod, no Job status: the operator's own deadline
+    _, status = reconcile_capacity({**body, "status": status}, live, hours_later)
+    assert [a["name"] for a in status["capacity"]["arms"]] == [
+        "baseline", "quantized", "speculative", "both"
+    ]  # fmt: skip
+    assert all("no result" in a["failed"] for a in status["capacity"]["arms"][1:])
+
+
+def test_a_sample_that_cannot_be_taken_is_said_and_tried_again_never_load_tested_empty() -> None:
+    body, live = in_capacity()
+    for fetch, words in (
+        (Fetches(answer=None), "connection refused"),
+        (Fetches(answer=""), "no request"),
+    ):
+        kube, status = reconcile_capacity(body, live, T0 + timedelta(minutes=5), fetch=fetch)
+        assert kube.applied == [] and kube.deleted == []
+        condition = next(c for c in status["conditions"] if c["type"] == "CapacitySampled")
+        assert (condition["status"], condition["reason"]) == ("False", "SampleUnavailable")
+        assert words in condition["message"]
+        assert kube.events == ["SampleUnavailable"]
+        assert status["phase"] == "Capacity" and "sampledAt" not in status["capacity"]
+        assert mirrors(body, status)  # the gateways keep mirroring and keeping a sample
+    body = {**body, "status": status}
+    kube, status = reconcile_capacity(body, live, T0 + timedelta(minutes=6))
+    assert len(kube.applied) == 1 + 4 and status["capacity"]["requests"] == 10
+    assert kube.events == ["LoadTestsStarted"]

@@ -114,8 +114,9 @@ def _condition_event(kind: str, status: str, reason: str, message: str) -> Event
 def experiment_transitions(
     before: SpecExperimentStatus, after: SpecExperimentStatus
 ) -> list[Event]:
-    """A SpecExperiment's arms ready, its conclusion with the recommendation, a measurement
-    gone blind, a failure."""
+    """A SpecExperiment's arms ready, its load tests started or their sample not taken, a
+    load test that failed, its conclusion with the recommendation, a measurement gone blind, a
+    failure."""
     old = {c.type: c for c in before.conditions}
     events = []
     for condition in after.conditions:
@@ -136,6 +137,10 @@ def _experiment_event(kind: str, status: str, reason: str) -> tuple[str, str] | 
         return NORMAL, "ExperimentConcluded"
     if kind == "Measured" and status == "False":
         return WARNING, "ExperimentBlind"
+    if kind == "CapacitySampled":
+        return (NORMAL, "LoadTestsStarted") if status == "True" else (WARNING, reason)
+    if kind == "CapacityMeasured" and status == "False":
+        return WARNING, reason
     if kind == "Ready" and status == "True":
         return NORMAL, "ArmsReady"
     if kind == "Ready" and reason not in {"ArmsStarting"}:
