@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import httpx
 import yaml
 
 from conftest import experiment_doc, merge, specmodel_doc
@@ -480,3 +481,28 @@ def test_a_sample_that_cannot_be_taken_is_said_and_tried_again_never_load_tested
     kube, status = reconcile_capacity(body, live, T0 + timedelta(minutes=6))
     assert len(kube.applied) == 1 + 4 and status["capacity"]["requests"] == 10
     assert kube.events == ["LoadTestsStarted"]
+
+
+def test_the_operator_reads_the_fleets_pods_for_the_sample_and_the_load_tests_pods() -> None:
+    body, _ = in_capacity()
+    asked: list[str] = []
+
+    def gateway(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        return httpx.Response(200, text=SAMPLE, headers={"x-specfleet-experiment": "x"})
+
+    kube = StatusKube()
+    http = httpx.Client(transport=httpx.MockTransport(gateway))
+    operator = Operator(cast(Kube, kube), clock=lambda: T0 + timedelta(minutes=5), _http=http)
+    experiments = {("ns", "x"): [body]}
+    specmodels = {("ns", "m"): [specmodel_body()]}
+    fleet = {("ns", "m"): [fleet_pod()]}
+    operator.reconcile_experiment(("ns", "x"), experiments, specmodels, [], {}, fleet)
+    assert asked == [f"http://{FLEET_POD_IP}:9090/mirror/sample"]
+    assert sum(m["kind"] == "Job" for m in kube.applied) == 4
+    status = kube.statuses[-1][2]
+    experiments = {("ns", "x"): [{**body, "status": status}]}
+    capacity_pods = {("ns", "x"): [load_test_pod("both")]}
+    operator.reconcile_experiment(("ns", "x"), experiments, specmodels, [], capacity_pods, fleet)
+    [both] = kube.statuses[-1][2]["capacity"]["arms"]
+    assert (both["name"], both["throughputAtSlo"]) == ("both", THROUGHPUTS["both"])
