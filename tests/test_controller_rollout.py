@@ -42,10 +42,18 @@ def window(canary: dict[str, float] | None = None, tpot: float = 0.02) -> Observ
     return replace(control, canary=beside)
 
 
-def started(replicas: int = 4) -> Loop:
+WARM_UP_TICKS = 7
+"""A step's first two guard windows (60 s each, a tick every 15 s) less a tick: the canary's
+latency is judged from the next one on."""
+
+
+def started(replicas: int = 4, warm: bool = True) -> Loop:
+    """A rollout in its first step; `warm`: past its pods' warm-up, but for the last tick."""
     loop = Loop(specmodel(replicas=replicas))
     loop.tick(*[observe(0.8, 0.8, **GOOD)] * 3)
     loop.change(specmodel(k=3, replicas=replicas))
+    if warm:
+        loop.tick(*[window()] * WARM_UP_TICKS)
     return loop
 
 
@@ -98,7 +106,7 @@ def test_every_step_passed_promotes_and_the_whole_fleet_rolls() -> None:
     loop.tick(*[alike] * 4)
     assert loop.actions == ["rollout_step_passed"]
     assert deployments(loop) == {"m": 2, "m-rollout": 2}
-    loop.tick(*[alike] * 4)
+    loop.tick(*[alike] * (WARM_UP_TICKS + 4))  # the second step's pods warm up too
     assert loop.actions == ["rollout_step_passed", "rollout_promoted"]
     assert loop.last and loop.last.plan.active.number == 2
     assert deployments(loop) == {"m": 4}
@@ -167,7 +175,7 @@ def test_the_gauges_show_the_running_step_and_its_canary_pods_and_0_after() -> N
     loop.tick(*[window()] * 4)
     record_rollout("ns", "m", loop.status.rollout)
     assert (value("specfleet_rollout_step"), value("specfleet_rollout_canary_pods")) == (2, 2)
-    loop.tick(*[window()] * 4)
+    loop.tick(*[window()] * (WARM_UP_TICKS + 4))
     record_rollout("ns", "m", loop.status.rollout)
     assert (value("specfleet_rollout_step"), value("specfleet_rollout_canary_pods")) == (0, 0)
 

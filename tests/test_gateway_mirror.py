@@ -344,6 +344,8 @@ async def test_arms_behind_their_own_gateways_measure_the_same_classes() -> None
         for arm in (base, same, other):
             assert requests(arm, "code") == 2
             assert requests(arm, "chat") == 4
+            assert value(arm, "specfleet_ttft_seconds_count", **CHAT_LABEL) == 4
+            assert value(arm, "specfleet_tpot_seconds_count", **CHAT_LABEL) == 4
 
 
 CHAT_LABEL = {"class": "chat"}
@@ -373,7 +375,7 @@ async def test_hostile_requests_never_crash_the_mirror() -> None:
         assert len(arm.seen) == 1
         assert dropped(gw, "too_large") == 1
         _, body = arm.seen[0]
-        assert body["stream"] is False
+        assert body["stream"] is True  # the arm's gateway times its tokens
         assert "stream_options" not in body
         assert body["model"] == "llama"
         assert value(gw, "specfleet_gateway_errors_total", stage="mirror") == 0

@@ -136,14 +136,14 @@ def test_truncation_over_the_slo_breaches_only_where_the_control_meets_it() -> N
 
 def test_too_few_requests_on_the_canary_is_inconclusive_never_bad() -> None:
     thin = Observation(T0, 60, 2, True, {"code": window(0.8, requests=5), "chat": window(0.1, 5)})
-    assert analyse(policy(), thin, CONTROL) == ("inconclusive", [], ["code", "chat"])
+    assert analyse(policy(), thin, CONTROL) == ("inconclusive", [], ["code", "chat"], True)
 
 
 def test_a_window_is_good_only_once_each_class_the_control_serves_is_judged_on_the_canary() -> None:
     # one canary pod of three sees a third of a small class: too few of its tool calls to judge
     # (the local cluster promoted a revision that broke them, judged on the other classes alone)
     thin_chat = replace(canary(), classes={**canary().classes, "chat": window(0.8, requests=5)})
-    assert analyse(policy(), thin_chat, CONTROL) == ("inconclusive", [], ["chat"])
+    assert analyse(policy(), thin_chat, CONTROL) == ("inconclusive", [], ["chat"], True)
     # a class nobody sent in the window waits for nothing (code is critical: it always does)
     quiet = replace(CONTROL, classes={"code": CONTROL.classes["code"]})
     assert analyse(policy(), thin_chat, quiet).verdict == "good"
@@ -243,3 +243,17 @@ def test_a_trial_waits_for_the_rollout() -> None:
         )
     )
     assert [a.action for a in without.actions] == ["trial_started"]
+
+
+def test_a_fresh_canary_warms_up_its_answers_judged_its_latency_not() -> None:
+    fresh = rollout(step_since=(T0 - timedelta(seconds=90)).isoformat())  # under two windows
+    slow = canary(0.03, p95_tpot_seconds=0.03)  # 1.5x: a warm-up's slowness, or a revision's
+    decision = judged(fresh, slow)
+    assert decision.actions == [] and decision.rollout.bad_windows == 0
+    assert decision.rollout.last_analysis.verdict == "inconclusive"
+    assert not decision.rollout.last_analysis.latency_judged
+    broken = canary(tool_calls_valid=70.0, tool_calls_invalid=30.0)
+    assert judged(fresh, broken).rollout.last_analysis.verdict == "bad"
+    assert judged(rollout(), slow).rollout.bad_windows == 1  # warm: judged on latency too
+    far_slower = judged(fresh, canary(0.05, p95_tpot_seconds=0.05))
+    assert far_slower.rollout.phase == "Aborted"  # 2.5x: decisive, warm or not

@@ -29,6 +29,8 @@ from typing import Any
 
 from kubernetes import client, watch
 
+from specfleet_testbed.volumes import ConfigMapVolume, Volumes
+
 log = logging.getLogger(__name__)
 MANAGED = "app.kubernetes.io/managed-by=specfleet"
 ENGINE_PORT = 8000
@@ -50,6 +52,8 @@ class SimSettings:
     simulator's own interface (empty: the simulator)."""
     ready_timeout: float = 60.0
     """Seconds a pod's engine gets to answer /health before the pod is left not Ready."""
+    volume_sync_seconds: float = 2.0
+    """How often a running pod's ConfigMap volumes are brought up to date."""
 
 
 Command = tuple[list[str], Path]
@@ -63,6 +67,7 @@ class PodProcesses:
     pre_stop_seconds: float = 0.0
     """The pod's own preStop pause (its `sleep N` hooks), while endpoints drop the pod."""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    volumes: list[ConfigMapVolume] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopped: bool = False
 
@@ -107,9 +112,11 @@ class PodRuntime:
         after the old one's processes have stopped, or the old gateway would answer its
         readiness probe and the new one would fail to bind."""
         self._lock = threading.Lock()
+        self._volumes = Volumes(self._core)
 
     def run(self, stop: threading.Event) -> None:
         """Follows pods until `stop` is set, then stops every process it started."""
+        threading.Thread(target=self._sync_volumes, args=(stop,), daemon=True).start()
         try:
             while not stop.is_set():
                 self._watch_once(stop)
@@ -160,12 +167,16 @@ class PodRuntime:
         ip: str = pod["status"]["podIP"]
         workdir = self.settings.workdir / namespace / name
         shutil.rmtree(workdir, ignore_errors=True)
-        mounts = self._write_config_maps(pod, workdir)
+        volumes = self._write_config_maps(pod, workdir)
+        mounts = {path: volume.local for path, volume in volumes.items()}
         containers = {c["name"]: c for c in pod["spec"]["containers"]}
         logs = workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         processes = PodProcesses(
-            f"{namespace}/{name}", ip, _pre_stop_seconds(pod["spec"]["containers"])
+            f"{namespace}/{name}",
+            ip,
+            _pre_stop_seconds(pod["spec"]["containers"]),
+            volumes=list(volumes.values()),
         )
         commands = [
             (self._engine_argv(containers["engine"], ip, mounts), logs / "engine.log"),
@@ -225,26 +236,36 @@ class PodRuntime:
             argv += ["--scenario", str(self.settings.scenario)]
         return [*argv, "--", *args]
 
-    def _write_config_maps(self, pod: Pod, workdir: Path) -> dict[str, Path]:
-        """ConfigMap volumes as local directories; returns mount path -> local directory."""
+    def _write_config_maps(self, pod: Pod, workdir: Path) -> dict[str, ConfigMapVolume]:
+        """ConfigMap volumes as local directories; returns mount path -> the volume."""
         spec, namespace = pod["spec"], pod["metadata"]["namespace"]
         volumes = {
             v["name"]: v["configMap"]["name"] for v in spec.get("volumes", []) if "configMap" in v
         }
-        mounts: dict[str, Path] = {}
+        mounts: dict[str, ConfigMapVolume] = {}
         for container in spec["containers"]:
             for mount in container.get("volumeMounts", []):
                 if mount["name"] not in volumes:
                     continue
                 local = workdir / "volumes" / mount["name"]
-                local.mkdir(parents=True, exist_ok=True)
-                config_map = self._core.read_namespaced_config_map(
-                    volumes[mount["name"]], namespace
-                )
-                for key, value in (config_map.data or {}).items():
-                    (local / key).write_text(value)
-                mounts[mount["mountPath"]] = local
+                volume = ConfigMapVolume(volumes[mount["name"]], local)
+                self._volumes.write(namespace, volume)
+                mounts[mount["mountPath"]] = volume
         return mounts
+
+    def _sync_volumes(self, stop: threading.Event) -> None:
+        """Like a kubelet, every running pod's ConfigMap volumes kept up to date."""
+        while not stop.wait(self.settings.volume_sync_seconds):
+            with self._lock:
+                pods = list(self.running.values())
+            for pod in pods:
+                namespace = pod.name.split("/", 1)[0]
+                for volume in pod.volumes:
+                    try:
+                        if self._volumes.write(namespace, volume):
+                            log.info("pod %s: ConfigMap %s updated", pod.name, volume.config_map)
+                    except (client.ApiException, OSError) as exc:  # deleted meanwhile
+                        log.info("pod %s: %s not synced: %s", pod.name, volume.config_map, exc)
 
 
 def wait_unbound(ip: str, ports: tuple[int, ...], timeout: float) -> bool:

@@ -118,6 +118,12 @@ class RolloutAnalysis(ApiModel):
         description="Classes the control served (or critical ones) with too few requests on the "
         "canary in the window: until they are judged, a window is inconclusive.",
     )
+    latency_judged: bool = Field(
+        default=True,
+        description="False in a step's first two guard windows: a fresh pod's first requests "
+        "are slow (warm-up), so only a decisive slowdown (twice the control's) counts and the "
+        "window cannot be good.",
+    )
 
 
 class RolloutStatus(ApiModel):

@@ -2,8 +2,9 @@
 
 Off the client's path: once the client has its answer, the proxy offers the request
 (`Mirror.offer`: no I/O, no await); a sampled one waits in a bounded queue, and a fixed pool of
-workers sends it to every arm at once, non-streaming, with the class the fleet gave it in the
-class header, so each arm's own gateway measures it in the same class. A full queue drops the
+workers sends it to every arm at once, streamed (so the arm's gateway times its first and every
+output token), with the class the fleet gave it in the class header, so each arm's own gateway
+measures it in the same class. A full queue drops the
 request and counts it; so do an arm's failures. An arm that is slow or down costs the client
 nothing: at worst the queue fills.
 
@@ -47,7 +48,8 @@ from specfleet.api.gateway import (
 )
 from specfleet.gateway.metrics import GatewayMetrics
 from specfleet.gateway.quality import ToolCall
-from specfleet.gateway.stats import summarize_body
+from specfleet.gateway.sse import DONE, SseSplitter, data_payload
+from specfleet.gateway.stats import ResponseSummary, StreamTally, summarize_body
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,14 @@ class Sampled:
     path: str
     class_name: str
     body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An arm's 2xx answer, read whole."""
+
+    content_type: str
+    body: bytes
 
 
 @dataclass(frozen=True)
@@ -102,20 +112,35 @@ def word_prefix_agreement(baseline: list[str], arm: list[str]) -> float:
 
 
 def arm_body(body: dict[str, Any]) -> bytes:
-    """The request as an arm gets it: whole, not streamed (stream options go with the stream)."""
+    """The request as an arm gets it: streamed, whatever the client asked, so that the arm's
+    gateway measures its time to first token and per output token as the fleet's does (the
+    client's stream options go; the arm's gateway asks for usage where its engine needs it)."""
     mirrored = {k: v for k, v in body.items() if k != "stream_options"}
-    mirrored["stream"] = False
+    mirrored["stream"] = True
     return json.dumps(mirrored).encode()
 
 
-def output_of(raw: bytes) -> Output | None:
+def output_of(raw: bytes, content_type: str = "application/json") -> Output | None:
+    """The texts and tool calls of an arm's answer: a stream of chunks or a whole body."""
     try:
-        summary = summarize_body(json.loads(raw))
+        if content_type.startswith("text/event-stream"):
+            summary = _streamed_summary(raw)
+        else:
+            summary = summarize_body(json.loads(raw))
     except ValueError:
         return None
     if summary.error or not summary.choices:
         return None
     return Output(tuple(summary.contents()), tuple(summary.tool_calls()))
+
+
+def _streamed_summary(raw: bytes) -> ResponseSummary:
+    tally = StreamTally(keep_content=True)
+    for event in SseSplitter().feed(raw + b"\n\n"):
+        payload = data_payload(event)
+        if payload is not None and payload != DONE:
+            tally.feed(json.loads(payload))
+    return tally.summary
 
 
 def sampled(number: int, share: float) -> bool:
@@ -274,20 +299,20 @@ class Mirroring:
         if is_greedy(sample.body):
             self._compare(mirror, sample.class_name, self._outputs(mirror.arms, answers))
 
-    def _outputs(self, arms: list[MirrorArm], answers: list[bytes | None]) -> dict[str, Output]:
+    def _outputs(self, arms: list[MirrorArm], answers: list[Answer | None]) -> dict[str, Output]:
         """The answers that read as outputs, by arm; the rest counted `unreadable`."""
         outputs = {}
-        for arm, raw in zip(arms, answers, strict=True):
-            output = output_of(raw) if raw is not None else None
+        for arm, answer in zip(arms, answers, strict=True):
+            output = output_of(answer.body, answer.content_type) if answer is not None else None
             if output is not None:
                 outputs[arm.name] = output
-            elif raw is not None:
+            elif answer is not None:
                 self.metrics.errors.labels(arm.name, "unreadable").inc()
         return outputs
 
     async def _ask(
         self, mirror: Mirror, arm: MirrorArm, sample: Sampled, data: bytes
-    ) -> bytes | None:
+    ) -> Answer | None:
         """The arm's answer; None (counted) when it failed."""
         self.metrics.sent.labels(arm.name, sample.class_name).inc()
         try:
@@ -302,7 +327,7 @@ class Mirroring:
         self.metrics.errors.labels(arm.name, reason).inc()
         return None
 
-    async def _post(self, url: str, data: bytes, klass: str, mirror: Mirror) -> bytes:
+    async def _post(self, url: str, data: bytes, klass: str, mirror: Mirror) -> Answer:
         assert self._session is not None
         headers = {
             "Content-Type": "application/json",
@@ -312,7 +337,7 @@ class Mirroring:
         async with self._session.post(url, data=data, headers=headers, allow_redirects=False) as r:
             if r.status >= 300:
                 raise ArmFailed("status")
-            return await _read_capped(r.content, MAX_RESPONSE_BYTES)
+            return Answer(r.content_type, await _read_capped(r.content, MAX_RESPONSE_BYTES))
 
     async def sample(self, request: web.Request) -> web.Response:
         """The kept sample, as JSONL: a request body and its `class` a line."""

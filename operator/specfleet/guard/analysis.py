@@ -65,6 +65,9 @@ class Analysis(NamedTuple):
     unjudged: list[str] = []
     """The classes the control served (or critical ones) with too few requests on the canary:
     a window without them is not good, however the others look."""
+    latency_judged: bool = True
+    """False while the canary warms up: its latency counted only where decisive, so the window
+    is not good."""
 
     @property
     def decisive(self) -> bool:
@@ -81,24 +84,27 @@ class Sides(NamedTuple):
     min_samples: int
 
 
-def analyse(policy: Policy, canary: Observation, control: Observation) -> Analysis:
+def analyse(
+    policy: Policy, canary: Observation, control: Observation, latency: bool = True
+) -> Analysis:
+    """`latency`: whether the canary's latency is judged in full; while it warms up (a fresh
+    pod's first requests are slow), only a decisive slowdown counts."""
     breaches: list[Breach] = []
     minimum = policy.guard.min_requests
     judged = [c for c in policy.classes if _served(canary, c.name, minimum)]
     for klass in judged:
         other = control.classes.get(klass.name) if _served(control, klass.name, minimum) else None
         sides = Sides(klass.name, canary.classes[klass.name], other, klass.slo, minimum)
-        breaches += _class_breaches(sides, policy)
+        breaches += _class_breaches(sides, policy, latency)
     if breaches:
-        return Analysis("bad", breaches)
+        return Analysis("bad", breaches, latency_judged=latency)
     unjudged = [
         c.name
         for c in policy.classes
         if c not in judged and (c.critical or _served(control, c.name, minimum))
     ]
-    if judged and not unjudged:
-        return Analysis("good", [])
-    return Analysis("inconclusive", [], unjudged)
+    verdict = "good" if judged and not unjudged and latency else "inconclusive"
+    return Analysis(verdict, [], unjudged, latency)
 
 
 def _served(observation: Observation, klass: str, minimum: int) -> bool:
@@ -106,14 +112,14 @@ def _served(observation: Observation, klass: str, minimum: int) -> bool:
     return window is not None and (window.requests or 0) >= minimum
 
 
-def _class_breaches(sides: Sides, policy: Policy) -> list[Breach]:
+def _class_breaches(sides: Sides, policy: Policy, latency: bool) -> list[Breach]:
+    slo = sides.slo
+    latencies = [
+        _latency(sides, "p95TtftSeconds", lambda w: w.p95_ttft_seconds, slo.max_p95_ttft_seconds),
+        _latency(sides, "p95TpotSeconds", lambda w: w.p95_tpot_seconds, slo.max_p95_tpot_seconds),
+    ]
     found = [
-        _latency(
-            sides, "p95TtftSeconds", lambda w: w.p95_ttft_seconds, sides.slo.max_p95_ttft_seconds
-        ),
-        _latency(
-            sides, "p95TpotSeconds", lambda w: w.p95_tpot_seconds, sides.slo.max_p95_tpot_seconds
-        ),
+        *(b for b in latencies if b is not None and (latency or b.decisive)),
         *_validity(sides, policy.band),
         _acceptance(sides, policy),
         _errors(sides),

@@ -1,8 +1,10 @@
 """A canary rollout's steps: each window the canary served (`guard.analysis`) counts for or
 against the step. One decisive window or consecutiveBreaches breaching windows in a row abort it
-(the revision is bad, the canary removed, the fleet untouched); the step's windows good in a row,
-over at least one guard window of time, pass it; passing the last promotes the revision to the
-whole fleet. Inconclusive windows count neither way."""
+(the revision is bad, the canary removed, the fleet untouched); the step's windows good in a row
+pass it; passing the last promotes the revision to the whole fleet. Inconclusive windows count
+neither way. A step's first two guard windows are its pods' warm-up: their answers are judged,
+their latency only where decisive (a fresh pod's first requests are slow), and no window is good
+before."""
 
 from __future__ import annotations
 
@@ -23,13 +25,15 @@ def judge_step(tick: Tick) -> None:
         return
     if rollout is None or situation.canary is None or situation.observation is None:
         return
-    analysis = analyse(situation.policy, situation.canary, situation.observation)
+    window = situation.policy.guard.window_seconds
+    warm = _served_for(tick, rollout, 2 * window)  # the window holds none of its first one
+    analysis = analyse(situation.policy, situation.canary, situation.observation, latency=warm)
     rollout = _counted(rollout, analysis, tick.stamp)
     tick.rollout = rollout
     needed = situation.policy.guard.consecutive_breaches
     if analysis.verdict == "bad" and (analysis.decisive or rollout.bad_windows >= needed):
         _abort(tick, rollout, analysis)
-    elif rollout.good_windows >= rollout.windows and _served_a_window(tick, rollout):
+    elif rollout.good_windows >= rollout.windows and warm:
         _pass(tick, rollout)
 
 
@@ -45,17 +49,18 @@ def _counted(rollout: RolloutStatus, analysis: Analysis, stamp: str) -> RolloutS
         decisive=analysis.decisive,
         breaches=[b.words() for b in analysis.breaches],
         unjudged=analysis.unjudged,
+        latency_judged=analysis.latency_judged,
     )
     return rollout.model_copy(
         update={"good_windows": good, "bad_windows": bad, "last_analysis": last}
     )
 
 
-def _served_a_window(tick: Tick, rollout: RolloutStatus) -> bool:
+def _served_for(tick: Tick, rollout: RolloutStatus, seconds: float) -> bool:
     if rollout.step_since is None:
         return False
     served = (tick.situation.now - datetime.fromisoformat(rollout.step_since)).total_seconds()
-    return served >= tick.situation.policy.guard.window_seconds
+    return served >= seconds
 
 
 def _evidence(rollout: RolloutStatus, analysis: Analysis | None = None) -> dict[str, Any]:

@@ -1,0 +1,153 @@
+"""A SpecExperiment on the local cluster: the four arms come up as pods of their own, the fleet's
+gateway mirrors the real `openai` client's traffic to them, Prometheus scrapes every gateway, and
+the operator measures the arms and concludes: the quantized arms, which break tool calls, lose."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.cluster.harness import LocalCluster, eventually
+from e2e.fleet import simulated_pods
+from e2e.operator_runner import RunningOperator, in_process
+from e2e.test_cluster import prometheus_query
+from e2e.test_guard import apply, deployments, scenario, specmodel, status
+
+ROOT = Path(__file__).resolve().parent.parent
+ARMS = ("baseline", "quantized", "speculative", "both")
+
+
+@pytest.fixture(scope="module")
+def operator(local_cluster: LocalCluster) -> Iterator[RunningOperator]:
+    for crd in ("specmodel", "specexperiment"):
+        local_cluster.kubectl("apply", "--server-side", "-f", str(ROOT / f"crds/{crd}.yaml"))
+        local_cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}s.specfleet.dev")
+    with in_process(local_cluster, prometheus_url=local_cluster.prometheus_url) as running:
+        yield running
+
+
+def shop() -> dict[str, Any]:
+    """Served quantized (online FP8) with n-gram speculation: the `both` arm. No quality SLO on
+    the fleet: the experiment, not the guard, is to find what quantization does to tool calls."""
+    document = specmodel(
+        "shop",
+        quantization={"weights": "fp8", "online": True},
+        speculative={"method": "ngram", "numSpeculativeTokens": 4},
+        pod={"replicas": 1},
+    )
+    document["spec"]["classes"] = [
+        {"name": "code", "slo": {"maxP95TpotSeconds": 0.5}},
+        {"name": "chat", "slo": {"maxP95TpotSeconds": 0.5}},
+    ]
+    return document
+
+
+def quantization_breaks_tool_calls() -> dict[str, Any]:
+    return scenario(
+        [[0, 0.85]],
+        rps=6,
+        chat_tools=0.6,
+        rollouts=[
+            {
+                "t": 0,
+                "spec": {},
+                "match_args": ["--quantization fp8"],
+                "effects": {"tool_call_validity": 0.5},
+            }
+        ],
+    )
+
+
+def experiment(min_requests: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "specfleet.dev/v1alpha1",
+        "kind": "SpecExperiment",
+        "metadata": {"name": "exp"},
+        "spec": {
+            "specModelRef": {"name": "shop"},
+            "sample": {"share": 1.0},
+            "minRequestsPerClass": min_requests,
+            "gpuHourPrice": 4.0,
+        },
+    }
+
+
+def experiment_status(cluster: LocalCluster, namespace: str) -> dict[str, Any]:
+    found = cluster.kubectl_json("get", "specexperiment", "exp", "-n", namespace)
+    result: dict[str, Any] = found.get("status", {})
+    return result
+
+
+def test_four_arms_on_the_same_traffic_and_the_quantized_ones_lose(
+    local_cluster: LocalCluster, namespace: str, operator: RunningOperator, tmp_path: Path
+) -> None:
+    apply(local_cluster, namespace, shop())
+    with simulated_pods(
+        local_cluster, namespace, quantization_breaks_tool_calls(), tmp_path
+    ) as fleet:
+        traffic = fleet.traffic_in_background("shop", "shop", 900)
+        eventually(
+            lambda: status(local_cluster, namespace, "shop").get("activeRevision") == 1, "served"
+        )
+        apply(local_cluster, namespace, experiment(min_requests=40))
+        eventually(
+            lambda: {f"exp-{arm}" for arm in ARMS} <= deployments(local_cluster, namespace),
+            "the four arms' Deployments",
+        )
+        eventually(
+            lambda: experiment_status(local_cluster, namespace).get("phase") == "Running",
+            "every arm ready",
+            timeout_s=180,
+        )
+        eventually(
+            lambda: _mirrored(local_cluster, namespace) > 0, "the fleet mirrors to the arms", 120
+        )
+        eventually(
+            lambda: experiment_status(local_cluster, namespace).get("phase") == "Concluded",
+            "the verdict",
+            timeout_s=300,
+        )
+        report = traffic.result(stop=True)
+    final = experiment_status(local_cluster, namespace)
+    verdict = final["verdict"]
+    assert verdict["outcome"] == "recommended", verdict["reason"]
+    assert verdict["recommendation"] in ("speculative", "baseline")
+    assert final["leadingArm"] == verdict["recommendation"]
+    lost = {(e["arm"], e["signal"]) for e in verdict["exclusions"]}
+    assert {("quantized", "toolCallValidity"), ("both", "toolCallValidity")} <= lost, lost
+    assert yaml.safe_load(final["recommendedPatch"])["spec"]["quantization"] is None
+    assert all(r["requests"] >= 40 for r in final["progress"]["requests"])
+    # mirroring never reached the clients: every request of theirs was answered
+    assert sum(report.failed.values()) == 0, report.errors[:5]
+    assert sum(report.ok.values()) > 200
+    eventually(
+        lambda: not {f"exp-{arm}" for arm in ARMS} & deployments(local_cluster, namespace),
+        "the arms retired",
+    )
+    shown = local_cluster.kubectl("get", "specexperiment", "exp", "-n", namespace)
+    assert verdict["recommendation"] in shown and "100" in shown
+    _report(local_cluster, namespace, tmp_path / "report", verdict)
+
+
+def _mirrored(cluster: LocalCluster, namespace: str) -> float:
+    rows = prometheus_query(cluster, f'sum(specfleet_mirror_sent_total{{namespace="{namespace}"}})')
+    return float(rows[0]["value"][1]) if rows else 0.0
+
+
+def _report(cluster: LocalCluster, namespace: str, out: Path, verdict: dict[str, Any]) -> None:
+    """`specfleet experiment report NAME` reads the verdict from the cluster."""
+    argv = [str(Path(sys.executable).parent / "specfleet"), "experiment", "report", "exp"]
+    env = {"KUBECONFIG": str(cluster.kubeconfig), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [*argv, "-n", namespace, "--out", str(out)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    table = (out / "report.md").read_text()
+    assert f"**recommended: {verdict['recommendation']}.**" in table
+    assert (out / "report.png").stat().st_size > 10_000
