@@ -14,24 +14,25 @@ import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from kubernetes import config
 from openai import OpenAI
 
-from e2e import real_engine
+from e2e import real_clients, real_engine
 from e2e.cluster.harness import LocalCluster, eventually
 from e2e.fleet import Background, simulated_pods
+from e2e.real_clients import PROMPTS, SAMPLED, Clients, chat_request
 from e2e.real_engine_pod import COMMAND
 from e2e.test_cluster import prometheus_query
 from e2e.test_guard import actions, apply, operator, status, wait_action  # noqa: F401
 from e2e.test_real_engine import GATEWAY_TO_ENGINE
-from e2e.traffic import Traffic, _serving
+from e2e.traffic import _serving
 from specfleet.scenario import parse_scenario
 
-NAME = real_engine.SERVED_NAME
+NAME = real_clients.NAME
 GUARD = {
     "intervalSeconds": 5,
     "windowSeconds": 30,
@@ -50,13 +51,7 @@ GUARD = {
     "probationSeconds": 30,
     "blindAfterSeconds": 60,
 }
-SPECMODEL = real_engine.tiny_specmodel(
-    {"method": "draft_model", "draftModel": "local/tiny", "numSpeculativeTokens": 3},
-    classes=[
-        {"name": "code", "critical": True, "slo": {"minAcceptanceRate": 0.5}},
-        {"name": "chat"},
-    ],
-    defaultClass="chat",
+SPECMODEL = real_clients.specmodel(
     guard=GUARD,
     # the last node: a second local cluster (a demo beside the tests) fills the first nodes'
     # loopback pod IPs, which are the same in every local cluster
@@ -64,14 +59,7 @@ SPECMODEL = real_engine.tiny_specmodel(
 )
 RPS = 0.5
 MAX_TOKENS = 16
-# the simulator's scenario format; with a real engine only the arrivals and class mix matter
-SCENARIO = {
-    "duration_s": 3600,
-    "traffic_rps": [[0, RPS]],
-    "classes": {klass: {"share": 0.5, "acceptance": 1.0} for klass in ("code", "chat")},
-}
-PROMPTS = {"code": "def add(a, b):", "chat": "Tell me about the weather."}
-SAMPLED = 0.7
+SCENARIO = real_clients.scenario(RPS)
 ENGINE_READY_S = 480.0
 """A pod's real engine to answer /health: about a minute alone on 2 cores, minutes on busy ones."""
 DETECT_S = 4 * (GUARD["windowSeconds"] + GUARD["consecutiveBreaches"] * GUARD["intervalSeconds"])
@@ -80,29 +68,6 @@ trickle this machine carries, a window may hold too few sampled requests to judg
 26 s once, over 80 s once)."""
 ROLLOUT_S = ENGINE_READY_S + 30
 """The new pod's engine, then the old pod's preStop pause and drain."""
-
-
-@dataclass
-class Clients(Traffic):
-    """Clients of each class that decode greedily or sampled, as `temperature` says when each
-    request is sent; answers are MAX_TOKENS long (`ignore_eos`: a random-weight model may end
-    anywhere)."""
-
-    temperature: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PROMPTS, 0.0))
-
-    def request(self, klass: str) -> dict[str, Any]:
-        return chat_request(klass, self.temperature[klass])
-
-
-def chat_request(klass: str, temperature: float) -> dict[str, Any]:
-    return {
-        "model": NAME,
-        "messages": [{"role": "user", "content": PROMPTS[klass]}],
-        "max_tokens": MAX_TOKENS,
-        "temperature": temperature,
-        "extra_headers": {"x-specfleet-class": klass},
-        "extra_body": {"ignore_eos": True},
-    }
 
 
 @dataclass
@@ -116,7 +81,9 @@ class RealFleet:
         """Traffic in the background for `seconds`, stopped at the end of the block."""
         api = config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
         scenario = parse_scenario(SCENARIO)
-        clients = Clients(api, self.namespace, NAME, NAME, scenario, time.time())
+        clients = Clients(
+            api, self.namespace, NAME, NAME, scenario, time.time(), max_tokens=MAX_TOKENS
+        )
 
         def run() -> Any:
             try:
@@ -191,8 +158,9 @@ def test_gateway_class_counters_in_prometheus_equal_the_engines_own(fleet: RealF
     sent = dict.fromkeys(PROMPTS, 0.0)
     for klass in PROMPTS:
         for temperature in (0.0, SAMPLED):
-            client.chat.completions.create(**chat_request(klass, temperature))
-            list(client.chat.completions.create(stream=True, **chat_request(klass, temperature)))
+            request = chat_request(klass, temperature, MAX_TOKENS)
+            client.chat.completions.create(**request)
+            list(client.chat.completions.create(stream=True, **request))
             sent[klass] += 2
 
     def delta(name: str) -> dict[str, float]:

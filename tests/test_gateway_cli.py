@@ -11,15 +11,20 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
+import yaml
 from click.testing import CliRunner
 
+from specfleet.api import parse_specmodel
 from specfleet.cli import main
 from specfleet.gateway.config import load_specmodel_config
+from specfleet.render import render
 from specfleet_testbed.engine.args import parse_vllm
 from specfleet_testbed.engine.server import SimOptions, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples/llama-3.1-8b-eagle3-fp8.yaml"
+SPECMODELS = sorted((ROOT / "examples").glob("*.yaml"))
 ENTRY = [sys.executable, "-c", "from specfleet.cli import main; main()"]
 
 
@@ -42,6 +47,16 @@ def test_specmodel_gives_the_rendered_config_with_k() -> None:
     assert [c.name for c in config.classes] == ["code", "tools", "json", "chat"]
     assert (config.default_class, config.served_name) == ("chat", "llama-3.1-8b")
     assert config.num_speculative_tokens == 4
+
+
+@pytest.mark.parametrize("path", SPECMODELS, ids=lambda p: p.stem)
+def test_specmodel_config_is_the_operators(path: Path) -> None:
+    """The operator's fleet ConfigMap, drafting included (TensorRT-LLM's gateways need it)."""
+    rendered = render(parse_specmodel(yaml.safe_load(path.read_text())))
+    (configmap,) = [o for o in rendered if o["metadata"]["name"].endswith("-gateway")]
+    assert load_specmodel_config(path).to_wire() == yaml.safe_load(
+        configmap["data"]["gateway.yaml"]
+    )
 
 
 def free_port() -> int:

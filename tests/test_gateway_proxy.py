@@ -28,7 +28,7 @@ FAST = 0.0002  # wall seconds per simulated second
 K = 3
 EAGLE3 = json.dumps({"method": "eagle3", "model": "d/eagle3", "num_speculative_tokens": K})
 TRT_YAML = f"""
-speculative_config: {{decoding_type: Eagle3, max_draft_len: {K}, speculative_model: d/eagle3}}
+speculative_config: {{decoding_type: Eagle, max_draft_len: {K}, speculative_model: d/eagle3}}
 return_perf_metrics: true
 enable_iter_perf_stats: true
 """

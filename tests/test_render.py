@@ -13,7 +13,7 @@ from conftest import EXAMPLES, ROOT, specmodel_doc
 from specfleet.api import EngineConfig, InvalidSpecModel, parse_specmodel
 from specfleet.render import ServingPlan, render, revision_hash
 from specfleet.render.trtllm import OPTIONS_FILE
-from specfleet_testbed.engine.args import vllm_known_flags
+from specfleet_testbed.engine.args import parse_trtllm, vllm_known_flags
 
 # The real parser's option set, one copy in the repo (the simulator refuses the same flags).
 VLLM_FLAGS = vllm_known_flags()
@@ -131,6 +131,10 @@ def test_trtllm_speculative_config_per_method(method: str, decoding_type: str) -
     options = trtllm_options(render(specmodel))
     assert options["speculative_config"]["decoding_type"] == decoding_type
     assert options["speculative_config"]["max_draft_len"] == 3
+    # the simulator takes the names 1.2.1's DecodingBaseConfig.from_dict takes, and no others
+    text = yaml.safe_dump(options)
+    simulated = parse_trtllm(["m", "--config", "/x"], read_file=lambda _: text).speculation
+    assert simulated is not None and simulated.method == method
     assert options["return_perf_metrics"] is True
     assert options["enable_iter_perf_stats"] is True
 

@@ -136,7 +136,7 @@ def test_effects_by_matching_the_engine_args_regardless_of_time() -> None:
     assert s.effects_for(bad, "", 0).tool_call_validity == 0.9
     assert s.effects_for(good, "", 10_000).tool_call_validity is None
     # TensorRT-LLM: the YAML text is part of what is matched
-    yaml_text = "speculative_config:\n  decoding_type: Eagle3\n  max_draft_len: 6\n"
+    yaml_text = "speculative_config:\n  decoding_type: Eagle\n  max_draft_len: 6\n"
     assert s.effects_for(["m"], yaml_text, 0).acceptance_factor == 0.5
     # later rollouts override earlier ones field by field
     both = s.effects_for(bad, yaml_text, 0)

@@ -187,7 +187,7 @@ TRT_ARGS = [
 
 TRT_YAML = """
 speculative_config:
-  decoding_type: Eagle3
+  decoding_type: Eagle
   max_draft_len: 3
   speculative_model: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B
 return_perf_metrics: true
@@ -206,7 +206,7 @@ def test_trtllm_speculation_from_yaml(prefix: list[str]) -> None:
     assert (cfg.speculation.method, cfg.speculation.k) == ("eagle3", 3)
     assert cfg.return_perf_metrics and cfg.enable_iter_perf_stats
     assert (cfg.tp_size, cfg.max_num_seqs, cfg.max_model_len) == (2, 64, 16384)
-    assert "decoding_type: Eagle3" in cfg.config_text
+    assert "decoding_type: Eagle" in cfg.config_text
 
 
 def test_trtllm_config_alias_and_speculation_off() -> None:
@@ -247,9 +247,16 @@ def test_trtllm_max_concurrency_turns_speculation_off_above_it() -> None:
 @pytest.mark.parametrize(
     ("yaml_text", "message"),
     [
-        ("speculative_config: {decoding_type: Eagle3, max_draft_len: 3}", "speculative_model"),
-        ("speculative_config: {max_draft_len: 3}", "decoding_type"),
-        ("speculative_config: {decoding_type: Bogus, max_draft_len: 3}", "unsupported"),
+        ("speculative_config: {decoding_type: Eagle, max_draft_len: 3}", "speculative_model"),
+        # 1.2.1's DecodingBaseConfig.from_dict: exact names, no Eagle3 (it came after 1.2.1)
+        ("speculative_config: {max_draft_len: 3}", "^Invalid decoding type: None$"),
+        ("speculative_config: {decoding_type: Bogus, max_draft_len: 3}", "type: Bogus$"),
+        (
+            "speculative_config: {decoding_type: Eagle3, max_draft_len: 3, speculative_model: d}",
+            "^Invalid decoding type: Eagle3$",
+        ),
+        ("speculative_config: {decoding_type: ngram, max_draft_len: 3}", "type: ngram$"),
+        ("speculative_config: {decoding_type: AUTO}", "not simulated"),
         ("- a list", "mapping"),
         # proposed upstream, in no release: 1.2.1's LLM args forbid it
         ("per_request_spec_decode_stats: true", "Extra inputs are not permitted"),

@@ -17,7 +17,7 @@ from specfleet_testbed.engine.server import SimOptions, serve
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 FAST = 0.0005
 ALL_STATS = """
-speculative_config: {decoding_type: Eagle3, max_draft_len: 3, speculative_model: d/eagle3}
+speculative_config: {decoding_type: Eagle, max_draft_len: 3, speculative_model: d/eagle3}
 return_perf_metrics: true
 enable_iter_perf_stats: true
 """
@@ -165,7 +165,7 @@ async def test_iteration_stats_drained_on_read_and_1_2_1s_few_prometheus_series(
 async def test_above_max_concurrency_the_engine_stops_drafting() -> None:
     """Its mean acceptance length falls to 1 although the drafter is fine."""
     yaml_text = (
-        "speculative_config: {decoding_type: Eagle3, max_draft_len: 3, "
+        "speculative_config: {decoding_type: Eagle, max_draft_len: 3, "
         "speculative_model: d/eagle3, max_concurrency: 1}\n"
     )
     async with serve(trtllm(yaml_text), SimOptions(time_scale=1.0, scenario=SCENARIO)) as sim:

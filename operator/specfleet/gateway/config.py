@@ -20,6 +20,7 @@ from specfleet.api import InvalidSpecModel, parse_specmodel
 from specfleet.api.gateway import GatewayConfig
 from specfleet.api.spec import CLASS_RULES
 from specfleet.api.validation import cel_errors
+from specfleet.render import fleet_gateway_config
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def load_specmodel_config(path: Path) -> GatewayConfig:
         specmodel = parse_specmodel(document)
     except InvalidSpecModel as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    return GatewayConfig.from_specmodel(specmodel, specmodel.spec.speculative)
+    return fleet_gateway_config(specmodel)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from specfleet.api.gateway import GatewayConfig
 from specfleet.api.model import EngineConfig, SpecModel
 from specfleet.render import trtllm, vllm
 from specfleet.render.engine import EngineLaunch
@@ -14,6 +15,7 @@ from specfleet.render.workload import (
     Role,
     Workload,
     deployment_and_configs,
+    gateway_config,
     manifests,
     monitors,
     service,
@@ -29,6 +31,7 @@ __all__ = [
     "Manifest",
     "RenderSettings",
     "ServingPlan",
+    "fleet_gateway_config",
     "render",
     "render_arm",
     "revision_hash",
@@ -57,6 +60,14 @@ def render(
             _workload(specmodel, step, plan.rollout.engine_config, settings, Role.ROLLOUT)
         )
     return objects
+
+
+def fleet_gateway_config(specmodel: SpecModel) -> GatewayConfig:
+    """The configuration a fresh fleet's gateways get (the first revision, speculation on): what
+    `render` writes into the fleet's gateway ConfigMap."""
+    plan = ServingPlan()
+    workload = _workload(specmodel, plan, specmodel.engine_config(), RenderSettings())
+    return gateway_config(workload)
 
 
 def render_arm(

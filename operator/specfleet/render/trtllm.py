@@ -14,8 +14,9 @@ from specfleet.render.engine import ENGINE_CONFIG_PATH, ENGINE_PORT, EngineLaunc
 
 OPTIONS_FILE = "llm_api.yaml"
 # 1.2.1's DecodingBaseConfig.from_dict knows `Eagle` (EAGLE-3 on the PyTorch backend, one- or
-# two-model by `eagle3_one_model`) and refuses `Eagle3`; `speculative_model_dir` is an alias of
-# `speculative_model` there.
+# two-model by `eagle3_one_model`) and refuses `Eagle3` ("Invalid decoding type"), which came
+# later with the discriminated-union configs (TensorRT-LLM PR 10124); `speculative_model_dir` is
+# an alias of `speculative_model` there.
 DECODING_TYPE = {"eagle3": "Eagle", "mtp": "MTP", "ngram": "NGram", "draft_model": "DraftTarget"}
 ACCEPTANCE_GATE = ("acceptance_window", "acceptance_length_threshold")
 

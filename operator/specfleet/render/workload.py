@@ -178,13 +178,17 @@ def deployment_and_configs(workload: Workload) -> list[Manifest]:
     return [*objects, deployment(workload)]
 
 
-def gateway_configmap(workload: Workload) -> Manifest:
+def gateway_config(workload: Workload) -> GatewayConfig:
     running = workload.config.speculative if workload.plan.speculation else None
     drafting = workload.launch.drafting
     config = GatewayConfig.from_specmodel(workload.specmodel, running, drafting)
     if workload.role == Role.FLEET:  # the fleet's clients are the sample, not a canary's
         config = config.model_copy(update={"mirror": workload.plan.mirror})
-    wire = config.to_wire()
+    return config
+
+
+def gateway_configmap(workload: Workload) -> Manifest:
+    wire = gateway_config(workload).to_wire()
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -55,7 +55,7 @@ class Speculation:
     method: str  # canonical: eagle3, eagle, draft_model, ngram, mtp, ... (vLLM spelling)
     k: int  # draft tokens per verify step (num_speculative_tokens / max_draft_len)
     draft_model: str | None = None
-    configured_method: str = ""  # as written (e.g. "Eagle3", "deepseek_mtp")
+    configured_method: str = ""  # as written (e.g. "Eagle", "deepseek_mtp")
     # vLLM num_speculative_tokens_per_batch_size: inclusive [start, end, k] ranges
     k_per_batch_size: tuple[tuple[int, int, int], ...] = ()
     # TensorRT-LLM max_concurrency: no speculation above this batch size
@@ -347,17 +347,20 @@ def _int_with_suffix(value: str) -> int:
 
 # ------------------------------------------------------------------ TensorRT-LLM
 
+# 1.2.1's DecodingBaseConfig.from_dict dispatches on the exact decoding_type; anything else is
+# "Invalid decoding type". `Eagle3` came later, with the discriminated-union configs (TensorRT-LLM
+# PR 10124); in 1.2.1 `Eagle` is EAGLE-3 on the PyTorch backend, one- or two-model by
+# eagle3_one_model.
 _TRT_METHODS = {
-    "eagle3": "eagle3",
-    "eagle": "eagle",
-    "mtp": "mtp",
-    "ngram": "ngram",
-    "drafttarget": "draft_model",
-    "draft_target": "draft_model",
-    "medusa": "medusa",
-    "lookahead": "lookahead",
+    "Eagle": "eagle3",
+    "MTP": "mtp",
+    "NGram": "ngram",
+    "DraftTarget": "draft_model",
+    "Medusa": "medusa",
+    "Lookahead": "lookahead",
 }
-_TRT_NEEDS_MODEL = {"eagle3", "eagle", "draft_model"}
+_TRT_NOT_SIMULATED = {"SaveState", "UserProvided", "AUTO"}
+_TRT_NEEDS_MODEL = {"eagle3", "draft_model"}
 # Options proposed upstream but in no release (per-request stats: TensorRT-LLM PR 19311).
 _TRT_UNRELEASED_KEYS = {"per_request_spec_decode_stats"}
 
@@ -368,13 +371,11 @@ def _trt_speculation(conf: Any) -> Speculation | None:
     if not isinstance(conf, dict):
         raise EngineArgsError("speculative_config must be a mapping")
     decoding_type = conf.get("decoding_type")
-    if not decoding_type:
-        raise EngineArgsError("speculative_config.decoding_type is required")
-    method = _TRT_METHODS.get(str(decoding_type).lower())
+    if decoding_type in _TRT_NOT_SIMULATED:
+        raise EngineArgsError(f"speculative_config.decoding_type: {decoding_type} not simulated")
+    method = _TRT_METHODS.get(decoding_type) if isinstance(decoding_type, str) else None
     if method is None:
-        raise EngineArgsError(f"speculative_config.decoding_type: unsupported {decoding_type!r}")
-    if method == "eagle":  # the PyTorch backend's Eagle config is EAGLE-3 (one- or two-model)
-        method = "eagle3"
+        raise EngineArgsError(f"Invalid decoding type: {decoding_type}")
     draft = conf.get("speculative_model") or conf.get("speculative_model_dir")
     if method in _TRT_NEEDS_MODEL and not draft:
         raise EngineArgsError(

@@ -1,0 +1,68 @@
+"""The clients of a SpecModel served by the real vLLM (the tiny model drafting for itself, as
+`specmodel` gives it): each class decodes greedily until told to sample. With the target as its
+own drafter, greedy drafts are all accepted and sampled ones hardly any, so an acceptance
+collapse is the clients' own doing, as it is in a fleet, not a script.
+
+Kept apart from `real_engine`, which the pods' engine command imports: that needs no cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from e2e import real_engine
+from e2e.traffic import Traffic
+
+NAME = real_engine.SERVED_NAME
+PROMPTS = {"code": "def add(a, b):", "chat": "Tell me about the weather."}
+SAMPLED = 0.7
+"""The temperature of a class's clients once they sample."""
+
+
+def specmodel(**spec: Any) -> dict[str, Any]:
+    """The tiny model drafting for itself, its `code` class critical with an acceptance floor;
+    `spec` adds fields such as the guard and the pod."""
+    return real_engine.tiny_specmodel(
+        {"method": "draft_model", "draftModel": "local/tiny", "numSpeculativeTokens": 3},
+        classes=[
+            {"name": "code", "critical": True, "slo": {"minAcceptanceRate": 0.5}},
+            {"name": "chat"},
+        ],
+        defaultClass="chat",
+        **spec,
+    )
+
+
+def scenario(rps: float) -> dict[str, Any]:
+    """The simulator's scenario format; with a real engine only the arrivals and the class mix
+    matter."""
+    return {
+        "duration_s": 3600,
+        "traffic_rps": [[0, rps]],
+        "classes": {klass: {"share": 0.5, "acceptance": 1.0} for klass in PROMPTS},
+    }
+
+
+def chat_request(klass: str, temperature: float, max_tokens: int) -> dict[str, Any]:
+    """Answers are `max_tokens` long (`ignore_eos`: a random-weight model may end anywhere)."""
+    return {
+        "model": NAME,
+        "messages": [{"role": "user", "content": PROMPTS[klass]}],
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "extra_headers": {"x-specfleet-class": klass},
+        "extra_body": {"ignore_eos": True},
+    }
+
+
+@dataclass
+class Clients(Traffic):
+    """Each class's clients decode greedily or sampled as `temperature` says when a request is
+    sent."""
+
+    max_tokens: int = 16
+    temperature: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PROMPTS, 0.0))
+
+    def request(self, klass: str) -> dict[str, Any]:
+        return chat_request(klass, self.temperature[klass], self.max_tokens)
