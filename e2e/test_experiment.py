@@ -122,10 +122,10 @@ def test_four_arms_on_the_same_traffic_and_the_quantized_ones_lose(
     lost = {(e["arm"], e["signal"]) for e in verdict["exclusions"]}
     assert {("quantized", "toolCallValidity"), ("both", "toolCallValidity")} <= lost, lost
     assert yaml.safe_load(final["recommendedPatch"])["spec"]["quantization"] is None
-    assert all(r["requests"] >= 40 for r in final["progress"]["requests"])
+    assert all(r["requests"] >= 40 for r in final["progress"]["requests"]), final["progress"]
     # mirroring never reached the clients: every request of theirs was answered
     assert sum(report.failed.values()) == 0, report.errors[:5]
-    assert sum(report.ok.values()) > 200
+    assert min(report.ok.values()) >= 40  # each arm saw 40 of each class: all mirrored
     eventually(
         lambda: not {f"exp-{arm}" for arm in ARMS} & deployments(local_cluster, namespace),
         "the arms retired",

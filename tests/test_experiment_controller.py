@@ -506,3 +506,20 @@ def test_the_operator_reads_the_fleets_pods_for_the_sample_and_the_load_tests_po
     operator.reconcile_experiment(("ns", "x"), experiments, specmodels, [], capacity_pods, fleet)
     [both] = kube.statuses[-1][2]["capacity"]["arms"]
     assert (both["name"], both["throughputAtSlo"]) == ("both", THROUGHPUTS["both"])
+
+
+def test_a_lagging_watch_never_takes_a_concluded_experiment_back() -> None:
+    body, live = running()
+    kube = StatusKube()
+    at = T0 + timedelta(minutes=3)
+    operator = Operator(cast(Kube, kube), reader=prometheus(120), clock=lambda: at)
+    experiments = {("ns", "x"): [body]}  # the watch keeps showing it Running
+    specmodels = {("ns", "m"): [specmodel_body()]}
+    arms = {("ns", "x"): list(live.values())}
+    operator.reconcile_experiment(("ns", "x"), experiments, specmodels, [arms])
+    assert kube.statuses[-1][2]["phase"] == "Concluded" and len(kube.deleted) == len(live)
+    kube.statuses.clear()
+    kube.deleted.clear()
+    operator.reconcile_experiment(("ns", "x"), experiments, specmodels, [arms])
+    assert kube.statuses == [] and kube.applied == []
+    assert len(kube.deleted) == len(live)  # its arms go, however late the watch

@@ -93,12 +93,15 @@ def reconcile_experiment(
     now: datetime,
     reader: TelemetryReader | None = None,
     capacity: CapacityLive | None = None,
+    written: SpecExperimentStatus | None = None,
 ) -> SpecExperimentStatus:
     """`arms` are the experiment's children as watched (its load tests' Jobs and sample too);
     `specmodel_body` the SpecModel it names, if there is one; `reader`, when a measurement of
-    the arms is due."""
-    previous = _previous_status(body)
+    the arms is due; `written`, the status last written for this very object and spec, fresher
+    than a lagging watch's (which would take a concluded experiment back to Running)."""
     generation = body["metadata"].get("generation")
+    fresh = written is not None and written.observed_generation == generation
+    previous = written if fresh and written is not None else _previous_status(body)
     if body["metadata"].get("deletionTimestamp"):
         return previous
     if concluded(previous, generation):

@@ -19,7 +19,7 @@ from specfleet.alerts.model import firing
 from specfleet.alerts.receivers import Receiver
 from specfleet.alerts.sender import AlertSender
 from specfleet.api import InvalidSpecModel, SpecModel, SpecModelStatus, parse_specmodel
-from specfleet.api.experiment import SpecExperiment
+from specfleet.api.experiment import SpecExperiment, SpecExperimentStatus
 from specfleet.api.status import RolloutPhase
 from specfleet.api.validation import InvalidSpecExperiment, parse_specexperiment
 from specfleet.controller import children
@@ -95,6 +95,10 @@ class Operator:
     """Children hashes applied in the last RECENT_SECONDS, until the watches catch up."""
     _measured: dict[Key, float] = field(default_factory=dict)
     """When each experiment's arms were last measured."""
+    _experiments_written: dict[Key, tuple[str | None, SpecExperimentStatus]] = field(
+        default_factory=dict
+    )
+    """The status last written per SpecExperiment (by uid), fresher than a lagging watch."""
 
     def __post_init__(self) -> None:
         self._own_receivers = ReceiverCache(self.kube, self._http, self.monotonic)
@@ -151,6 +155,7 @@ class Operator:
         body = next(iter(experiments.get(key, [])), None)
         if body is None:
             self._measured.pop(key, None)
+            self._experiments_written.pop(key, None)
             return
         ref = body.get("spec", {}).get("specModelRef", {}).get("name", "")
         specmodel = next(iter(specmodels.get((key[0], ref), [])), None)
@@ -161,9 +166,19 @@ class Operator:
             fetch=lambda url, experiment: get_sample(self._http, url, experiment),
         )
         reader = self.reader if self._measure_due(key) else None
-        reconcile_experiment(
-            body, specmodel, arms, self.kube, self.settings, self.clock(), reader, capacity
+        uid, written = self._experiments_written.get(key, (None, None))
+        status = reconcile_experiment(
+            body,
+            specmodel,
+            arms,
+            self.kube,
+            self.settings,
+            self.clock(),
+            reader,
+            capacity,
+            written if uid == _uid(body) else None,
         )
+        self._experiments_written[key] = (_uid(body), status)
 
     def _measure_due(self, key: Key) -> bool:
         """An experiment's arms are measured once a MEASURE_SECONDS, however often its
