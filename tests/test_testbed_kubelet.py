@@ -127,3 +127,15 @@ def test_a_pod_waits_for_another_stand_ins_process_to_leave_its_ip() -> None:
 
     assert not wait_unbound("127.0.0.9", (port,), timeout=0.1)
     assert wait_unbound("127.0.0.9", (port,), timeout=10)
+
+
+def test_a_pod_without_an_engine_is_left_to_kwok(tmp_path: Path) -> None:
+    """An experiment's load-test pod is specfleet's too: it is not an engine to start."""
+    runtime = PodRuntime(client.ApiClient(), SimSettings(workdir=tmp_path))
+    load_test = {
+        "metadata": {"uid": "u1", "name": "exp-both-capacity-x", "namespace": "ns"},
+        "spec": {"containers": [{"name": "capacity"}]},
+        "status": {"phase": "Running", "podIP": "127.0.0.9"},
+    }
+    runtime.sync(load_test)
+    assert runtime.running == {}

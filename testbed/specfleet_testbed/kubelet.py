@@ -143,6 +143,7 @@ class PodRuntime:
             and "deletionTimestamp" not in pod["metadata"]
             and status.get("phase") == "Running"
             and bool(status.get("podIP"))
+            and _serves(pod)
         )
         with self._lock:
             if alive and uid not in self.running:
@@ -297,6 +298,13 @@ def ready_patch(now: datetime) -> dict[str, Any]:
         for kind in ("Ready", "ContainersReady")
     ]
     return {"status": {"conditions": conditions}}
+
+
+def _serves(pod: Pod) -> bool:
+    """An engine pod (the fleet's, a canary's, an arm's); specfleet's other pods (an
+    experiment's load tests) are left to kwok."""
+    names = {c["name"] for c in pod["spec"]["containers"]}
+    return {"engine", "gateway"} <= names
 
 
 def _pre_stop_seconds(containers: list[Pod]) -> float:
