@@ -122,6 +122,8 @@ def test_four_arms_on_the_same_traffic_and_the_quantized_ones_lose(
     lost = {(e["arm"], e["signal"]) for e in verdict["exclusions"]}
     assert {("quantized", "toolCallValidity"), ("both", "toolCallValidity")} <= lost, lost
     assert yaml.safe_load(final["recommendedPatch"])["spec"]["quantization"] is None
+    # the arms' engines scraped with their experiment and arm: memory headroom per arm
+    assert all(0 <= row["kvCacheHeadroom"] <= 1 for row in verdict["overall"]), verdict["overall"]
     assert all(r["requests"] >= 40 for r in final["progress"]["requests"]), final["progress"]
     # mirroring never reached the clients: every request of theirs was answered
     assert sum(report.failed.values()) == 0, report.errors[:5]

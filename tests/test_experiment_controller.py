@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import httpx
+import pytest
 import yaml
 
 from conftest import experiment_doc, merge, specmodel_doc
@@ -168,6 +169,9 @@ def prometheus(requests: float, tpot: dict[str, float] | None = None) -> Telemet
                 return rows(lambda arm: (tpot or {}).get(arm, 0.01))
             if "specfleet_ttft_seconds_bucket" in text:
                 return rows(lambda _: 0.1)
+        if "vllm:kv_cache_usage_perc" in text and 'experiment="x"' in text:
+            peaks = {"baseline": 0.9, "quantized": 0.5, "speculative": 0.95, "both": 0.55}
+            return [{"metric": {"arm": a}, "value": [0, str(p)]} for a, p in peaks.items()]
         if "specfleet_mirror_compared_total" in text and 'specmodel="m"' in text:
             return rows(lambda _: requests / 2)
         if "specfleet_mirror_exact_matches_total" in text:
@@ -223,6 +227,10 @@ def test_the_running_arms_are_measured_and_judged_with_progress_and_a_patch_for_
     assert any(e["arm"] == "baseline" for e in verdict["exclusions"])
     agreement = {r["arm"]: r["greedyAgreement"] for r in verdict["overall"]}
     assert agreement["both"] == 1.0
+    headroom = {r["arm"]: r["kvCacheHeadroom"] for r in verdict["overall"]}
+    assert headroom == pytest.approx(
+        {"baseline": 0.1, "quantized": 0.5, "speculative": 0.05, "both": 0.45}
+    )
     concluded = next(c for c in status["conditions"] if c["type"] == "Concluded")
     assert concluded["reason"] == "Recommended"
     assert (

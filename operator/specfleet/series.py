@@ -28,6 +28,8 @@ MIRROR_ERRORS = "specfleet_mirror_errors"
 MIRROR_COMPARED = "specfleet_mirror_compared"
 MIRROR_EXACT_MATCHES = "specfleet_mirror_exact_matches"
 MIRROR_AGREEMENT = "specfleet_mirror_agreement"
+VLLM_KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+"""The engine's own gauge (0..1), scraped from its pods: an experiment's memory headroom."""
 
 # Labels the gateway sets.
 CLASS = "class"

@@ -37,7 +37,7 @@ def arm_measurements(
             reading.greedy.get(arm, {}),
             gpus_per_replica[arm],
             (throughput_at_slo or {}).get(arm),
-        )
+        ).model_copy(update={"kv_cache_peak": reading.kv_cache_peak.get(arm)})
         for arm in ArmName
     ]
 

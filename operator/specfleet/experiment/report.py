@@ -28,6 +28,7 @@ COLUMNS = [
     "req/s per replica at SLO",
     "accepted",
     f"cost per {PER} accepted",
+    "KV-cache headroom",
 ]
 
 
@@ -117,6 +118,7 @@ def _cells(row: ArmRow) -> list[str]:
         f"{row.throughput_at_slo:.2f}",
         _share(row.accepted_share),
         "-" if cost is None else f"{cost * PER:.3f}",
+        _share(row.kv_cache_headroom),
     ]
 
 

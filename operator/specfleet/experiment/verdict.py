@@ -138,6 +138,13 @@ class ArmMeasurement(ApiModel):
         "every class's p95 TTFT and TPOT stay inside their SLOs.",
     )
     classes: dict[str, ClassMeasurement]
+    kv_cache_peak: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="The highest KV-cache usage of the arm's engines over the sample (vLLM's "
+        "`vllm:kv_cache_usage_perc`); None where the engine exports none (TensorRT-LLM 1.2).",
+    )
 
 
 class Exclusion(ApiModel):
@@ -181,6 +188,11 @@ class ArmRow(ApiModel):
     throughput_at_slo: float
     accepted_share: float
     cost_per_accepted_answer: float | None = None
+    kv_cache_headroom: float | None = Field(
+        default=None,
+        description="1 - the arm's peak KV-cache usage over the sample (the overall row): "
+        "memory a quantized target saved, or draft machinery ate.",
+    )
     """None: the arm serves no accepted answer at any load inside its SLOs."""
 
 
@@ -275,7 +287,9 @@ def judge(
         for c in slos
     ]
     totals = [
-        _row(by_name[a], list(by_name[a].classes.values()), overall[a], gpu_hour_price)
+        _row(by_name[a], list(by_name[a].classes.values()), overall[a], gpu_hour_price).model_copy(
+            update={"kv_cache_headroom": _headroom(by_name[a].kv_cache_peak)}
+        )
         for a in ArmName
     ]
     verdict = ExperimentVerdict(
@@ -351,6 +365,10 @@ def _row(
             gpu_hour_price, arm.gpus_per_replica, arm.throughput_at_slo, share
         ),
     )
+
+
+def _headroom(peak: float | None) -> float | None:
+    return None if peak is None else 1.0 - peak
 
 
 def _ratio(

@@ -42,6 +42,8 @@ class ArmsObservation:
     """arm -> class -> its window."""
     greedy: Mapping[str, Mapping[str, GreedyComparison]] = field(default_factory=dict)
     """arm -> class -> the comparison with the baseline's outputs."""
+    kv_cache_peak: Mapping[str, float] = field(default_factory=dict)
+    """arm -> its engines' highest KV-cache usage (0..1); absent where none is exported."""
     blind: str | None = None
     """Why nothing could be read; None when the reading holds."""
 
@@ -53,6 +55,7 @@ def read_arms(reader: TelemetryReader, target: ArmsTarget, now: datetime) -> Arm
         grouped = reader.read_grouped(arms, window, target.until)
         compared = _greedy(reader, series.MIRROR_COMPARED, target)
         matches = _greedy(reader, series.MIRROR_EXACT_MATCHES, target)
+        peaks = _kv_cache_peaks(reader, target)
     except QueryFailed as exc:
         return ArmsObservation(now, window, blind=str(exc))
     return ArmsObservation(
@@ -69,6 +72,7 @@ def read_arms(reader: TelemetryReader, target: ArmsTarget, now: datetime) -> Arm
             }
             for arm, classes in compared.items()
         },
+        kv_cache_peak=peaks,
     )
 
 
@@ -94,3 +98,18 @@ def _greedy(
             arm, klass = metric_labels.get(series.ARM, ""), metric_labels.get(series.CLASS, "")
             out.setdefault(arm, {})[klass] = value
     return out
+
+
+def _kv_cache_peaks(reader: TelemetryReader, target: ArmsTarget) -> dict[str, float]:
+    """arm -> the highest KV-cache usage any of its engines reported over the window."""
+    selector = _selector(series.EXPERIMENT, target.experiment, target)
+    query = (
+        f"max by ({series.ARM}) "
+        f"(max_over_time({series.VLLM_KV_CACHE_USAGE}{selector}[{target.window_seconds}s]))"
+    )
+    peaks = {}
+    for row in reader.query(query, target.until):
+        value = float(row["value"][1])
+        if 0.0 <= value <= 1.0:  # also not NaN
+            peaks[row["metric"].get(series.ARM, "")] = value
+    return peaks
