@@ -11,6 +11,8 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from specfleet.gateway.upstream import EngineUnreachable
+
 HOP_BY_HOP = frozenset(
     {
         "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
@@ -34,7 +36,8 @@ def too_large(limit: int) -> web.Response:
 
 
 def upstream_failure(exc: BaseException) -> web.Response:
-    if isinstance(exc, aiohttp.ConnectionTimeoutError | aiohttp.ClientConnectorError):
+    unreachable = EngineUnreachable | aiohttp.ConnectionTimeoutError | aiohttp.ClientConnectorError
+    if isinstance(exc, unreachable):
         return openai_error(502, f"engine unreachable: {exc}", "BadGatewayError")
     if isinstance(exc, TimeoutError):
         return openai_error(504, "engine did not answer in time", "GatewayTimeoutError")
