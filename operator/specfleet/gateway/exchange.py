@@ -100,6 +100,23 @@ class StreamReader:
             return False
         return bool(self.held) or b'"usage"' in data or worth_parsing(data)
 
+    def skims(self, event: bytes, now: float) -> bool:
+        """Whether `event`, a single whole one, is a plain token chunk that `take` would relay
+        as it is and `relayed` skim past (then read here, so it need not be split or passed
+        on)."""
+        if (
+            self.skim
+            and self.reading
+            and self.first_token_t is not None
+            and not self.held
+            and event.startswith(b"data:")
+            and DONE not in event
+            and not worth_parsing(event)
+        ):
+            self.last_token_t = now
+            return True
+        return False
+
     def take(self, events: list[bytes], now: float) -> bytes:
         """The bytes to relay for these events."""
         if not self.reading and not self.exchange.strip_usage:

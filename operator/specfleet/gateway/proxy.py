@@ -470,11 +470,14 @@ class ClientStream:
         self.splitter = SseSplitter()
 
     def feed(self, data: bytes) -> None:
+        now = time.perf_counter()
+        reader = self.reader
+        if self.splitter.single(data) and reader.skims(data, now):
+            self.send(data)
+            return
         events = self.splitter.feed(data)
         if not events:
             return
-        now = time.perf_counter()
-        reader = self.reader
         if reader.may_drop(data):
             out = reader.take(events, now)
             if out:

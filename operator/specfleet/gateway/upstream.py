@@ -13,12 +13,12 @@ reached the engine.
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-import aiohttp
 from multidict import CIMultiDict
 from yarl import URL
 
@@ -252,6 +252,15 @@ class EngineConnection(asyncio.Protocol):
         self._deliver(data)
 
     def _read_chunked(self, data: bytes) -> None:
+        if not (self._buffer or self._left or self._after_data or self._trailer):
+            # The usual read: one whole chunk, as the engine wrote it.
+            line_end = data.find(b"\r\n")
+            if line_end > 0 and (line := data[:line_end]).isalnum():
+                start = line_end + 2
+                end = start + _chunk_size(line)
+                if end > start and len(data) == end + 2 and data.endswith(b"\r\n"):
+                    self._deliver(data[start:end])
+                    return
         buffer = self._buffer + data if self._buffer else data
         pieces: list[bytes] = []
         start, size = 0, len(buffer)
@@ -263,15 +272,20 @@ class EngineConnection(asyncio.Protocol):
                 start = end
                 self._after_data = not self._left
                 continue
+            if self._after_data:
+                crlf = buffer[start : start + 2]
+                if crlf != b"\r\n"[: len(crlf)]:
+                    raise EngineError("the engine's chunked framing is broken")
+                if len(crlf) < 2:
+                    break
+                start, self._after_data = start + 2, False
+                continue
             line_end = buffer.find(b"\r\n", start)
             if line_end < 0:
                 break
             line, start = buffer[start:line_end], line_end + 2
-            if self._after_data or self._trailer:
-                if line and self._after_data:
-                    raise EngineError("the engine's chunked framing is broken")
-                self._after_data = False
-                if not line and self._trailer:
+            if self._trailer:
+                if not line:
                     self._end_chunked(pieces, clean=start == size)
                     return
                 continue
@@ -350,6 +364,8 @@ def parse_head(raw: bytes) -> Head:
 
 def _chunk_size(line: bytes) -> int:
     digits = line.partition(b";")[0].strip()
+    if not digits.isalnum():  # int() would also take signs, underscores and spaces
+        raise EngineError("the engine's chunked framing is broken")
     try:
         return int(digits, 16)
     except ValueError:
@@ -436,8 +452,8 @@ def _fixed_headers(url: URL) -> str:
         host = f"{host}:{url.explicit_port}"
     lines = f"Host: {host}\r\n"
     if url.user is not None:
-        auth = aiohttp.BasicAuth(url.user, url.password or "").encode()
-        lines += f"Authorization: {auth}\r\n"
+        credentials = f"{url.user}:{url.password or ''}".encode("latin-1")
+        lines += f"Authorization: Basic {base64.b64encode(credentials).decode()}\r\n"
     return lines
 
 
