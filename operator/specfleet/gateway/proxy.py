@@ -382,6 +382,9 @@ class Proxy:
         chunks: list[bytes] = []
         size = 0
         try:
+            if request.content.is_eof():  # the whole body came with the request: no waiting
+                raw = request.content.read_nowait()
+                return raw if len(raw) <= limit else None
             async with asyncio.timeout(self.settings.client_timeout):
                 while chunk := await request.content.readany():
                     size += len(chunk)
