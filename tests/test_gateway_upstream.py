@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specfleet.gateway.sse import SseSplitter
 from specfleet.gateway.upstream import (
     EngineConnection,
     EngineError,
@@ -236,15 +235,3 @@ def test_a_head_keeps_repeated_headers() -> None:
     head = parse_head(b"HTTP/1.1 200 OK\r\nSet-Cookie: a\r\nSet-Cookie: b\r\nX: y ")
     assert head.headers.getall("set-cookie") == ["a", "b"]
     assert head.headers["x"] == "y"
-
-
-def test_single_is_true_only_for_one_whole_event() -> None:
-    splitter = SseSplitter()
-    assert not splitter.single(b"data: 1\n\n")  # the separator is not known yet
-    assert splitter.feed(b"data: 1\n\n") == [b"data: 1\n\n"]
-    assert splitter.single(b"data: 2\n\n")
-    assert not splitter.single(b"data: 2\n\ndata: 3\n\n")
-    assert not splitter.single(b"data: 2\n\n\n")
-    assert not splitter.single(b"data: 2")
-    splitter.feed(b"data: 2")
-    assert not splitter.single(b"\n\n")  # a tail is pending

@@ -100,18 +100,17 @@ class StreamReader:
             return False
         return bool(self.held) or b'"usage"' in data or worth_parsing(data)
 
-    def skims(self, event: bytes, now: float) -> bool:
-        """Whether `event`, a single whole one, is a plain token chunk that `take` would relay
-        as it is and `relayed` skim past (then read here, so it need not be split or passed
-        on)."""
+    def skims(self, events: bytes, now: float) -> bool:
+        """Whether `events` (whole ones, joined) are only plain token chunks, which `take` would
+        relay as they are and `relayed` skim past: then they are read here, at once."""
         if (
             self.skim
             and self.reading
             and self.first_token_t is not None
             and not self.held
-            and event.startswith(b"data:")
-            and DONE not in event
-            and not worth_parsing(event)
+            and events.startswith(b"data:")
+            and DONE not in events
+            and not worth_parsing(events)
         ):
             self.last_token_t = now
             return True

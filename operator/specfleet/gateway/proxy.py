@@ -473,13 +473,15 @@ class ClientStream:
         self.splitter = SseSplitter()
 
     def feed(self, data: bytes) -> None:
+        splitter = self.splitter
+        whole = not splitter.rest  # then `data` is its events joined if nothing is left over
+        events = splitter.feed(data)
+        if not events:
+            return
         now = time.perf_counter()
         reader = self.reader
-        if self.splitter.single(data) and reader.skims(data, now):
+        if whole and not splitter.rest and reader.skims(data, now):
             self.send(data)
-            return
-        events = self.splitter.feed(data)
-        if not events:
             return
         if reader.may_drop(data):
             out = reader.take(events, now)

@@ -30,14 +30,6 @@ class SseSplitter:
         self._tail = buffer[start:]
         return events
 
-    def single(self, data: bytes) -> bool:
-        """Whether `data` is one whole event and nothing is pending: `feed` would return it
-        alone, as it is."""
-        separator = self._separator
-        if self._tail or separator is None:
-            return False
-        return data.find(separator) == len(data) - len(separator)
-
     @property
     def rest(self) -> bytes:
         """Bytes after the last complete event (relayed as they are when the stream ends)."""
