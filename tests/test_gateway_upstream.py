@@ -134,6 +134,9 @@ async def test_content_length_and_until_close_bodies() -> None:
     assert (head.status, head.reason) == (500, "Boom")
     pool.release(connection)
     assert pool._idle_connection() is connection  # kept for the next request
+    pool.release(connection)
+    connection.data_received(b"HTTP/1.1 200 OK\r\n")  # said while idle: not clean any more
+    assert pool._idle_connection() is None
 
     connection, pool = connected()
     connection.data_received(b"HTTP/1.1 200 OK\r\n\r\npart")

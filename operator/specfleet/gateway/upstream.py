@@ -423,7 +423,8 @@ class EnginePool:
     def _idle_connection(self) -> EngineConnection | None:
         while self._idle:
             connection, since = self._idle.popitem()
-            if not connection.closed and connection.loop.time() - since < self.keepalive:
+            fresh = connection.loop.time() - since < self.keepalive
+            if fresh and connection.reusable and not connection.closed:
                 return connection
             connection.close()
         return None
