@@ -64,7 +64,9 @@ def worth_parsing(payload: bytes) -> bool:
     finishes = payload.count(b'"finish_reason"')
     if not finishes:
         return False
-    nulls = payload.count(b'"finish_reason":null') + payload.count(b'"finish_reason": null')
+    nulls = payload.count(b'"finish_reason":null')
+    if nulls < finishes:
+        nulls += payload.count(b'"finish_reason": null')
     return finishes > nulls
 
 

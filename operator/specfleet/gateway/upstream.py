@@ -183,7 +183,10 @@ class EngineConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._last_read = self.loop.time()
         try:
-            self._read(data)
+            if self.framing is Framing.CHUNKED:
+                self._read_chunked(data)
+            else:
+                self._read(data)
         except Exception as exc:  # a malformed response, or the sink's own failure
             self._fail(exc)
 
@@ -260,7 +263,11 @@ class EngineConnection(asyncio.Protocol):
                 start = line_end + 2
                 end = start + _chunk_size(line)
                 if end > start and len(data) == end + 2 and data.endswith(b"\r\n"):
-                    self._deliver(data[start:end])
+                    sink = self._sink
+                    if sink is None:
+                        self._body.append(data[start:end])
+                    else:
+                        sink(data[start:end])
                     return
         buffer = self._buffer + data if self._buffer else data
         pieces: list[bytes] = []
