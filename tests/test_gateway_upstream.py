@@ -216,6 +216,17 @@ async def test_a_paused_relay_wakes_the_task_and_stops_the_silence_clock() -> No
     assert await connection.relayed() is True
 
 
+async def test_a_stream_that_ends_while_paused_leaves_the_connection_reading() -> None:
+    connection, pool = connected()
+    connection.data_received(HEAD)
+    connection.stream_to(lambda data: connection.pause())
+    connection.data_received(b"1\r\nx\r\n0\r\n\r\n")
+    assert await connection.relayed() is True
+    assert not connection.transport.paused  # type: ignore[union-attr]
+    pool.release(connection)
+    assert pool._idle_connection() is connection
+
+
 def test_the_request_is_encoded_with_host_and_length_and_refuses_control_characters() -> None:
     raw = encode_request("POST", "/v1/x?a=1", "Host: e:8000\r\n", {"X-A": "b"}, b"{}")
     assert raw == (

@@ -98,8 +98,7 @@ class EngineConnection(asyncio.Protocol):
 
     def send(self, request: bytes, body: bytes) -> None:
         assert self.transport is not None
-        if self._paused:  # the last exchange ended while its client was behind
-            self.transport.resume_reading()
+        self._disarm_silence()
         self._begin()
         self.transport.writelines((request, body))
         self._last_read = self.loop.time()
@@ -321,6 +320,10 @@ class EngineConnection(asyncio.Protocol):
     def _end(self) -> None:
         self.framing = Framing.DONE
         self._disarm_silence()
+        if self._paused and self.transport is not None:
+            # The exchange is over: an idle connection must see the engine close it.
+            self._paused = False
+            self.transport.resume_reading()
         self._wake()
 
     def _fail(self, exc: BaseException) -> None:
