@@ -165,12 +165,19 @@ def tree(pid: int) -> list[int]:
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of the process and its descendants, all threads."""
-    total = 0
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(utime, stime) of the process and its descendants, all threads: its own work and the
+    kernel's on its behalf (socket calls, mostly)."""
+    user = system = 0
     for p in tree(pid):
         with contextlib.suppress(OSError):
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-    return total / TICKS
+            user += int(fields[11])
+            system += int(fields[12])
+    return user / TICKS, system / TICKS
 
 
 def rss_mib(pid: int) -> float:
@@ -208,6 +215,7 @@ class Sample:
     seconds: float = 0.0
     tokens: float = 0.0
     gateway_cpu_s: float = 0.0
+    gateway_user_cpu_s: float = 0.0
     simulator_cpu_s: float = 0.0
     client_cpu_s: float = 0.0
     gateway_rss_mib: float = 0.0
@@ -229,6 +237,7 @@ class Measured:
     simulator_cpu_s: float
     client_cpu_s: float
     gateway_rss_mib: float
+    gateway_user_cpu_s: float = 0.0
 
     @classmethod
     def of(cls, sample: Sample) -> Measured:
@@ -245,6 +254,7 @@ class Measured:
             chunk_p99_ms=pct(run.chunk_latency, 99) * 1e3,
             chunks=len(run.chunk_latency),
             gateway_cpu_s=round(sample.gateway_cpu_s, 3),
+            gateway_user_cpu_s=round(sample.gateway_user_cpu_s, 3),
             simulator_cpu_s=round(sample.simulator_cpu_s, 3),
             client_cpu_s=round(sample.client_cpu_s, 3),
             gateway_rss_mib=sample.gateway_rss_mib,
@@ -259,10 +269,13 @@ async def measure_round(
     max_tokens = into.run.max_tokens
     await load(url, concurrency, min(0.5, seconds / 4), max_tokens)
     tokens0, t0 = await generated_tokens(sim_url), time.time()
-    cpu0, sim0, self0 = cpu_seconds(gateway_pid), cpu_seconds(sim_pid), time.process_time()
+    (user0, system0), sim0 = cpu_split(gateway_pid), cpu_seconds(sim_pid)
+    self0 = time.process_time()
     run = await load(url, concurrency, seconds, max_tokens)
     into.seconds += time.time() - t0
-    into.gateway_cpu_s += cpu_seconds(gateway_pid) - cpu0
+    user1, system1 = cpu_split(gateway_pid)
+    into.gateway_cpu_s += user1 + system1 - user0 - system0
+    into.gateway_user_cpu_s += user1 - user0
     into.simulator_cpu_s += cpu_seconds(sim_pid) - sim0
     into.client_cpu_s += time.process_time() - self0
     into.tokens += await generated_tokens(sim_url) - tokens0

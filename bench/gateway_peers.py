@@ -321,6 +321,7 @@ def added(proxy: Measured, direct: Measured) -> dict[str, Any]:
         "throughput_ratio": round(proxy.tokens_per_s / max(direct.tokens_per_s, 1e-9), 4),
         "cpu_s_per_1000_requests": round(proxy.gateway_cpu_s / max(proxy.requests, 1) * 1e3, 3),
         "cpu_us_per_chunk": round(proxy.gateway_cpu_s / max(proxy.chunks, 1) * 1e6, 1),
+        "user_cpu_us_per_chunk": round(proxy.gateway_user_cpu_s / max(proxy.chunks, 1) * 1e6, 1),
         "rss_mib": proxy.gateway_rss_mib,
         "measured": asdict(proxy),
     }
@@ -355,15 +356,56 @@ def proxies(args: argparse.Namespace) -> list[Proxy]:
 
 def report(level: int, rows: dict[str, dict[str, Any]]) -> None:
     print(f"\n{level} streams   added TTFT p50/p99 ms   chunk p50/p99 ms   thr    "
-          "CPU s/1000 req   µs/chunk   RSS MiB")  # fmt: skip
+          "CPU s/1000 req   µs/chunk (user)   RSS MiB")  # fmt: skip
     for name, row in rows.items():
         print(
             f"  {name:<22} {row['added_ttft_p50_ms']:+7.3f} {row['added_ttft_p99_ms']:+8.3f}"
             f"   {row['added_chunk_p50_ms']:+7.3f} {row['added_chunk_p99_ms']:+7.3f}"
             f"   {row['throughput_ratio']:.3f}   {row['cpu_s_per_1000_requests']:8.3f}"
-            f"   {row['cpu_us_per_chunk']:8.1f}   {row['rss_mib']:6.1f}",
+            f"   {row['cpu_us_per_chunk']:6.1f} ({row['user_cpu_us_per_chunk']:5.1f})"
+            f"   {row['rss_mib']:6.1f}",
             flush=True,
         )
+
+
+def goals(levels: dict[str, Any], peer: str) -> dict[str, Any]:
+    """Issue 19's goals for each gateway path against `peer`, same run: added TTFT p99 at the
+    top concurrency under 2 ms, CPU per chunk at most 1.2x the peer's at every concurrency,
+    added TTFT p50 at one stream below the peer's."""
+    top, one = levels[max(levels, key=int)]["proxies"], levels.get("1", {}).get("proxies")
+    out: dict[str, Any] = {}
+    for name in (n for n in top if n.startswith("gateway")):
+        ratios = {
+            c: round(level["proxies"][name]["cpu_us_per_chunk"]
+                     / max(level["proxies"][peer]["cpu_us_per_chunk"], 1e-9), 2)
+            for c, level in levels.items()
+        }  # fmt: skip
+        p99 = top[name]["added_ttft_p99_ms"]
+        out[name] = {
+            "cpu_per_chunk_to_peer": ratios,
+            "cpu_met": max(ratios.values()) <= 1.2,
+            "top_ttft_p99_ms": p99,
+            "top_ttft_p99_met": p99 < 2.0,
+        }
+        if one is not None:
+            p50, peer_p50 = one[name]["added_ttft_p50_ms"], one[peer]["added_ttft_p50_ms"]
+            out[name] |= {"one_ttft_p50_ms": p50, "peer_one_ttft_p50_ms": peer_p50}
+            out[name]["one_ttft_p50_met"] = p50 < peer_p50
+    return out
+
+
+def report_goals(found: dict[str, Any], peer: str) -> None:
+    print(f"\ngoals against {peer}: CPU per chunk ratio (<= 1.2), added TTFT p99 at the top "
+          "concurrency (< 2 ms), added TTFT p50 at 1 stream (below the peer's)")  # fmt: skip
+    mark = {True: "met", False: "NOT met"}
+    for name, goal in found.items():
+        ratios = " / ".join(f"{r:.2f}" for r in goal["cpu_per_chunk_to_peer"].values())
+        line = f"  {name:<22} {ratios} {mark[goal['cpu_met']]};"
+        line += f" p99 {goal['top_ttft_p99_ms']:+.2f} ms {mark[goal['top_ttft_p99_met']]}"
+        if "one_ttft_p50_ms" in goal:
+            line += f"; p50 {goal['one_ttft_p50_ms']:+.2f} ms against"
+            line += f" {goal['peer_one_ttft_p50_ms']:+.2f} {mark[goal['one_ttft_p50_met']]}"
+        print(line)
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -371,6 +413,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     sim_url = f"http://127.0.0.1:{sim_port}"
     chosen = proxies(args)
     cpus = sorted(os.sched_getaffinity(0))
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         sim_argv = [sys.executable, str(ROOT / "bench/gateway_overhead.py"), "--serve-sim"]
         sim_argv += [str(sim_port), "--time-scale", str(args.time_scale)]
@@ -398,6 +441,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 rows = {name: added(m, direct) for name, m in measured.items()}
                 report(c, rows)
                 levels[str(c)] = {"direct": asdict(direct), "proxies": rows}
+    peer = next((p.name for p in chosen if p.name.startswith("vllm-router")), None)
+    found = goals(levels, peer) if peer else {}
+    if peer:
+        report_goals(found, peer)
     return {
         "settings": {
             "time_scale": args.time_scale,
@@ -405,11 +452,13 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "rounds": args.rounds,
             "max_tokens": args.max_tokens,
             "proxies_pinned_to_own_cpu": args.pin,
+            "load_average_before": load_before,
             "load_average": os.getloadavg(),
             "cpus": os.cpu_count(),
             "proxies": [p.name for p in chosen],
         },
         "levels": levels,
+        "goals": found,
     }
 
 

@@ -64,7 +64,9 @@ def worth_parsing(payload: bytes) -> bool:
     finishes = payload.count(b'"finish_reason"')
     if not finishes:
         return False
-    nulls = payload.count(b'"finish_reason":null') + payload.count(b'"finish_reason": null')
+    nulls = payload.count(b'"finish_reason":null')
+    if nulls < finishes:
+        nulls += payload.count(b'"finish_reason": null')
     return finishes > nulls
 
 
@@ -99,6 +101,22 @@ class StreamReader:
         if not self.exchange.strip_usage:
             return False
         return bool(self.held) or b'"usage"' in data or worth_parsing(data)
+
+    def skims(self, events: bytes, now: float) -> bool:
+        """Whether `events` (whole ones, joined) are only plain token chunks, which `take` would
+        relay as they are and `relayed` skim past: then they are read here, at once."""
+        if (
+            self.skim
+            and self.reading
+            and self.first_token_t is not None
+            and not self.held
+            and events.startswith(b"data:")
+            and DONE not in events
+            and not worth_parsing(events)
+        ):
+            self.last_token_t = now
+            return True
+        return False
 
     def take(self, events: list[bytes], now: float) -> bytes:
         """The bytes to relay for these events."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 
 from specfleet.api.gateway import GatewayConfig
 from specfleet.api.spec import Engine
@@ -27,6 +28,7 @@ from specfleet.gateway.metrics import GatewayMetrics, RequestRecord
 from specfleet.gateway.mirror import Mirroring
 from specfleet.gateway.sse import SseSplitter
 from specfleet.gateway.stats import summarize_body
+from specfleet.gateway.upstream import EngineConnection, EngineError, EnginePool, Head
 from specfleet.gateway.wire import (
     BadRequest,
     bad_request,
@@ -89,6 +91,7 @@ class Proxy:
         self.routing = Routing(config, Classifier(config))
         metrics.ensure_classes(self.routing.classifier.names)
         self._session: aiohttp.ClientSession | None = None
+        self._engine: EnginePool | None = None
         self.in_flight = InFlight()
         self.mirroring = Mirroring(config, metrics)
 
@@ -98,6 +101,9 @@ class Proxy:
         self.mirroring.apply(config)
 
     async def open(self) -> None:
+        self._engine = EnginePool(
+            self.upstream, self.settings.connect_timeout, self.settings.upstream_timeout
+        )
         connector = aiohttp.TCPConnector(
             limit=4096,
             # Below the engines' own keep-alive (uvicorn: 5 s), so a pooled connection is never
@@ -120,6 +126,9 @@ class Proxy:
 
     async def close(self) -> None:
         await self.mirroring.close()
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -128,6 +137,11 @@ class Proxy:
     def session(self) -> aiohttp.ClientSession:
         assert self._session is not None, "Proxy.open() first"
         return self._session
+
+    @property
+    def engine(self) -> EnginePool:
+        assert self._engine is not None, "Proxy.open() first"
+        return self._engine
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.method == "POST" and request.path in INFERENCE_PATHS:
@@ -246,24 +260,26 @@ class Proxy:
         if injected is not None:
             upstream_body = injected
             exchange.strip_usage = True
+        headers = upstream_headers(request.headers, identity=True)
         try:
-            async with self.session.post(
-                self.upstream + request.path_qs,
-                headers=upstream_headers(request.headers, identity=True),
-                data=upstream_body,
-                allow_redirects=False,  # a redirect is the engine's answer, not a new target
-            ) as upstream:
-                record.outcome = outcome_of(upstream.status)
-                try:
-                    if upstream.content_type == "text/event-stream":
-                        return await self._relay_stream(exchange, upstream)
-                    return await self._relay_body(exchange, upstream)
-                except BaseException:
-                    upstream.close()  # the engine sees the disconnect and aborts the request
-                    raise
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            connection = await self.engine.send("POST", request.path_qs, headers, upstream_body)
+        except EngineError as exc:
             record.outcome = "upstream_error"
             return upstream_failure(exc)
+        # Released unfinished (a failure, a cancellation), the connection is closed: the engine
+        # sees the disconnect and aborts the request.
+        try:
+            try:
+                head = await connection.response_head()
+            except EngineError as exc:
+                record.outcome = "upstream_error"
+                return upstream_failure(exc)
+            record.outcome = outcome_of(head.status)
+            if head.content_type == "text/event-stream":
+                return await self._relay_stream(exchange, connection, head)
+            return await self._relay_body(exchange, connection, head)
+        finally:
+            self.engine.release(connection)
 
     def _classify(self, routing: Routing, request: web.Request, body: dict[str, Any] | None) -> str:
         try:
@@ -275,52 +291,55 @@ class Proxy:
             return routing.config.default_class
 
     async def _relay_body(
-        self, exchange: Exchange, upstream: aiohttp.ClientResponse
+        self, exchange: Exchange, connection: EngineConnection, head: Head
     ) -> web.StreamResponse:
         try:
-            data = await upstream.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            data = await connection.read_body()
+        except EngineError as exc:
             exchange.record.outcome = "upstream_error"
             return upstream_failure(exc)
         response = web.StreamResponse(
-            status=upstream.status,
-            reason=upstream.reason,
-            headers=response_headers(upstream.headers, keep_length=False),
+            status=head.status,
+            reason=head.reason,
+            headers=response_headers(head.headers, keep_length=False),
         )
         response.content_length = len(data)
         exchange.response = response
         await self._prepare(response, exchange.request)
         await self._write(exchange.request, response, data)
         await self._end(response)
-        if upstream.status < 300:
+        if head.status < 300:
             self._account_body(exchange, data)
         return response
 
     async def _relay_stream(
-        self, exchange: Exchange, upstream: aiohttp.ClientResponse
+        self, exchange: Exchange, connection: EngineConnection, head: Head
     ) -> web.StreamResponse:
         response = web.StreamResponse(
-            status=upstream.status,
-            reason=upstream.reason,
-            headers=response_headers(upstream.headers, keep_length=False),
+            status=head.status,
+            reason=head.reason,
+            headers=response_headers(head.headers, keep_length=False),
         )
         exchange.response = response
-        await self._prepare(response, exchange.request)
+        if exchange.request.version >= aiohttp.HttpVersion11:
+            response.enable_chunked_encoding()  # as aiohttp would, but told: the relay frames
+        writer = await self._prepare(response, exchange.request)
+        writer.send_headers()  # the events are written to the client's transport directly
         reader = StreamReader(exchange, self.metrics)
-        splitter = SseSplitter()
+        client = ClientStream(exchange.request, response.chunked, connection, reader)
         left = self.settings.stream_deadline - (time.perf_counter() - exchange.started)
         deadline = asyncio.timeout(left)
         try:
             try:
                 async with deadline:
-                    await self._relay_events(exchange, upstream, reader, splitter)
+                    await self._relay_events(connection, client, writer)
             except TimeoutError:
                 if deadline.expired():
                     raise PastDeadline from None
                 raise
-            rest = reader.release() + splitter.rest
+            rest = reader.release() + client.splitter.rest
             if rest:
-                await self._write(exchange.request, response, rest)
+                client.send(rest)
             await self._end(response)
         except (asyncio.CancelledError, ClientGone):
             # Clients (the openai one among them) hang up once they read [DONE], often before the
@@ -333,31 +352,15 @@ class Proxy:
         return response
 
     async def _relay_events(
-        self,
-        exchange: Exchange,
-        upstream: aiohttp.ClientResponse,
-        reader: StreamReader,
-        splitter: SseSplitter,
+        self, connection: EngineConnection, client: ClientStream, writer: AbstractStreamWriter
     ) -> None:
-        request, response, content = exchange.request, exchange.response, upstream.content
-        assert response is not None
+        """Relays from the connection's callbacks; wakes only when the client falls behind."""
         try:
-            # Each read takes everything the engine's step has delivered: one write per burst.
-            while data := await content.readany():
-                events = splitter.feed(data)
-                if not events:
-                    continue
-                now = time.perf_counter()
-                if reader.may_drop(data):
-                    out = reader.take(events, now)
-                    if out:
-                        await self._write(request, response, out)
-                    continue
-                # Relayed first, read after: the client's next token never waits on parsing.
-                out = b"".join(events)
-                await self._write(request, response, out)
-                reader.relayed(events, out, now)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            connection.stream_to(client.feed)
+            while not await connection.relayed():
+                await self._drain(writer)
+                connection.resume()
+        except EngineError as exc:
             raise UpstreamBroke(str(exc)) from exc
 
     def _account_body(self, exchange: Exchange, data: bytes) -> None:
@@ -379,6 +382,9 @@ class Proxy:
         chunks: list[bytes] = []
         size = 0
         try:
+            if request.content.is_eof():  # the whole body came with the request: no waiting
+                raw = request.content.read_nowait()
+                return raw if len(raw) <= limit else None
             async with asyncio.timeout(self.settings.client_timeout):
                 while chunk := await request.content.readany():
                     size += len(chunk)
@@ -391,9 +397,23 @@ class Proxy:
             raise ClientGone(str(exc)) from exc
         return b"".join(chunks)
 
-    async def _prepare(self, response: web.StreamResponse, request: web.Request) -> None:
+    async def _prepare(
+        self, response: web.StreamResponse, request: web.Request
+    ) -> AbstractStreamWriter:
         try:
-            await response.prepare(request)
+            writer = await response.prepare(request)
+        except ConnectionError as exc:
+            raise ClientGone(str(exc)) from exc
+        if writer is None:
+            raise ClientGone("the client disconnected")
+        return writer
+
+    async def _drain(self, writer: AbstractStreamWriter) -> None:
+        try:
+            async with asyncio.timeout(self.settings.client_timeout):
+                await writer.drain()
+        except TimeoutError as exc:
+            raise ClientGone("the client stopped reading") from exc
         except ConnectionError as exc:
             raise ClientGone(str(exc)) from exc
 
@@ -428,6 +448,57 @@ class Proxy:
         transport = request.transport
         if transport is not None:
             transport.close()
+
+
+class ClientStream:
+    """The client's side of a relayed stream, fed from the engine connection's callback: what
+    a read completes is relayed in one write (the reader may hold or drop the usage chunk it
+    asked for), then read on the side, so the client's next token never waits on parsing."""
+
+    def __init__(
+        self,
+        request: web.Request,
+        chunked: bool,
+        connection: EngineConnection,
+        reader: StreamReader,
+    ) -> None:
+        transport = request.transport
+        if transport is None:
+            raise ClientGone("the client disconnected")
+        self.transport = transport
+        self.high_water = transport.get_write_buffer_limits()[1]
+        self.chunked = chunked
+        self.connection = connection
+        self.reader = reader
+        self.splitter = SseSplitter()
+
+    def feed(self, data: bytes) -> None:
+        splitter = self.splitter
+        whole = not splitter.rest  # then `data` is its events joined if nothing is left over
+        events = splitter.feed(data)
+        if not events:
+            return
+        now = time.perf_counter()
+        reader = self.reader
+        if whole and not splitter.rest and reader.skims(data, now):
+            self.send(data)
+            return
+        if reader.may_drop(data):
+            out = reader.take(events, now)
+            if out:
+                self.send(out)
+            return
+        out = events[0] if len(events) == 1 else b"".join(events)
+        self.send(out)
+        reader.relayed(events, out, now)
+
+    def send(self, data: bytes) -> None:
+        transport = self.transport
+        if transport.is_closing():
+            raise ClientGone("the client disconnected")
+        transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
+        if transport.get_write_buffer_size() > self.high_water:
+            self.connection.pause()  # until the client has read what is buffered
 
 
 def _fits(request: web.Request, data: bytes) -> bool:

@@ -11,6 +11,8 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from specfleet.gateway.upstream import EngineUnreachable
+
 HOP_BY_HOP = frozenset(
     {
         "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
@@ -34,28 +36,32 @@ def too_large(limit: int) -> web.Response:
 
 
 def upstream_failure(exc: BaseException) -> web.Response:
-    if isinstance(exc, aiohttp.ConnectionTimeoutError | aiohttp.ClientConnectorError):
+    unreachable = EngineUnreachable | aiohttp.ConnectionTimeoutError | aiohttp.ClientConnectorError
+    if isinstance(exc, unreachable):
         return openai_error(502, f"engine unreachable: {exc}", "BadGatewayError")
     if isinstance(exc, TimeoutError):
         return openai_error(504, "engine did not answer in time", "GatewayTimeoutError")
     return openai_error(502, f"engine connection failed: {exc}", "BadGatewayError")
 
 
+# aiohttp has already answered `Expect: 100-continue` and decompressed the body.
+_NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "expect", "content-encoding"}
+_NOT_RELAYED = HOP_BY_HOP | {"content-length"}
+
+
 def upstream_headers(headers: Mapping[str, str], identity: bool) -> CIMultiDict[str]:
-    # aiohttp has already answered `Expect: 100-continue` and decompressed the body.
-    dropped = {"host", "content-length", "expect", "content-encoding"}
-    out = _without_hop_by_hop(headers, dropped)
+    out = _without(headers, _NOT_FORWARDED)
     if identity:  # the gateway must read what the engine says
         out["Accept-Encoding"] = "identity"
     return out
 
 
 def response_headers(headers: Mapping[str, str], keep_length: bool) -> CIMultiDict[str]:
-    return _without_hop_by_hop(headers, set() if keep_length else {"content-length"})
+    return _without(headers, HOP_BY_HOP if keep_length else _NOT_RELAYED)
 
 
-def _without_hop_by_hop(headers: Mapping[str, str], extra: set[str]) -> CIMultiDict[str]:
-    dropped = HOP_BY_HOP | extra
+def _without(headers: Mapping[str, str], dropped: frozenset[str]) -> CIMultiDict[str]:
+    """The headers less `dropped` and those the Connection header names."""
     connection = headers.get("Connection")
     if connection:
         dropped = dropped | {t.strip().lower() for t in connection.split(",")}
