@@ -12,8 +12,8 @@ from conftest import ROOT, experiment_doc
 from specfleet.api.crd import SPECEXPERIMENT, crd
 from specfleet.api.experiment import ArmOverlay, SpecExperimentSpec
 from specfleet.api.validation import InvalidSpecExperiment, parse_specexperiment
+from specfleet.api.verdict import ArmName
 from specfleet.experiment.arms import arms_of, overlay_spec
-from specfleet.experiment.verdict import ArmName
 
 EXAMPLE = ROOT / "examples/experiments/specexperiment.yaml"
 

@@ -10,12 +10,12 @@ import yaml
 from click.testing import CliRunner
 from PIL import Image
 
+from specfleet.api.verdict import ArmName, ExperimentVerdict, Outcome
 from specfleet.cli import main
 from specfleet.experiment.arms import overlay
 from specfleet.experiment.cli import verdict_json
 from specfleet.experiment.report import markdown
 from specfleet.experiment.simulation import load_experiment, run
-from specfleet.experiment.verdict import ArmName, ExperimentVerdict, Outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples/experiments"

@@ -9,6 +9,7 @@ import yaml
 
 from specfleet.api.experiment import ArmOverlay
 from specfleet.api.spec import ClassSlo
+from specfleet.api.verdict import ArmName, Outcome
 from specfleet.experiment.arms import default_overlay, overlay_spec
 from specfleet.experiment.measure import (
     arm_measurement,
@@ -17,7 +18,7 @@ from specfleet.experiment.measure import (
     recommended_patch,
     throughput_at_concurrency_one,
 )
-from specfleet.experiment.verdict import ArmName, Outcome, judge
+from specfleet.experiment.verdict import judge
 from specfleet.telemetry.arms import ArmsObservation, GreedyComparison
 from specfleet.telemetry.model import ClassWindow
 

@@ -7,12 +7,10 @@ from typing import Any
 import pytest
 
 from specfleet.api.spec import ClassSlo
+from specfleet.api.verdict import ArmName, Latency, Outcome
 from specfleet.experiment.verdict import (
     ArmMeasurement,
-    ArmName,
     ClassMeasurement,
-    Latency,
-    Outcome,
     accepted_share,
     cost_per_accepted_answer,
     judge,

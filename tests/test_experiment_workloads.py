@@ -11,7 +11,7 @@ from conftest import experiment_doc, specmodel_doc
 from specfleet.api import SpecModel, parse_specmodel
 from specfleet.api.experiment import SpecExperiment
 from specfleet.api.validation import parse_specexperiment
-from specfleet.experiment.verdict import ArmName
+from specfleet.api.verdict import ArmName
 from specfleet.experiment.workloads import InvalidArms, render_arms
 from specfleet.render import render
 

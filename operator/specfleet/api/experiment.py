@@ -12,7 +12,7 @@ from pydantic import ConfigDict, Field
 from specfleet.api.base import API_VERSION, MAX_NAME_LENGTH, ApiModel, cel
 from specfleet.api.model import ObjectMeta
 from specfleet.api.status import Condition
-from specfleet.experiment.verdict import ArmName, ExperimentVerdict
+from specfleet.api.verdict import ArmName, ExperimentVerdict
 
 EXPERIMENT_KIND = "SpecExperiment"
 EXPERIMENT_PLURAL = "specexperiments"

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from specfleet.api.experiment import ArmCapacity, SpecExperiment, SpecExperimentStatus
+from specfleet.api.verdict import ArmName
 from specfleet.controller.experiment_status import replace_condition
 from specfleet.controller.status import condition
 from specfleet.experiment.arms import arms_of
@@ -23,7 +24,6 @@ from specfleet.experiment.capacity_job import (
 )
 from specfleet.experiment.replay import ReplayRequest
 from specfleet.experiment.sample import SampleUnavailable
-from specfleet.experiment.verdict import ArmName
 from specfleet.render.workload import ARM_LABEL
 
 Body = dict[str, Any]

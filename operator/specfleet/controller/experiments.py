@@ -27,6 +27,7 @@ from specfleet.api.experiment import (
     SpecExperimentStatus,
 )
 from specfleet.api.validation import InvalidSpecExperiment, parse_specexperiment
+from specfleet.api.verdict import ArmName
 from specfleet.controller import children, events
 from specfleet.controller.capacity_status import (
     Result,
@@ -48,7 +49,6 @@ from specfleet.controller.reconcile import describe
 from specfleet.experiment.capacity_job import render_capacity_jobs, render_requests, requests_name
 from specfleet.experiment.replay import ReplayRequest
 from specfleet.experiment.sample import SampleFetch, SampleUnavailable, sample_urls, take_sample
-from specfleet.experiment.verdict import ArmName
 from specfleet.experiment.workloads import InvalidArms, render_arms
 from specfleet.render import Manifest, RenderSettings
 from specfleet.telemetry.arms import ArmsTarget, read_arms

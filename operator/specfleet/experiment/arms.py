@@ -10,7 +10,7 @@ from typing import Any
 from specfleet.api import SpecModel
 from specfleet.api.experiment import ArmOverlay, ArmSpec, SpecExperimentSpec
 from specfleet.api.spec import ClassSlo
-from specfleet.experiment.verdict import ArmName
+from specfleet.api.verdict import ArmName
 
 QUANTIZED = {ArmName.QUANTIZED, ArmName.BOTH}
 SPECULATIVE = {ArmName.SPECULATIVE, ArmName.BOTH}

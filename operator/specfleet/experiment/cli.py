@@ -9,7 +9,7 @@ from typing import NoReturn
 import click
 
 from specfleet.api.spec import ClassSlo
-from specfleet.experiment.verdict import ExperimentVerdict
+from specfleet.api.verdict import ExperimentVerdict
 
 EXIT_INVALID = 2
 EXIT_FAILED = 1

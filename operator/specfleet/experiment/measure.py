@@ -18,7 +18,8 @@ from collections.abc import Iterable, Mapping
 import yaml
 
 from specfleet.api.experiment import ArmClassRequests, ArmOverlay, Progress
-from specfleet.experiment.verdict import ArmMeasurement, ArmName, ClassMeasurement, Latency
+from specfleet.api.verdict import ArmName, Latency
+from specfleet.experiment.verdict import ArmMeasurement, ClassMeasurement
 from specfleet.telemetry.arms import ArmsObservation, GreedyComparison
 from specfleet.telemetry.model import ClassWindow
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from specfleet.api import SpecModel
 from specfleet.api.experiment import ExperimentPhase, SpecExperiment, SpecExperimentStatus
 from specfleet.api.gateway import Mirror, MirrorArm
+from specfleet.api.verdict import ArmName
 from specfleet.experiment.arms import arms_of
-from specfleet.experiment.verdict import ArmName
 from specfleet.experiment.workloads import arm_url
 
 SAMPLE_PER_CLASS = 100

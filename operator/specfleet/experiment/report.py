@@ -12,7 +12,8 @@ import yaml
 from pydantic import ValidationError
 
 from specfleet.api.experiment import EXPERIMENT_KIND
-from specfleet.experiment.verdict import OVERALL, PER, ArmRow, ExperimentVerdict, Latency
+from specfleet.api.verdict import ArmRow, ExperimentVerdict, Latency
+from specfleet.experiment.verdict import OVERALL, PER
 
 COLUMNS = [
     "arm",

@@ -27,16 +27,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specfleet.api.spec import ClassSlo
+from specfleet.api.verdict import ArmName, ExperimentVerdict, Latency
 from specfleet.experiment.arms import class_slos, gpus_per_replica, overlay
-from specfleet.experiment.verdict import (
-    ArmMeasurement,
-    ArmName,
-    ClassMeasurement,
-    ExperimentVerdict,
-    Latency,
-    judge,
-    latency_misses,
-)
+from specfleet.experiment.verdict import ArmMeasurement, ClassMeasurement, judge, latency_misses
 from specfleet.scenario import Effects, Scenario, ScenarioError, Schedule, load_scenario_as
 from specfleet.simulate import physics
 from specfleet.simulate.draws import ClassDraw, binomial, draw_slices
