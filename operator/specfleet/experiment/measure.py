@@ -38,7 +38,8 @@ def arm_measurements(
             reading.greedy.get(arm, {}),
             gpus_per_replica[arm],
             (throughput_at_slo or {}).get(arm),
-        ).model_copy(update={"kv_cache_peak": reading.kv_cache_peak.get(arm)})
+            reading.kv_cache_peak.get(arm),
+        )
         for arm in ArmName
     ]
 
@@ -49,6 +50,7 @@ def arm_measurement(
     greedy: Mapping[str, GreedyComparison],
     gpus_per_replica: int,
     throughput_at_slo: float | None = None,
+    kv_cache_peak: float | None = None,
 ) -> ArmMeasurement:
     """`throughput_at_slo`: the capacity phase's; None for the arm's at concurrency one."""
     if throughput_at_slo is None:
@@ -57,6 +59,7 @@ def arm_measurement(
         arm=arm,
         gpus_per_replica=gpus_per_replica,
         throughput_at_slo=throughput_at_slo,
+        kv_cache_peak=kv_cache_peak,
         classes={
             name: class_measurement(w, greedy.get(name, GreedyComparison()))
             for name, w in classes.items()

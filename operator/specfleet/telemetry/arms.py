@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from specfleet import series
 from specfleet.telemetry.model import ClassWindow
-from specfleet.telemetry.reader import Grouping, QueryFailed, TelemetryReader
+from specfleet.telemetry.reader import Grouping, QueryFailed, TelemetryReader, increase_query
 
 
 @dataclass(frozen=True)
@@ -50,12 +51,12 @@ class ArmsObservation:
 
 def read_arms(reader: TelemetryReader, target: ArmsTarget, now: datetime) -> ArmsObservation:
     window = target.window_seconds
-    arms = Grouping((series.ARM,), _selector(series.EXPERIMENT, target.experiment, target))
+    arms = _selector(target, series.EXPERIMENT, target.experiment)
     try:
-        grouped = reader.read_grouped(arms, window, target.until)
+        grouped = reader.read_grouped(Grouping((series.ARM,), arms), window, target.until)
         compared = _greedy(reader, series.MIRROR_COMPARED, target)
         matches = _greedy(reader, series.MIRROR_EXACT_MATCHES, target)
-        peaks = _kv_cache_peaks(reader, target)
+        peaks = _kv_cache_peaks(reader, target, arms)
     except QueryFailed as exc:
         return ArmsObservation(now, window, blind=str(exc))
     return ArmsObservation(
@@ -65,51 +66,49 @@ def read_arms(reader: TelemetryReader, target: ArmsTarget, now: datetime) -> Arm
             arm: {klass: ClassWindow(**found) for klass, found in classes.items()}
             for (arm,), classes in grouped.items()
         },
-        greedy={
-            arm: {
-                klass: GreedyComparison(n, matches.get(arm, {}).get(klass, 0.0))
-                for klass, n in classes.items()
-            }
-            for arm, classes in compared.items()
-        },
-        kv_cache_peak=peaks,
+        greedy=_comparisons(compared, matches),
+        kv_cache_peak={arm: peak for (arm,), peak in peaks.items() if 0.0 <= peak <= 1.0},
     )
 
 
-def _selector(label: str, value: str, target: ArmsTarget) -> str:
+def _comparisons(
+    compared: dict[tuple[str, ...], float], matches: dict[tuple[str, ...], float]
+) -> dict[str, dict[str, GreedyComparison]]:
+    """arm -> class -> its greedy outputs compared with the baseline's, and matching it."""
+    out: dict[str, dict[str, GreedyComparison]] = {}
+    for (arm, klass), n in compared.items():
+        out.setdefault(arm, {})[klass] = GreedyComparison(n, matches.get((arm, klass), 0.0))
+    return out
+
+
+def _selector(target: ArmsTarget, label: str, value: str) -> str:
     return f'{{{series.NAMESPACE}="{target.namespace}",{label}="{value}"}}'
 
 
 def _greedy(
     reader: TelemetryReader, metric: str, target: ArmsTarget
-) -> dict[str, dict[str, float]]:
-    """arm -> class -> the fleet's counter's increase over the window."""
-    selector = _selector(series.SPECMODEL, target.specmodel, target)
-    query = (
-        f"sum by ({series.ARM}, {series.CLASS}) "
-        f"(increase({metric}_total{selector}[{target.window_seconds}s]))"
-    )
-    rows = reader.query(query, target.until)
-    out: dict[str, dict[str, float]] = {}
+) -> dict[tuple[str, ...], float]:
+    """(arm, class) -> the fleet's counter's increase over the window."""
+    fleet = _selector(target, series.SPECMODEL, target.specmodel)
+    template = increase_query(metric, f"{series.ARM}, {series.CLASS}", fleet)
+    query = template.format(w=f"{target.window_seconds}s")
+    return _values(reader.query(query, target.until), (series.ARM, series.CLASS))
+
+
+def _kv_cache_peaks(
+    reader: TelemetryReader, target: ArmsTarget, arms: str
+) -> dict[tuple[str, ...], float]:
+    """(arm,) -> the highest KV-cache usage any of its engines reported over the window."""
+    usage = f"{series.VLLM_KV_CACHE_USAGE}{arms}[{target.window_seconds}s]"
+    query = f"max by ({series.ARM}) (max_over_time({usage}))"
+    return _values(reader.query(query, target.until), (series.ARM,))
+
+
+def _values(rows: list[dict[str, Any]], labels: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+    """Each row's value by its labels' values; NaN (nothing in the window) left out."""
+    out = {}
     for row in rows:
         value = float(row["value"][1])
-        if value == value:  # not NaN
-            metric_labels = row["metric"]
-            arm, klass = metric_labels.get(series.ARM, ""), metric_labels.get(series.CLASS, "")
-            out.setdefault(arm, {})[klass] = value
+        if value == value:
+            out[tuple(row["metric"].get(label, "") for label in labels)] = value
     return out
-
-
-def _kv_cache_peaks(reader: TelemetryReader, target: ArmsTarget) -> dict[str, float]:
-    """arm -> the highest KV-cache usage any of its engines reported over the window."""
-    selector = _selector(series.EXPERIMENT, target.experiment, target)
-    query = (
-        f"max by ({series.ARM}) "
-        f"(max_over_time({series.VLLM_KV_CACHE_USAGE}{selector}[{target.window_seconds}s]))"
-    )
-    peaks = {}
-    for row in reader.query(query, target.until):
-        value = float(row["value"][1])
-        if 0.0 <= value <= 1.0:  # also not NaN
-            peaks[row["metric"].get(series.ARM, "")] = value
-    return peaks

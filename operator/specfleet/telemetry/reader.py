@@ -98,6 +98,11 @@ def queries(group: str, selector: str = "") -> dict[str, Query]:
     }
 
 
+def increase_query(metric: str, group: str, selector: str = "") -> str:
+    """A counter's increase by `group` over the window (`{w}` in the template)."""
+    return _increase(metric, group, _literal(selector))
+
+
 def unjudged_query(group: str, selector: str = "") -> str:
     extra = f"{series.KIND}, {series.REASON}"
     return _increase(series.QUALITY_UNJUDGED, group, _literal(selector), extra)
