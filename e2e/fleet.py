@@ -23,6 +23,15 @@ from e2e.cluster.harness import LocalCluster
 from e2e.traffic import Traffic, TrafficReport
 from specfleet.scenario import Scenario, parse_scenario
 
+GUIDELLM_BUILD = Path(__file__).resolve().parent.parent / "hack" / "guidellm.sh"
+
+
+def guidellm() -> str:
+    """The guidellm command experiments' load tests run, built once (`make guidellm`); the
+    script only prints its path when it is."""
+    out = subprocess.run([str(GUIDELLM_BUILD)], capture_output=True, text=True, check=True)
+    return out.stdout.strip().removeprefix("guidellm=")
+
 
 @dataclass
 class Fleet:

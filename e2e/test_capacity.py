@@ -14,21 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from e2e.fleet import guidellm
 from e2e.operator_runner import free_port
 from specfleet.api.spec import ClassSlo
 from specfleet.experiment.capacity import CapacityReport, capacity
 
-REPO = Path(__file__).resolve().parent.parent
-BUILD_SCRIPT = REPO / "hack" / "guidellm.sh"
 SIM = [sys.executable, "-c", "from specfleet_testbed.cli import main; main()", "engine"]
 CLI = [sys.executable, "-c", "from specfleet.cli import main; main()"]
 LOOSE = {"chat": ClassSlo(max_p95_ttft_seconds=30.0), "code": ClassSlo(max_p95_tpot_seconds=5.0)}
-
-
-def guidellm() -> str:
-    """Built once (`make guidellm`); the script only prints the path when it is."""
-    out = subprocess.run([str(BUILD_SCRIPT)], capture_output=True, text=True, check=True).stdout
-    return out.strip().removeprefix("guidellm=")
 
 
 @pytest.fixture

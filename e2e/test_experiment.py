@@ -1,6 +1,8 @@
 """A SpecExperiment on the local cluster: the four arms come up as pods of their own, the fleet's
-gateway mirrors the real `openai` client's traffic to them, Prometheus scrapes every gateway, and
-the operator measures the arms and concludes: the quantized arms, which break tool calls, lose."""
+gateway mirrors the real `openai` client's traffic to them, Prometheus scrapes every gateway, the
+operator measures the arms, load-tests each (its capacity Job runs the real guidellm on the
+mirrored prompts, through the stand-in kubelet) and concludes: the quantized arms, which break
+tool calls, lose."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 import yaml
 
 from e2e.cluster.harness import LocalCluster, eventually
-from e2e.fleet import simulated_pods
+from e2e.fleet import guidellm, simulated_pods
 from e2e.operator_runner import RunningOperator, in_process
 from e2e.test_cluster import prometheus_query
 from e2e.test_guard import apply, deployments, scenario, specmodel, status
@@ -74,6 +76,7 @@ def experiment(min_requests: int) -> dict[str, Any]:
             "sample": {"share": 1.0},
             "minRequestsPerClass": min_requests,
             "gpuHourPrice": 4.0,
+            "capacity": {"maxConcurrency": 2, "steps": 1},
         },
     }
 
@@ -84,12 +87,13 @@ def experiment_status(cluster: LocalCluster, namespace: str) -> dict[str, Any]:
     return result
 
 
-def test_four_arms_on_the_same_traffic_and_the_quantized_ones_lose(
+def test_four_arms_on_the_same_traffic_load_tested_and_the_quantized_ones_lose(
     local_cluster: LocalCluster, namespace: str, operator: RunningOperator, tmp_path: Path
 ) -> None:
     apply(local_cluster, namespace, shop())
+    load_tests = ("--guidellm", guidellm())
     with simulated_pods(
-        local_cluster, namespace, quantization_breaks_tool_calls(), tmp_path
+        local_cluster, namespace, quantization_breaks_tool_calls(), tmp_path, load_tests
     ) as fleet:
         traffic = fleet.traffic_in_background("shop", "shop", 900)
         eventually(
@@ -109,12 +113,18 @@ def test_four_arms_on_the_same_traffic_and_the_quantized_ones_lose(
             lambda: _mirrored(local_cluster, namespace) > 0, "the fleet mirrors to the arms", 120
         )
         eventually(
-            lambda: experiment_status(local_cluster, namespace).get("phase") == "Concluded",
-            "the verdict",
+            lambda: experiment_status(local_cluster, namespace).get("phase") == "Capacity",
+            "the sample complete",
             timeout_s=300,
+        )
+        eventually(
+            lambda: experiment_status(local_cluster, namespace).get("phase") == "Concluded",
+            "every arm's load test",
+            timeout_s=600,
         )
         report = traffic.result(stop=True)
     final = experiment_status(local_cluster, namespace)
+    _assert_load_tested(final)
     verdict = final["verdict"]
     assert verdict["outcome"] == "recommended", verdict["reason"]
     assert verdict["recommendation"] in ("speculative", "baseline")
@@ -135,6 +145,21 @@ def test_four_arms_on_the_same_traffic_and_the_quantized_ones_lose(
     shown = local_cluster.kubectl("get", "specexperiment", "exp", "-n", namespace)
     assert verdict["recommendation"] in shown and "100" in shown
     _report(local_cluster, namespace, tmp_path / "report", verdict)
+
+
+def _assert_load_tested(final: dict[str, Any]) -> None:
+    """Each arm's throughput at SLO is its load test's: guidellm at concurrency 2 on the
+    sample of mirrored prompts, both classes in it."""
+    conditions = {c["type"]: c for c in final["conditions"]}
+    assert conditions["CapacityMeasured"]["status"] == "True", conditions["CapacityMeasured"]
+    capacity = final["capacity"]
+    assert capacity["classes"] == ["chat", "code"] and capacity["requests"] >= 80, capacity
+    tested = {arm["name"]: arm for arm in capacity["arms"]}
+    assert set(tested) == set(ARMS), tested
+    assert all(arm["throughputAtSlo"] > 0 and arm["concurrency"] == 2 for arm in tested.values())
+    overall = {row["arm"]: row for row in final["verdict"]["overall"]}
+    for name, arm in tested.items():
+        assert overall[name]["throughputAtSlo"] == arm["throughputAtSlo"], (name, overall[name])
 
 
 def _mirrored(cluster: LocalCluster, namespace: str) -> float:

@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 
@@ -72,7 +73,7 @@ def test_an_engine_command_replaces_the_simulator_with_the_pods_own_args(tmp_pat
     runtime = PodRuntime(client.ApiClient(), settings)
     engine = {"args": ["org/model", "--port", "8000", "--chat-template", "/etc/t/chat.jinja"]}
 
-    argv = runtime._engine_argv(engine, "127.10.0.5", {"/etc/t": tmp_path / "t"})
+    argv = runtime._engine_argv(pod(engine), "127.10.0.5", {"/etc/t": tmp_path / "t"})
 
     assert argv == [
         "real-engine",
@@ -88,13 +89,40 @@ def test_an_engine_command_replaces_the_simulator_with_the_pods_own_args(tmp_pat
     ]
 
 
+def pod(engine: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": labels or {}},
+        "spec": {"containers": [{"name": "engine", **engine}, {"name": "gateway"}]},
+    }
+
+
+def test_an_engine_command_for_some_pods_leaves_the_others_to_the_simulator(
+    tmp_path: Path,
+) -> None:
+    """An experiment with its baseline and speculative arms on the real engine."""
+    settings = SimSettings(
+        tmp_path,
+        engine_command=("real-engine",),
+        engine_pods=("specfleet.dev/arm", frozenset({"baseline", "speculative"})),
+    )
+    runtime = PodRuntime(client.ApiClient(), settings)
+    engine = {"args": ["org/model"]}
+
+    def program(labels: dict[str, str]) -> str:
+        return Path(runtime._engine_argv(pod(engine, labels), "127.10.0.5", {})[0]).name
+
+    assert program({"specfleet.dev/arm": "speculative"}) == "real-engine"
+    assert program({"specfleet.dev/arm": "both"}) == "specfleet-testbed"
+    assert program({}) == "specfleet-testbed"
+
+
 def test_without_an_engine_command_the_pod_runs_this_environments_simulator(
     tmp_path: Path,
 ) -> None:
     runtime = PodRuntime(client.ApiClient(), SimSettings(tmp_path, time_scale=0.5))
     engine = {"command": ["trtllm-serve"], "args": ["org/model"]}
 
-    argv = runtime._engine_argv(engine, "127.10.0.5", {})
+    argv = runtime._engine_argv(pod(engine), "127.10.0.5", {})
 
     script = Path(sys.executable).parent / "specfleet-testbed"
     assert script.exists(), "the testbed is not installed in this environment"
@@ -130,7 +158,7 @@ def test_a_pod_waits_for_another_stand_ins_process_to_leave_its_ip() -> None:
 
 
 def test_a_pod_without_an_engine_is_left_to_kwok(tmp_path: Path) -> None:
-    """An experiment's load-test pod is specfleet's too: it is not an engine to start."""
+    """A specfleet pod with no engine that is no load test (`load_tests`) is kwok's alone."""
     runtime = PodRuntime(client.ApiClient(), SimSettings(workdir=tmp_path))
     load_test = {
         "metadata": {"uid": "u1", "name": "exp-both-capacity-x", "namespace": "ns"},

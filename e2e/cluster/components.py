@@ -13,6 +13,7 @@ import yaml
 
 from e2e.cluster import pki
 from e2e.cluster.procs import Daemon
+from specfleet.experiment.capacity_job import CAPACITY_APP
 
 TEMPLATES = Path(__file__).parent / "templates"
 # No kube-proxy runs: ClusterIPs route nowhere, so keep them on loopback like everything else.
@@ -180,14 +181,20 @@ def kwok(layout: Layout) -> Daemon:
 
 
 MANAGED_BY = '.metadata.labels."app.kubernetes.io/managed-by"'
+APP_NAME = '.metadata.labels."app.kubernetes.io/name"'
 
 
 def kwok_stages(layout: Layout) -> Path:
     """kwok's default stages, except that specfleet's pods start Running but not Ready: the
     stand-in kubelet (`specfleet-testbed pods`) marks them Ready when their engine answers /health,
-    as a readiness probe would, so rollouts wait for real processes like on a real cluster."""
+    as a readiness probe would, so rollouts wait for real processes like on a real cluster; and
+    it, not kwok, ends an experiment's load tests, when their command has run."""
     stages = list(yaml.safe_load_all((layout.bin_dir / "kwok-stages.yaml").read_text()))
     [ready] = [s for s in stages if s and s["metadata"]["name"] == "pod-ready"]
+    [complete] = [s for s in stages if s and s["metadata"]["name"] == "pod-complete"]
+    complete["spec"]["selector"]["matchExpressions"].append(
+        {"key": APP_NAME, "operator": "NotIn", "values": [CAPACITY_APP]}
+    )
     starting = copy.deepcopy(ready)
     starting["metadata"]["name"] = "specfleet-pod-starting"
     ready["spec"]["selector"]["matchExpressions"].append(

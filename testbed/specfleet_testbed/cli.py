@@ -188,11 +188,25 @@ async def _run(sim_: EngineSimulator, host: str, port: int) -> None:
     "IP:PORT -- ENGINE_ARGS`: a real engine behind each pod's gateway.",
 )
 @click.option(
+    "--engine-command-for",
+    "engine_pods",
+    default=None,
+    metavar="LABEL=VALUE[,VALUE...]",
+    help="Only pods with one of these values of the label run --engine-command; the others the "
+    "simulator (default: every pod), e.g. specfleet.dev/arm=baseline,speculative.",
+)
+@click.option(
     "--ready-timeout",
     type=click.FloatRange(min=0),
     default=60.0,
     show_default=True,
     help="Seconds a pod's engine gets to answer /health before the pod is left not Ready.",
+)
+@click.option(
+    "--guidellm",
+    envvar="SPECFLEET_GUIDELLM",
+    default=None,
+    help="The guidellm command an experiment's load tests run (default: guidellm on PATH).",
 )
 def pods_cmd(
     namespace: str | None,
@@ -201,7 +215,9 @@ def pods_cmd(
     epoch: float | None,
     workdir: Path,
     engine_command: str,
+    engine_pods: str | None,
     ready_timeout: float,
+    guidellm: str | None,
 ) -> None:
     """Run the simulator (or a given engine) and gateway for every Running kwok pod of a
     SpecModel, at its IP."""
@@ -220,6 +236,17 @@ def pods_cmd(
         epoch if epoch is not None else time.time(),
         namespace,
         engine_command=tuple(shlex.split(engine_command)),
+        engine_pods=_label_values(engine_pods) if engine_pods else None,
         ready_timeout=ready_timeout,
+        guidellm=guidellm,
     )
     PodRuntime(client.ApiClient(), settings).run(stop)
+
+
+def _label_values(text: str) -> tuple[str, frozenset[str]]:
+    label, found, values = text.partition("=")
+    if not found or not label or not values:
+        raise click.BadParameter(
+            f"{text!r}: give LABEL=VALUE[,VALUE...]", param_hint="--engine-command-for"
+        )
+    return label, frozenset(values.split(","))

@@ -6,7 +6,8 @@ command line and the gateway with the pod's own arguments,
 both bound to the pod's IP (kwok gives pods loopback addresses), with the pod's ConfigMap volumes
 written to a local directory. Prometheus then scrapes real gateways found through the real API
 server, and a kill-switch flip (new pods, new args) really changes what is measured. When a pod
-terminates, both processes get SIGTERM and drain, like a kubelet would do.
+terminates, both processes get SIGTERM and drain, like a kubelet would do. An experiment's
+load tests (its capacity Jobs' pods) run to their end here too (`load_tests`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ from typing import Any
 
 from kubernetes import client, watch
 
+from specfleet_testbed.load_tests import (
+    LoadTest,
+    container_command,
+    is_load_test,
+    start_load_test,
+)
 from specfleet_testbed.volumes import ConfigMapVolume, Volumes
 
 log = logging.getLogger(__name__)
@@ -50,10 +57,15 @@ class SimSettings:
     engine_command: tuple[str, ...] = ()
     """Run instead of the simulator, as `ENGINE_COMMAND --listen IP:PORT -- ENGINE_ARGS`, the
     simulator's own interface (empty: the simulator)."""
+    engine_pods: tuple[str, frozenset[str]] | None = None
+    """Only pods whose label (the first) has one of these values run `engine_command`; the others
+    the simulator (None: every pod)."""
     ready_timeout: float = 60.0
     """Seconds a pod's engine gets to answer /health before the pod is left not Ready."""
     volume_sync_seconds: float = 2.0
     """How often a running pod's ConfigMap volumes are brought up to date."""
+    guidellm: str | None = None
+    """The guidellm command load tests run (None: `guidellm` on PATH)."""
 
 
 Command = tuple[list[str], Path]
@@ -106,6 +118,7 @@ class PodRuntime:
         self._core = client.CoreV1Api(api)
         self.settings = settings
         self.running: dict[str, PodProcesses] = {}
+        self.load_tests: dict[str, LoadTest] = {}
         self._releasing: dict[str, threading.Thread] = {}
         """Pod IP -> the thread stopping the pod that held it last. kwok frees a deleted pod's
         IP at once, a CNI only once the pod's sandbox is gone: a new pod given that IP starts
@@ -137,6 +150,9 @@ class PodRuntime:
                 stream.stop()
 
     def sync(self, pod: Pod, deleted: bool = False) -> None:
+        if is_load_test(pod):
+            self._sync_load_test(pod, deleted)
+            return
         uid, status = pod["metadata"]["uid"], pod.get("status", {})
         alive = (
             not deleted
@@ -157,9 +173,37 @@ class PodRuntime:
                 self._releasing[stopping.ip] = stopper
                 stopper.start()
 
+    def _sync_load_test(self, pod: Pod, deleted: bool) -> None:
+        """Started once when kwok runs the pod; stopped when the pod goes (a Job's deadline)."""
+        uid = pod["metadata"]["uid"]
+        gone = deleted or "deletionTimestamp" in pod["metadata"]
+        with self._lock:
+            if gone:
+                test = self.load_tests.pop(uid, None)
+                if test is not None:
+                    test.stop()
+            elif uid not in self.load_tests and pod.get("status", {}).get("phase") == "Running":
+                self.load_tests[uid] = self._start_load_test(pod)
+
+    def _start_load_test(self, pod: Pod) -> LoadTest:
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        workdir = self.settings.workdir / namespace / name
+        shutil.rmtree(workdir, ignore_errors=True)
+        mounts = {path: v.local for path, v in self._write_config_maps(pod, workdir).items()}
+
+        def local_args(args: list[str]) -> list[str]:
+            return [self._volumes.resolve(a) for a in _local_paths(args, mounts)]
+
+        command = container_command(pod, workdir, local_args, _script, self.settings.guidellm)
+        log.info("load test %s/%s runs %s", namespace, name, command.argv)
+        return start_load_test(self._core, pod, command)
+
     def stop_all(self) -> None:
         with self._lock:
             pods, self.running = list(self.running.values()), {}
+            tests, self.load_tests = list(self.load_tests.values()), {}
+        for test in tests:
+            test.stop()
         for pod in pods:
             pod.stop(self.settings.drain_seconds, pre_stop=False)
 
@@ -180,7 +224,7 @@ class PodRuntime:
             volumes=list(volumes.values()),
         )
         commands = [
-            (self._engine_argv(containers["engine"], ip, mounts), logs / "engine.log"),
+            (self._engine_argv(pod, ip, mounts), logs / "engine.log"),
             (_gateway_argv(containers["gateway"], ip, mounts), logs / "gateway.log"),
         ]
         previous = self._releasing.pop(ip, None)
@@ -217,9 +261,10 @@ class PodRuntime:
         except client.ApiException as exc:  # deleted meanwhile
             log.info("pod %s/%s not marked Ready: %s", namespace, name, exc.reason)
 
-    def _engine_argv(self, engine: Pod, ip: str, mounts: dict[str, Path]) -> list[str]:
+    def _engine_argv(self, pod: Pod, ip: str, mounts: dict[str, Path]) -> list[str]:
+        [engine] = [c for c in pod["spec"]["containers"] if c["name"] == "engine"]
         args = _local_paths(engine.get("args") or [], mounts)
-        if self.settings.engine_command:
+        if self._runs_engine_command(pod):
             return [*self.settings.engine_command, "--listen", f"{ip}:{ENGINE_PORT}", "--", *args]
         kind = "tensorrt-llm" if (engine.get("command") or [""])[0] == "trtllm-serve" else "vllm"
         argv = [
@@ -236,6 +281,14 @@ class PodRuntime:
         if self.settings.scenario is not None:
             argv += ["--scenario", str(self.settings.scenario)]
         return [*argv, "--", *args]
+
+    def _runs_engine_command(self, pod: Pod) -> bool:
+        if not self.settings.engine_command:
+            return False
+        if self.settings.engine_pods is None:
+            return True
+        label, values = self.settings.engine_pods
+        return (pod["metadata"].get("labels") or {}).get(label) in values
 
     def _write_config_maps(self, pod: Pod, workdir: Path) -> dict[str, ConfigMapVolume]:
         """ConfigMap volumes as local directories; returns mount path -> the volume."""
@@ -323,12 +376,15 @@ def _gateway_argv(gateway: Pod, ip: str, mounts: dict[str, Path]) -> list[str]:
 
 
 def _local_paths(args: list[str], mounts: dict[str, Path]) -> list[str]:
+    """Paths under a mount, as an argument or an option's value (`--file=PATH`), made local."""
     out = []
     for arg in args:
+        is_option = arg.startswith("--") and "=" in arg
+        option, _, value = arg.partition("=") if is_option else ("", "", arg)
         for mount_path, local in mounts.items():
-            if arg.startswith(mount_path + "/"):
-                arg = str(local) + arg[len(mount_path) :]
-        out.append(arg)
+            if value.startswith(mount_path + "/"):
+                value = str(local) + value[len(mount_path) :]
+        out.append(f"{option}={value}" if option else value)
     return out
 
 

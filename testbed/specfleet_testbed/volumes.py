@@ -36,7 +36,7 @@ class Volumes:
         volume.local.mkdir(parents=True, exist_ok=True)
         changed = False
         for key, value in (config_map.data or {}).items():
-            text = SERVICE_URL.sub(self._resolve, value)
+            text = self.resolve(value)
             path = volume.local / key
             if not path.exists() or path.read_text() != text:
                 partial = path.with_name(f".{key}.partial")
@@ -44,6 +44,10 @@ class Volumes:
                 partial.replace(path)  # atomic: the gateway never reads half a config
                 changed = True
         return changed
+
+    def resolve(self, text: str) -> str:
+        """`text` with each Service URL in it as the address of one of its Ready pods."""
+        return SERVICE_URL.sub(self._resolve, text)
 
     def _resolve(self, match: re.Match[str]) -> str:
         name, namespace, port = match["name"], match["namespace"], int(match["port"])
