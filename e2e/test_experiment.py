@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -23,6 +25,10 @@ from e2e.test_guard import apply, deployments, scenario, specmodel, status
 
 ROOT = Path(__file__).resolve().parent.parent
 ARMS = ("baseline", "quantized", "speculative", "both")
+UNMIRRORED_S = 20.0
+MIRROR_BUDGET_MS = 5.0
+"""What mirroring every request to four arms may add to the fleet gateway's own time per
+request: the gateway's p99 budget (README, Benchmarks)."""
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +105,9 @@ def test_four_arms_on_the_same_traffic_load_tested_and_the_quantized_ones_lose(
         eventually(
             lambda: status(local_cluster, namespace, "shop").get("activeRevision") == 1, "served"
         )
+        served = time.time()
+        time.sleep(UNMIRRORED_S)
+        unmirrored = _gateway_added_ms(local_cluster, namespace, served, time.time())
         apply(local_cluster, namespace, experiment(min_requests=40))
         eventually(
             lambda: {f"exp-{arm}" for arm in ARMS} <= deployments(local_cluster, namespace),
@@ -112,11 +121,13 @@ def test_four_arms_on_the_same_traffic_load_tested_and_the_quantized_ones_lose(
         eventually(
             lambda: _mirrored(local_cluster, namespace) > 0, "the fleet mirrors to the arms", 120
         )
+        mirroring = time.time()
         eventually(
             lambda: experiment_status(local_cluster, namespace).get("phase") == "Capacity",
             "the sample complete",
             timeout_s=300,
         )
+        mirrored = _gateway_added_ms(local_cluster, namespace, mirroring, time.time())
         eventually(
             lambda: experiment_status(local_cluster, namespace).get("phase") == "Concluded",
             "every arm's load test",
@@ -124,6 +135,8 @@ def test_four_arms_on_the_same_traffic_load_tested_and_the_quantized_ones_lose(
         )
         report = traffic.result(stop=True)
     final = experiment_status(local_cluster, namespace)
+    print(f"fleet gateway's added latency: {unmirrored:.2f} ms unmirrored, {mirrored:.2f} mirrored")
+    assert mirrored < unmirrored + MIRROR_BUDGET_MS, (unmirrored, mirrored)
     _assert_load_tested(final)
     verdict = final["verdict"]
     assert verdict["outcome"] == "recommended", verdict["reason"]
@@ -160,6 +173,24 @@ def _assert_load_tested(final: dict[str, Any]) -> None:
     overall = {row["arm"]: row for row in final["verdict"]["overall"]}
     for name, arm in tested.items():
         assert overall[name]["throughputAtSlo"] == arm["throughputAtSlo"], (name, overall[name])
+
+
+def _gateway_added_ms(cluster: LocalCluster, namespace: str, since: float, until: float) -> float:
+    """The mean time the fleet's gateway added to a request over its engine's own time for it,
+    between `since` and `until`: what the client waited for the gateway."""
+    window = f'{{namespace="{namespace}", arm=""}}[{round(until - since)}s]'
+    gateway = ("specfleet_request_seconds_total", "specfleet_requests_total")
+    engine = ("vllm:e2e_request_latency_seconds_sum", "vllm:e2e_request_latency_seconds_count")
+    return 1000 * (_mean(cluster, *gateway, window, until) - _mean(cluster, *engine, window, until))
+
+
+def _mean(cluster: LocalCluster, total: str, count: str, window: str, at: float) -> float:
+    promql = f"sum(increase({total}{window})) / sum(increase({count}{window}))"
+    response = httpx.get(
+        f"{cluster.prometheus_url}/api/v1/query", params={"query": promql, "time": at}
+    )
+    [row] = response.raise_for_status().json()["data"]["result"]
+    return float(row["value"][1])
 
 
 def _mirrored(cluster: LocalCluster, namespace: str) -> float:

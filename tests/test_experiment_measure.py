@@ -14,6 +14,7 @@ from specfleet.experiment.arms import default_overlay, overlay_spec
 from specfleet.experiment.measure import (
     arm_measurement,
     arm_measurements,
+    class_measurement,
     progress,
     recommended_patch,
     throughput_at_concurrency_one,
@@ -144,3 +145,21 @@ def test_the_recommended_patch_makes_the_spec_serve_the_arm() -> None:
         patch = yaml.safe_load(recommended_patch(overlay))
         assert merged(spec, patch.get("spec", {})) == overlay_spec(spec, overlay), arm
     assert recommended_patch(ArmOverlay(quantization=True, speculative=True)) == "{}\n"
+
+
+def test_extrapolated_parts_over_their_wholes_are_held_to_them() -> None:
+    """Seen live on a real-engine arm: every answer cut at `max_tokens`, and Prometheus read
+    4 truncated of 3 requests (each counter's increase extrapolated on its own)."""
+    read = ClassWindow(
+        requests=3.2,
+        errors=3.6,
+        truncated=4.4,
+        draft_tokens=30.0,
+        accepted_tokens=30.6,
+    )
+
+    measured = class_measurement(read, GreedyComparison(compared=2.0, exact_matches=2.4))
+
+    assert (measured.requests, measured.errors, measured.truncated) == (3, 3, 0)
+    assert measured.acceptance_rate == 1.0
+    assert (measured.greedy_agreed, measured.greedy_compared) == (2, 2)

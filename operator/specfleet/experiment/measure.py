@@ -76,18 +76,25 @@ def throughput_at_concurrency_one(windows: Iterable[ClassWindow]) -> float:
 
 
 def class_measurement(window: ClassWindow, greedy: GreedyComparison) -> ClassMeasurement:
+    """Each part held to its whole: Prometheus extrapolates every counter's increase on its
+    own, and a request's counters are not bumped at one instant, so a window can read four
+    truncated answers of three requests."""
+    requests = _count(window.requests)
+    errors = min(_count(window.errors), requests)
     compared = _count(greedy.compared)
     return ClassMeasurement(
-        requests=_count(window.requests),
-        errors=_count(window.errors),
-        truncated=_count(window.truncated),
+        requests=requests,
+        errors=errors,
+        truncated=min(_count(window.truncated), requests - errors),
         tool_calls_valid=_count(window.tool_calls_valid),
         tool_calls_judged=_count(window.tool_calls_judged),
         structured_valid=_count(window.structured_valid),
         structured_judged=_count(window.structured_judged),
         ttft=_p95_only(window.p95_ttft_seconds),
         tpot=_p95_only(window.p95_tpot_seconds),
-        acceptance_rate=window.acceptance_rate,
+        acceptance_rate=None
+        if window.acceptance_rate is None
+        else min(window.acceptance_rate, 1.0),
         greedy_agreed=min(_count(greedy.exact_matches), compared),
         greedy_compared=compared,
     )
