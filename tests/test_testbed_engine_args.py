@@ -265,3 +265,51 @@ def test_trtllm_max_concurrency_turns_speculation_off_above_it() -> None:
 def test_trtllm_bad_yaml(yaml_text: str, message: str) -> None:
     with pytest.raises(EngineArgsError, match=message):
         parse_trtllm(["m", "--config", "/x"], read_file=lambda _: yaml_text)
+
+
+@pytest.mark.parametrize(
+    ("speculative_config", "gate"),
+    [
+        ("decoding_type: NGram, max_draft_len: 4", (128, 1.5)),
+        ("decoding_type: DraftTarget, max_draft_len: 4, speculative_model: d", (128, 1.5)),
+        (
+            "decoding_type: Eagle, max_draft_len: 4, speculative_model: d, eagle3_one_model: false",
+            (128, 1.5),
+        ),
+        ("decoding_type: MTP, mtp_eagle_one_model: false", (128, 1.5)),
+        # the draft runs inside the target's forward: the executor's gate never acts
+        ("decoding_type: Eagle, max_draft_len: 4, speculative_model: d", None),
+        ("decoding_type: MTP", None),
+    ],
+)
+def test_trtllm_acceptance_gate_where_a_drafter_runs(
+    speculative_config: str, gate: tuple[int, float] | None
+) -> None:
+    text = (
+        f"speculative_config: {{{speculative_config}, acceptance_window: 128,"
+        " acceptance_length_threshold: 1.5}"
+    )
+    spec = parse_trtllm(["m", "--config", "/x"], read_file=lambda _: text).speculation
+    assert spec is not None and spec.acceptance_gate == gate
+
+
+@pytest.mark.parametrize(
+    "keys", ["acceptance_window: 0, acceptance_length_threshold: 1.5", "acceptance_window: 128"]
+)
+def test_trtllm_no_acceptance_gate_without_a_window_and_a_threshold(keys: str) -> None:
+    text = f"speculative_config: {{decoding_type: NGram, max_draft_len: 4, {keys}}}"
+    spec = parse_trtllm(["m", "--config", "/x"], read_file=lambda _: text).speculation
+    assert spec is not None and spec.acceptance_gate is None
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ("acceptance_window: -1", "acceptance_window must be >= 0"),
+        ("acceptance_length_threshold: -0.5", "acceptance_length_threshold must be >= 0"),
+    ],
+)
+def test_trtllm_negative_acceptance_gate_settings_stop_the_engine(keys: str, message: str) -> None:
+    text = f"speculative_config: {{decoding_type: NGram, max_draft_len: 4, {keys}}}"
+    with pytest.raises(EngineArgsError, match=message):
+        parse_trtllm(["m", "--config", "/x"], read_file=lambda _: text)

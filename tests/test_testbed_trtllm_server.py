@@ -263,3 +263,40 @@ async def test_tool_calls_need_a_tool_parser() -> None:
     assert all(d["type"] == "function" for d in deltas)
     assert "q" in json.loads("".join(d["function"]["arguments"] for d in deltas))
     assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+async def test_after_the_acceptance_gate_trips_the_engine_reports_no_drafts() -> None:
+    """1.2.1 exports no spec-decode Prometheus series at all; the iteration stats and each
+    response's mean acceptance length show the engine no longer drafting."""
+    yaml_text = ALL_STATS.replace(
+        "speculative_model: d/eagle3}",
+        "speculative_model: d/eagle3, eagle3_one_model: false, acceptance_window: 2, "
+        "acceptance_length_threshold: 0.5}",
+    )
+    scenario = parse_scenario(
+        {
+            "duration_s": 60,
+            "traffic_rps": 1,
+            "classes": {"chat": {"share": 1.0, "acceptance": 0.2, "output_tokens": 30}},
+        }
+    )
+    async with serve(trtllm(yaml_text), SimOptions(time_scale=FAST, scenario=scenario)) as sim:
+        oai = AsyncOpenAI(base_url=f"{sim.url}/v1", api_key="x", max_retries=0)
+        async with httpx.AsyncClient() as http:
+            for _ in range(2):
+                await oai.chat.completions.create(model=MODEL, messages=MESSAGES)
+            before = (await http.get(sim.url + "/metrics")).json()
+            after_trip = (
+                await http.post(
+                    sim.url + "/v1/chat/completions", json={"model": MODEL, "messages": MESSAGES}
+                )
+            ).json()
+            after = (await http.get(sim.url + "/metrics")).json()
+            prom = (await http.get(sim.url + "/prometheus/metrics")).text
+    assert sum(s["specDecodingStats"]["numDraftTokens"] for s in before) > 0
+    assert after and all(s["specDecodingStats"]["numDraftTokens"] == 0 for s in after)
+    assert all(s["specDecodingStats"]["acceptanceLength"] == 1.0 for s in after)
+    assert after_trip["choices"][0]["avg_decoded_tokens_per_iter"] == 1.0
+    assert not any(
+        f.name.startswith("trtllm_spec_decode") for f in text_string_to_metric_families(prom)
+    )

@@ -60,6 +60,8 @@ class Speculation:
     k_per_batch_size: tuple[tuple[int, int, int], ...] = ()
     # TensorRT-LLM max_concurrency: no speculation above this batch size
     max_concurrency: int | None = None
+    # TensorRT-LLM (acceptance_window, acceptance_length_threshold), where the engine applies it
+    acceptance_gate: tuple[int, float] | None = None
 
     @property
     def drafts_on_match(self) -> bool:
@@ -394,7 +396,34 @@ def _trt_speculation(conf: Any) -> Speculation | None:
         draft_model=str(draft) if draft else None,
         configured_method=str(decoding_type),
         max_concurrency=int(max_concurrency) if max_concurrency is not None else None,
+        acceptance_gate=_trt_acceptance_gate(conf),
     )
+
+
+def _trt_acceptance_gate(conf: dict[str, Any]) -> tuple[int, float] | None:
+    """1.2.1 builds the gate for every decoding type (a window of 0 or none: no gate) but
+    consults it only where a drafter runs beside the target model."""
+    window = conf.get("acceptance_window")
+    threshold = conf.get("acceptance_length_threshold")
+    if window is not None and window < 0:
+        raise EngineArgsError(f"acceptance_window must be >= 0 (0 disables), got {window}")
+    if threshold is not None and threshold < 0:
+        raise EngineArgsError(f"acceptance_length_threshold must be >= 0, got {threshold}")
+    if not window or threshold is None or not _trt_runs_a_drafter(conf):
+        return None
+    return int(window), float(threshold)
+
+
+def _trt_runs_a_drafter(conf: dict[str, Any]) -> bool:
+    """1.2.1's get_spec_drafter: NGram, DraftTarget, two-model EAGLE-3, and MTP-Eagle two-model
+    (mtp_eagle_one_model false, on a checkpoint with one MTP layer). One-model EAGLE-3 and MTP
+    draft inside the target's forward, where the executor's gate never looks."""
+    decoding_type = conf.get("decoding_type")
+    if decoding_type == "Eagle":
+        return not conf.get("eagle3_one_model", True)
+    if decoding_type == "MTP":
+        return not conf.get("mtp_eagle_one_model", True) and not conf.get("use_mtp_vanilla")
+    return decoding_type in ("NGram", "DraftTarget")
 
 
 def parse_trtllm(

@@ -7,8 +7,10 @@ step for every decoding sequence: `k` drafts, `drafting.draw` accepted, so
 drafters (n-gram, suffix) draft only on steps that find a match (the request's
 `draft_match_rate`), from 1 to `k` tokens; a step without a draft yields one
 token and counts as no verify step, as in vLLM. Drafts never reach past
-`max_model_len`. Iteration
-length comes from `timing.TimingModel`.
+`max_model_len`. TensorRT-LLM's acceptance gate (`gate.AcceptanceGate`), where
+configured, sees each request that leaves the batch while the engine speculates
+and, once tripped, stops all drafting. Iteration length comes from
+`timing.TimingModel`.
 
 Time: the loop keeps its own virtual clock (simulated seconds). While busy it
 advances by exactly the modelled iteration time, so reported latencies are
@@ -32,6 +34,7 @@ from typing import Protocol
 from specfleet.scenario.drafting import draw
 from specfleet.scenario.timing import TimingModel
 from specfleet_testbed.engine.args import EngineConfig
+from specfleet_testbed.engine.gate import AcceptanceGate
 from specfleet_testbed.engine.stats import SpecStats
 
 __all__ = [
@@ -176,6 +179,8 @@ class EngineCore:
         spec = config.speculation
         self._c = timing.cost(spec.method) if spec else 0.0
         self._o = timing.overhead(spec.method) if spec else 0.0
+        gate = spec.acceptance_gate if spec else None
+        self.gate = AcceptanceGate(*gate) if gate else None
 
     # -- lifecycle --
 
@@ -237,9 +242,11 @@ class EngineCore:
                 self.waiting.clear()
 
     def _drop_cancelled(self) -> None:
+        depth = self._draft_depth(len(self.running))
         for seq in [s for s in self.running if s.cancelled]:
             self.running.remove(seq)
             self._finish(seq, "abort", self.vt)
+            self._gate_sees(seq, depth)
         for seq in [s for s in self.waiting if s.cancelled]:
             self.waiting.remove(seq)
             self._finish(seq, "abort", self.vt)
@@ -254,8 +261,8 @@ class EngineCore:
             new.append(seq)
         if not self.running:
             return
-        spec = self.config.speculation
-        k = spec.k_for_batch(len(self.running)) if spec and decoding else 0
+        depth = self._draft_depth(len(self.running))
+        k = depth if decoding else 0
         start = self.vt
         prefill_tokens = sum(s.request.prompt_tokens for s in new)
         # decided before the step: what it verifies is what it costs
@@ -298,6 +305,7 @@ class EngineCore:
         for seq in [s for s in self.running if s.finish_reason is not None]:
             self.running.remove(seq)
             completed += 1
+            self._gate_sees(seq, depth)
         self.iterations += 1
         per_request = sum(drafts.values()) / len(decoding) if decoding else 0.0
         overhead = per_request * self._c / (1.0 + per_request * self._c)
@@ -320,6 +328,18 @@ class EngineCore:
         )
         for obs in self.observers:
             obs.on_iteration(record)
+
+    def _draft_depth(self, batch: int) -> int:
+        spec = self.config.speculation
+        if spec is None or (self.gate is not None and self.gate.tripped):
+            return 0
+        return spec.k_for_batch(batch)
+
+    def _gate_sees(self, seq: Sequence, depth: int) -> None:
+        """TensorRT-LLM records a request as it leaves the batch, and only while the engine
+        speculates: requests that end above max_concurrency are not recorded."""
+        if self.gate is not None and depth:
+            self.gate.record(seq.avg_decoded_tokens_per_iter)
 
     def _draft_length(self, seq: Sequence, k: int) -> int:
         spec = self.config.speculation
