@@ -29,7 +29,7 @@ from e2e.real_engine_pod import COMMAND
 from e2e.test_cluster import prometheus_query
 from e2e.test_guard import actions, apply, operator, status, wait_action  # noqa: F401
 from e2e.test_real_engine import GATEWAY_TO_ENGINE
-from e2e.traffic import _serving
+from e2e.traffic import serving
 from specfleet.scenario import parse_scenario
 
 NAME = real_clients.NAME
@@ -118,7 +118,7 @@ class RealFleet:
     def serving_pods(self) -> list[dict[str, Any]]:
         selector = f"app.kubernetes.io/instance={NAME}"
         pods = self.cluster.kubectl_json("get", "pods", "-n", self.namespace, "-l", selector)
-        return [p for p in pods["items"] if _serving(p)]
+        return [p for p in pods["items"] if serving(p)]
 
 
 @pytest.fixture(scope="module")

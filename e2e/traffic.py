@@ -103,7 +103,7 @@ class Traffic:
                 core.list_namespaced_pod, self.namespace, label_selector=selector
             )
             pods = self.api.sanitize_for_serialization(listed)["items"]
-            self._targets = [f"http://{p['status']['podIP']}:8080/v1" for p in pods if _serving(p)]
+            self._targets = [f"http://{p['status']['podIP']}:8080/v1" for p in pods if serving(p)]
             if self._targets:
                 self.ready.set()
             await asyncio.sleep(0.3)
@@ -138,7 +138,7 @@ class Traffic:
             self.report.errors.append(f"{at} {klass} via {openai.base_url}: {exc}{cause}"[:300])
 
 
-def _serving(pod: dict[str, Any]) -> bool:
+def serving(pod: dict[str, Any]) -> bool:
     status = pod.get("status", {})
     if "deletionTimestamp" in pod["metadata"] or not status.get("podIP"):
         return False
