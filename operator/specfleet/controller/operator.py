@@ -64,6 +64,7 @@ MAX_BACKOFF_SECONDS = 300.0
 FIRST_BACKOFF_SECONDS = 1.0
 RECENT_SECONDS = 10.0
 MEASURE_SECONDS = 15.0
+MEASURE_SLACK_SECONDS = 0.5
 Stamp = tuple[str | None, int | None, tuple[tuple[str, str], ...]]
 """(uid, generation, annotations): one spec of one SpecModel."""
 
@@ -176,14 +177,26 @@ class Operator:
         )
         self._experiments_written.remember(key, body, status)
 
+    def experiments_due(self, experiments: Iterable[Key], now: float) -> list[Key]:
+        """The experiments whose arms are due a measurement at `now` (on the monotonic clock),
+        for the guard tick to reconcile. Their reconciles also retry a capacity phase's sample
+        at that cadence; arms coming up and load tests ending bring their own watch events."""
+        return [key for key in experiments if self._measure_due_at(key, now)]
+
     def _measure_due(self, key: Key) -> bool:
         """An experiment's arms are measured once a MEASURE_SECONDS, however often its
         events come."""
         now = self.monotonic()
-        if now - self._measured.get(key, -MEASURE_SECONDS) < MEASURE_SECONDS:
+        if not self._measure_due_at(key, now):
             return False
         self._measured[key] = now
         return True
+
+    def _measure_due_at(self, key: Key, now: float) -> bool:
+        # Some slack: the tick that finds a measurement due comes a moment before the reconcile
+        # that takes it and notes its time; without it, measurements would slip by a tick.
+        elapsed = now - self._measured.get(key, -MEASURE_SECONDS)
+        return elapsed >= MEASURE_SECONDS - MEASURE_SLACK_SECONDS
 
     def guard_tick(
         self,
