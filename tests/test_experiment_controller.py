@@ -1,9 +1,11 @@
 """The SpecExperiment's reconcile: arms applied through the children's apply path, status Pending
 until every arm is ready then Running, Failed naming the fix, and never a write to the
-SpecModel."""
+SpecModel; the guard tick reconciles it when its arms are due a measurement."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,8 +21,10 @@ from specfleet.api import parse_specmodel
 from specfleet.api.validation import parse_specexperiment
 from specfleet.controller.children import ChildKey, summary
 from specfleet.controller.experiments import CapacityLive, reconcile_experiment
+from specfleet.controller.handlers import CHILD_INDEXES, _guard_forever
 from specfleet.controller.kube import Kube
 from specfleet.controller.operator import Operator
+from specfleet.controller.queue import WorkQueue
 from specfleet.experiment.capacity import Capacity, termination_message
 from specfleet.experiment.mirror import mirror_of
 from specfleet.experiment.sample import SampleUnavailable
@@ -531,3 +535,54 @@ def test_a_lagging_watch_never_takes_a_concluded_experiment_back() -> None:
     operator.reconcile_experiment(("ns", "x"), experiments, specmodels, [arms])
     assert kube.statuses == [] and kube.applied == []
     assert len(kube.deleted) == len(live)  # its arms go, however late the watch
+
+
+X, Y = ("ns", "x"), ("ns", "y")
+
+
+def measured_at(seconds: float) -> tuple[Operator, Callable[[float], None]]:
+    """An operator that measured experiment x's arms at `seconds` (monotonic), and x's
+    reconcile at a later moment."""
+    body, live = running()
+    clock = {"seconds": seconds}
+    operator = Operator(
+        cast(Kube, StatusKube()),
+        reader=prometheus(10),
+        clock=lambda: T0 + timedelta(minutes=1),
+        monotonic=lambda: clock["seconds"],
+    )
+
+    def reconcile(at: float) -> None:
+        clock["seconds"] = at
+        specmodels = {("ns", "m"): [specmodel_body()]}
+        operator.reconcile_experiment(X, {X: [body]}, specmodels, [{X: list(live.values())}])
+
+    reconcile(seconds)
+    return operator, reconcile
+
+
+def test_an_experiment_is_due_on_the_tick_once_its_arms_were_measured_15_seconds_ago() -> None:
+    operator, reconcile = measured_at(1000.0)
+    assert operator.experiments_due([X, Y], 1005.0) == [Y]  # y was never measured
+    reconcile(1010.0)  # an arm's event between ticks: no measurement, the cadence kept
+    assert operator.experiments_due([X], 1014.0) == []
+    assert operator.experiments_due([X], 1014.6) == [X]  # its reconcile comes a moment later
+    reconcile(1014.7)
+    assert operator.experiments_due([X], 1020.0) == []
+
+
+async def test_the_guard_loop_queues_only_the_experiments_due_a_measurement() -> None:
+    operator, _ = measured_at(1000.0)
+    memo: dict[str, Any] = {
+        "operator": operator,
+        "guard_tick_seconds": 0.0,
+        "experiments": WorkQueue(),
+    }
+    indexes: dict[str, Any] = {name: {} for name in ["specmodels", "pods", *CHILD_INDEXES]}
+    indexes["specexperiments"] = {X: [experiment_doc()], Y: [experiment_doc()]}
+    loop = asyncio.create_task(_guard_forever(memo, indexes))
+    await asyncio.sleep(0.1)
+    loop.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await loop
+    assert len(memo["experiments"]) == 1 and await memo["experiments"].get() == Y

@@ -224,7 +224,8 @@ async def _resync_forever(memo: Any, indexes: dict[str, Any]) -> None:
 
 
 async def _guard_forever(memo: Any, indexes: dict[str, Any]) -> None:
-    """Guard evaluations: one telemetry batch per tick for every SpecModel that is due."""
+    """Guard evaluations: one telemetry batch per tick for every SpecModel that is due; and
+    the reconciles of the experiments whose arms are due a measurement."""
     operator: Operator = memo["operator"]
     while operator.reader is not None:
         await asyncio.sleep(memo["guard_tick_seconds"])
@@ -238,5 +239,5 @@ async def _guard_forever(memo: Any, indexes: dict[str, Any]) -> None:
             )
         except Exception:  # a failed tick is logged; the next tick tries again
             log.exception("guard tick failed")
-        for key in list(indexes["specexperiments"]):  # running arms are measured on the tick
+        for key in operator.experiments_due(list(indexes["specexperiments"]), operator.monotonic()):
             memo["experiments"].add(key)

@@ -25,6 +25,7 @@ from specfleet.api.validation import InvalidSpecExperiment, parse_specexperiment
 from specfleet.controller import children
 from specfleet.controller.experiments import CapacityLive, reconcile_experiment
 from specfleet.controller.kube import Kube
+from specfleet.controller.last_written import LastWritten, uid_of
 from specfleet.controller.metrics import (
     ACTIVE_REVISION,
     GUARD_BLIND,
@@ -63,6 +64,7 @@ MAX_BACKOFF_SECONDS = 300.0
 FIRST_BACKOFF_SECONDS = 1.0
 RECENT_SECONDS = 10.0
 MEASURE_SECONDS = 15.0
+MEASURE_SLACK_SECONDS = 0.5
 Stamp = tuple[str | None, int | None, tuple[tuple[str, str], ...]]
 """(uid, generation, annotations): one spec of one SpecModel."""
 
@@ -89,16 +91,12 @@ class Operator:
     _configs: RevisionConfigs = field(init=False)
     _phases: dict[Key, str] = field(default_factory=dict)
     """The phase each SpecModel was last reconciled into (`specfleet_specmodels`)."""
-    _written: dict[Key, tuple[str | None, SpecModelStatus]] = field(default_factory=dict)
-    """The status last written per SpecModel, fresher than a lagging watch."""
+    _written: LastWritten[SpecModelStatus] = field(default_factory=LastWritten)
     _applied: dict[Key, tuple[float, dict[children.ChildKey, str]]] = field(default_factory=dict)
     """Children hashes applied in the last RECENT_SECONDS, until the watches catch up."""
     _measured: dict[Key, float] = field(default_factory=dict)
     """When each experiment's arms were last measured."""
-    _experiments_written: dict[Key, tuple[str | None, SpecExperimentStatus]] = field(
-        default_factory=dict
-    )
-    """The status last written per SpecExperiment (by uid), fresher than a lagging watch."""
+    _experiments_written: LastWritten[SpecExperimentStatus] = field(default_factory=LastWritten)
 
     def __post_init__(self) -> None:
         self._own_receivers = ReceiverCache(self.kube, self._http, self.monotonic)
@@ -134,7 +132,7 @@ class Operator:
                 self._configs,
                 guard_on=self.reader is not None,
             )
-            self._written[key] = (_uid(body), outcome.status)
+            self._written.remember(key, body, outcome.status)
             if outcome.applied_hashes:
                 self._applied[key] = (self.monotonic(), outcome.applied_hashes)
         self._record(key, outcome)
@@ -155,7 +153,7 @@ class Operator:
         body = next(iter(experiments.get(key, [])), None)
         if body is None:
             self._measured.pop(key, None)
-            self._experiments_written.pop(key, None)
+            self._experiments_written.forget(key)
             return
         ref = body.get("spec", {}).get("specModelRef", {}).get("name", "")
         specmodel = next(iter(specmodels.get((key[0], ref), [])), None)
@@ -166,7 +164,6 @@ class Operator:
             fetch=lambda url, experiment: get_sample(self._http, url, experiment),
         )
         reader = self.reader if self._measure_due(key) else None
-        uid, written = self._experiments_written.get(key, (None, None))
         status = reconcile_experiment(
             body,
             specmodel,
@@ -176,18 +173,30 @@ class Operator:
             self.clock(),
             reader,
             capacity,
-            written if uid == _uid(body) else None,
+            self._experiments_written.get(key, body),
         )
-        self._experiments_written[key] = (_uid(body), status)
+        self._experiments_written.remember(key, body, status)
+
+    def experiments_due(self, experiments: Iterable[Key], now: float) -> list[Key]:
+        """The experiments whose arms are due a measurement at `now` (on the monotonic clock),
+        for the guard tick to reconcile. Their reconciles also retry a capacity phase's sample
+        at that cadence; arms coming up and load tests ending bring their own watch events."""
+        return [key for key in experiments if self._measure_due_at(key, now)]
 
     def _measure_due(self, key: Key) -> bool:
         """An experiment's arms are measured once a MEASURE_SECONDS, however often its
         events come."""
         now = self.monotonic()
-        if now - self._measured.get(key, -MEASURE_SECONDS) < MEASURE_SECONDS:
+        if not self._measure_due_at(key, now):
             return False
         self._measured[key] = now
         return True
+
+    def _measure_due_at(self, key: Key, now: float) -> bool:
+        # Some slack: the tick that finds a measurement due comes a moment before the reconcile
+        # that takes it and notes its time; without it, measurements would slip by a tick.
+        elapsed = now - self._measured.get(key, -MEASURE_SECONDS)
+        return elapsed >= MEASURE_SECONDS - MEASURE_SLACK_SECONDS
 
     def guard_tick(
         self,
@@ -211,7 +220,7 @@ class Operator:
 
     def forget(self, key: Key) -> None:
         self._backoff.pop(key, None)
-        self._written.pop(key, None)
+        self._written.forget(key)
         self._applied.pop(key, None)
         self._specs.pop(key, None)
         self._count_phase(key, None)
@@ -243,10 +252,10 @@ class Operator:
     def _written_for(self, key: Key, body: Body) -> SpecModelStatus | None:
         """The status last written for this very object and spec: a SpecModel deleted and
         created again (its DELETED event missed) or whose spec moved on builds on the watch's."""
-        uid, written = self._written.get(key, (None, None))
-        if written is None or uid != _uid(body):
+        written = self._written.get(key, body)
+        if written is None or _generation(body) != written.observed_generation:
             return None
-        return written if _generation(body) == written.observed_generation else None
+        return written
 
     def _parsed(self, key: Key, body: Body) -> SpecModel | InvalidSpecModel:
         """The SpecModel `body` describes, parsed once per generation and annotations (which
@@ -347,11 +356,6 @@ class Operator:
         return [*self.receivers, *own]
 
 
-def _uid(body: Body) -> str | None:
-    uid: str | None = body.get("metadata", {}).get("uid")
-    return uid
-
-
 def _generation(body: Body) -> int | None:
     generation = body.get("metadata", {}).get("generation")
     return int(generation) if generation is not None else None
@@ -364,7 +368,7 @@ def _first(index: Index, key: Key) -> Body:
 def _stamp(body: Body) -> Stamp:
     metadata = body.get("metadata", {})
     annotations = tuple(sorted((metadata.get("annotations") or {}).items()))
-    return _uid(body), _generation(body), annotations
+    return uid_of(body), _generation(body), annotations
 
 
 def _parse(body: Body) -> SpecModel | InvalidSpecModel:
