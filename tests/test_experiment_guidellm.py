@@ -19,7 +19,8 @@ from click.testing import CliRunner
 from specfleet.cli import main
 from specfleet.experiment import guidellm
 from specfleet.experiment.capacity import concurrency_steps
-from specfleet.experiment.replay import RequestFileError, load_requests
+from specfleet.experiment.replay import load_requests
+from specfleet.yamlio import InputError
 
 DATA = Path(__file__).parent / "data" / "guidellm"
 REQUESTS = DATA / "requests.jsonl"
@@ -149,7 +150,7 @@ def test_a_request_file_that_cannot_be_replayed_is_refused(
 ) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(RequestFileError) as caught:
+    with pytest.raises(InputError) as caught:
         load_requests(path)
     assert any(problem in p for p in caught.value.problems), caught.value.problems
 

@@ -11,8 +11,9 @@ import yaml
 
 from conftest import EXAMPLES, ROOT, specmodel_doc
 from specfleet.api import EngineConfig, InvalidSpecModel, parse_specmodel
+from specfleet.api.spec import SpeculativeSpec
 from specfleet.render import ServingPlan, render, revision_hash
-from specfleet.render.trtllm import OPTIONS_FILE
+from specfleet.render.trtllm import OPTIONS_FILE, speculative_config
 from specfleet_testbed.engine.args import parse_trtllm, vllm_known_flags
 
 # The real parser's option set, one copy in the repo (the simulator refuses the same flags).
@@ -190,6 +191,8 @@ def test_trtllm_yaml_keys_are_accepted_by_1_2_1(speculation: bool) -> None:
 
 GATE = {"acceptance_window": 128, "acceptance_length_threshold": 1.5}
 TWO_MODEL = {"eagle3_one_model": False}
+MTP_EAGLE_TWO_MODEL = {"mtp_eagle_one_model": False}
+VANILLA_MTP = {"mtp_eagle_one_model": False, "use_mtp_vanilla": True}
 
 
 def trtllm_speculative_config(**speculative: Any) -> dict[str, Any]:
@@ -203,6 +206,8 @@ def trtllm_speculative_config(**speculative: Any) -> dict[str, Any]:
     [
         ({"method": "eagle3", "draftModel": "d"}, False),  # one-model by default
         ({"method": "mtp"}, False),
+        ({"method": "mtp", "engineOptions": MTP_EAGLE_TWO_MODEL}, True),
+        ({"method": "mtp", "engineOptions": VANILLA_MTP}, False),
         ({"method": "eagle3", "draftModel": "d", "engineOptions": TWO_MODEL}, True),
         ({"method": "draft_model", "draftModel": "d"}, True),
         ({"method": "ngram"}, True),
@@ -233,6 +238,28 @@ def test_trtllm_depth_schedule_is_draft_len_schedule_with_max_concurrency_folded
     # Batch sizes no step covers draft k; above max_concurrency nothing (1.2.1 refuses both).
     assert config["draft_len_schedule"] == {1: 5, 9: 2, 33: 5, 49: 0}
     assert config["max_draft_len"] == 5 and "max_concurrency" not in config
+
+
+def test_trtllm_mtp_eagle_two_model_takes_the_depth_schedule() -> None:
+    """The CRD refuses a depth schedule on mtp (CEL cannot read engineOptions); the renderer
+    still says what 1.2.1 would run, its MTP depth (num_nextn_predict_layers) cut with
+    max_draft_len."""
+    spec = SpeculativeSpec.model_validate(
+        {
+            "method": "mtp",
+            "numSpeculativeTokens": 3,
+            "depthSchedule": [
+                {"minBatchSize": 1, "maxBatchSize": 4, "numSpeculativeTokens": 2},
+                {"minBatchSize": 5, "maxBatchSize": 8, "numSpeculativeTokens": 1},
+            ],
+            "engineOptions": MTP_EAGLE_TWO_MODEL,
+        }
+    )
+    config = speculative_config(spec)
+    assert config["draft_len_schedule"] == {1: 2, 5: 1, 9: 2}
+    assert config["max_draft_len"] == config["num_nextn_predict_layers"] == 2
+    one_model = spec.model_copy(update={"engine_options": None})
+    assert "draft_len_schedule" not in speculative_config(one_model)
 
 
 def test_trtllm_batch_size_1_drafts_the_most() -> None:
@@ -295,6 +322,9 @@ def test_trtllm_gateway_knows_how_the_engine_drafts() -> None:
     gate = {**GATE, **TWO_MODEL}
     assert drafting(method="eagle3", draftModel="d", engineOptions=gate)["gated"] is True
     assert drafting(method="eagle3", draftModel="d", engineOptions=GATE) is None  # one-model
+    mtp_gate = {**GATE, **MTP_EAGLE_TWO_MODEL}
+    assert drafting(method="mtp", engineOptions=mtp_gate)["gated"] is True
+    assert drafting(method="mtp", engineOptions=GATE) is None
 
 
 def test_trtllm_kv_cache_fp8() -> None:

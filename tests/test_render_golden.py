@@ -112,6 +112,10 @@ TRTLLM_DRAFTING: dict[str, dict[str, Any]] = {
         "maxConcurrency": 64,
         "engineOptions": {**GATE, "eagle3_one_model": False},
     },
+    "mtp-eagle-two-model-gate": {
+        **METHODS["mtp"],
+        "engineOptions": {**GATE, "mtp_eagle_one_model": False},
+    },
     "draft_model-depth-schedule": {
         **METHODS["draft_model"],
         "maxConcurrency": 48,

@@ -280,6 +280,7 @@ def test_trtllm_bad_yaml(yaml_text: str, message: str) -> None:
         # the draft runs inside the target's forward: the executor's gate never acts
         ("decoding_type: Eagle, max_draft_len: 4, speculative_model: d", None),
         ("decoding_type: MTP", None),
+        ("decoding_type: MTP, mtp_eagle_one_model: false, use_mtp_vanilla: true", None),
     ],
 )
 def test_trtllm_acceptance_gate_where_a_drafter_runs(

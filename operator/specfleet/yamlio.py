@@ -1,4 +1,5 @@
-"""YAML in and out, the way people read it: multi-line strings as literal blocks."""
+"""YAML in and out, the way people read it: multi-line strings as literal blocks; and the error
+for an input that cannot be used."""
 
 from __future__ import annotations
 
@@ -30,3 +31,12 @@ def dump_all(documents: Iterable[Any]) -> str:
 
 class YamlError(ValueError):
     pass
+
+
+class InputError(ValueError):
+    """An input that cannot be used (a file, or an object read from the cluster): its source and
+    every problem, each naming its field or line. The CLI prints them one a line and exits 2."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source, self.problems = source, problems
+        super().__init__(f"{source}: " + "; ".join(problems))

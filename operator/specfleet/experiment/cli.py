@@ -10,6 +10,7 @@ import click
 
 from specfleet.api.spec import ClassSlo
 from specfleet.api.verdict import ExperimentVerdict
+from specfleet.yamlio import InputError
 
 EXIT_INVALID = 2
 EXIT_FAILED = 1
@@ -35,7 +36,7 @@ def experiment() -> None:
 def report_command(name: str | None, namespace: str, verdict_path: Path | None, out: Path) -> None:
     """Write OUT/report.md and OUT/report.png from the SpecExperiment NAME's verdict (read from
     the cluster, $KUBECONFIG) or from --verdict."""
-    from specfleet.experiment.report import VerdictInputError, load_verdict, verdict_of
+    from specfleet.experiment.report import load_verdict, verdict_of
 
     if (name is None) == (verdict_path is None):
         raise click.UsageError("give the SpecExperiment's NAME or --verdict FILE, one of them")
@@ -44,7 +45,7 @@ def report_command(name: str | None, namespace: str, verdict_path: Path | None, 
             verdict = load_verdict(verdict_path)
         else:
             verdict = verdict_of(_read_experiment(namespace, str(name)), f"{namespace}/{name}")
-    except VerdictInputError as exc:
+    except InputError as exc:
         _refuse(exc.source, "holds no valid experiment verdict", exc.problems)
     _write_report(verdict, out)
 
@@ -81,11 +82,10 @@ def simulate_command(
     """Simulate the four arms on the same traffic; write OUT/verdict.json, report.md and
     report.png."""
     from specfleet.experiment.simulation import load_experiment, run
-    from specfleet.simulate.inputs import SimulationInputError
 
     try:
         experiment = load_experiment(specmodel_path, scenario_path)
-    except SimulationInputError as exc:
+    except InputError as exc:
         _refuse(exc.source, "cannot be simulated", exc.problems)
     verdict = run(experiment, seed)
     out.mkdir(parents=True, exist_ok=True)
@@ -152,11 +152,11 @@ def capacity_command(
 
     from specfleet.experiment import guidellm as tool
     from specfleet.experiment.capacity import capacity, concurrency_steps, termination_message
-    from specfleet.experiment.replay import RequestFileError, load_requests
+    from specfleet.experiment.replay import load_requests
 
     try:
         requests = load_requests(requests_path)
-    except RequestFileError as exc:
+    except InputError as exc:
         _refuse(exc.source, "cannot be replayed", exc.problems)
     slos = _slos(slo_json, {r.class_name for r in requests})
     with tempfile.TemporaryDirectory(prefix="specfleet-capacity-") as workdir:

@@ -20,6 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from specfleet.yamlio import InputError
+
 
 class Api(StrEnum):
     CHAT = "/v1/chat/completions"
@@ -64,17 +66,11 @@ def prompt_key(prompt: Any) -> str:
     return json.dumps(prompt, sort_keys=True, separators=(",", ":"))
 
 
-class RequestFileError(ValueError):
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source, self.problems = source, problems
-        super().__init__(f"{source}: " + "; ".join(problems))
-
-
 def load_requests(path: Path) -> list[ReplayRequest]:
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
-        raise RequestFileError(str(path), [str(exc)]) from None
+        raise InputError(str(path), [str(exc)]) from None
     requests, problems = [], []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -85,7 +81,7 @@ def load_requests(path: Path) -> list[ReplayRequest]:
             problems += [f"line {number}: {_where(e)}{e['msg']}" for e in exc.errors()]
     problems += check_requests(requests)
     if problems:
-        raise RequestFileError(str(path), problems)
+        raise InputError(str(path), problems)
     return requests
 
 

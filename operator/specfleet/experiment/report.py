@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from specfleet.api.experiment import EXPERIMENT_KIND
 from specfleet.api.verdict import ArmRow, ExperimentVerdict, Latency
 from specfleet.experiment.verdict import OVERALL, PER
+from specfleet.yamlio import InputError
 
 COLUMNS = [
     "arm",
@@ -33,21 +34,13 @@ COLUMNS = [
 ]
 
 
-class VerdictInputError(ValueError):
-    """A verdict file that cannot be read; every problem names the file and the field."""
-
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source, self.problems = source, problems
-        super().__init__(f"{source}: " + "; ".join(problems))
-
-
 def load_verdict(path: Path) -> ExperimentVerdict:
     """A verdict saved as JSON, or a SpecExperiment saved with its status (`kubectl get
     specexperiment NAME -o yaml`, or `-o json`)."""
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise VerdictInputError(str(path), [str(exc)]) from None
+        raise InputError(str(path), [str(exc)]) from None
     return verdict_of(data, str(path))
 
 
@@ -58,7 +51,7 @@ def verdict_of(data: Any, source: str) -> ExperimentVerdict:
         if status.get("verdict") is None:
             phase = status.get("phase", "Pending")
             problem = f"status.verdict: none yet (phase {phase}): wait until its arms are measured"
-            raise VerdictInputError(source, [problem])
+            raise InputError(source, [problem])
         data = status["verdict"]
     try:
         return ExperimentVerdict.model_validate(data)
@@ -67,7 +60,7 @@ def verdict_of(data: Any, source: str) -> ExperimentVerdict:
             f"{'.'.join(str(part) for part in e['loc']) or '<root>'}: {e['msg']}"
             for e in exc.errors()
         ]
-        raise VerdictInputError(source, problems) from None
+        raise InputError(source, problems) from None
 
 
 def markdown(verdict: ExperimentVerdict) -> str:

@@ -33,9 +33,10 @@ from specfleet.experiment.verdict import ArmMeasurement, ClassMeasurement, judge
 from specfleet.scenario import Effects, Scenario, ScenarioError, Schedule, load_scenario_as
 from specfleet.simulate import physics
 from specfleet.simulate.draws import ClassDraw, binomial, draw_slices
-from specfleet.simulate.inputs import SimulationInputError, build_world, load_specmodel_document
+from specfleet.simulate.inputs import build_world, load_specmodel_document
 from specfleet.simulate.outcome import ClassSlice, realize, tpot_quantile_seconds
 from specfleet.simulate.world import ClassConditions, Conditions, Setting, World
+from specfleet.yamlio import InputError
 
 SLICE_SECONDS = 10.0
 QUANTILES = {"p50_seconds": 0.0, "p95_seconds": physics.Z95, "p99_seconds": 2.326}
@@ -99,14 +100,14 @@ def load_experiment(specmodel_path: Path, scenario_path: Path) -> Experiment:
     try:
         scenario = load_scenario_as(scenario_path, ExperimentScenario)
     except ScenarioError as exc:
-        raise SimulationInputError(str(scenario_path), [str(exc)]) from None
+        raise InputError(str(scenario_path), [str(exc)]) from None
     missing = [
         f"spec.{field}: the four arms need one (the arms are the spec with and without it)"
         for field in ("quantization", "speculative")
         if not document.get("spec", {}).get(field)
     ]
     if missing:
-        raise SimulationInputError(str(specmodel_path), missing)
+        raise InputError(str(specmodel_path), missing)
     worlds = {
         arm: _arm_world(
             build_world(overlay(document, arm), scenario, str(specmodel_path), str(scenario_path)),

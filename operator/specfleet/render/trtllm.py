@@ -3,6 +3,7 @@ decoding and the KV-cache dtype are configured)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -70,7 +71,7 @@ def llm_api_options(config: EngineConfig, speculation: bool) -> dict[str, Any]:
 def speculative_config(spec: SpeculativeSpec) -> dict[str, Any]:
     out: dict[str, Any] = {
         "decoding_type": DECODING_TYPE[spec.method],
-        "max_draft_len": spec.num_speculative_tokens,
+        **draft_len(spec.method, spec.num_speculative_tokens),
     }
     if spec.draft_model:
         out["speculative_model_dir"] = spec.draft_model
@@ -78,21 +79,25 @@ def speculative_config(spec: SpeculativeSpec) -> dict[str, Any]:
         out["max_concurrency"] = spec.max_concurrency
     if spec.method == "eagle3":
         out["eagle3_one_model"] = True
-    if spec.method == "mtp":
-        # MTP's depth is its number of next-token layers; max_draft_len follows it.
-        out["num_nextn_predict_layers"] = spec.num_speculative_tokens
     if spec.method == "ngram":
         out["max_matching_ngram_size"] = spec.ngram.max_match if spec.ngram else 4
     out |= spec.engine_options or {}
-    if one_model(out):
+    if not runs_a_drafter(out):
         for key in ACCEPTANCE_GATE:
             out.pop(key, None)
     elif spec.depth_schedule:
         depths = depth_by_batch_size(spec, out)
         out.pop("max_concurrency", None)  # 1.2.1 refuses both; the schedule carries it
-        out["max_draft_len"] = depths[1]
+        out |= draft_len(spec.method, depths[1])
         out["draft_len_schedule"] = depths
     return out
+
+
+def draft_len(method: str, k: int) -> dict[str, int]:
+    """MTP's depth is its number of next-token layers: 1.2.1 sets max_draft_len from it."""
+    if method == "mtp":
+        return {"max_draft_len": k, "num_nextn_predict_layers": k}
+    return {"max_draft_len": k}
 
 
 def drafting_of(spec: SpeculativeSpec) -> Drafting | None:
@@ -110,14 +115,19 @@ def drafting_of(spec: SpeculativeSpec) -> Drafting | None:
     return Drafting(depth_by_batch_size=depths, every_step=every_step, gated=gated)
 
 
-def one_model(options: dict[str, Any]) -> bool:
-    """The draft runs inside the target's forward (EAGLE-3 one-model, MTP). In 1.2.1 only the
-    two-model path (a separate drafter: Eagle with eagle3_one_model false, DraftTarget, NGram)
-    applies the acceptance gate and draft_len_schedule."""
+def runs_a_drafter(options: Mapping[str, Any]) -> bool:
+    """Whether 1.2.1 runs a drafter beside the target model for this speculative_config
+    (get_spec_drafter: NGram, DraftTarget, Eagle with eagle3_one_model false, and MTP-Eagle
+    two-model: MTP with mtp_eagle_one_model false, use_mtp_vanilla not set). Only there does its
+    executor apply the acceptance gate and draft_len_schedule; one-model Eagle and MTP draft
+    inside the target's forward. MTP-Eagle also needs a checkpoint with one MTP layer (as
+    DeepSeek-V3/R1 have); on more, 1.2.1 runs vanilla MTP, and no option says which it has."""
     decoding_type = options.get("decoding_type")
-    return decoding_type == "MTP" or (
-        decoding_type == "Eagle" and options.get("eagle3_one_model", True) is not False
-    )
+    if decoding_type == "Eagle":
+        return not options.get("eagle3_one_model", True)
+    if decoding_type == "MTP":
+        return not options.get("mtp_eagle_one_model", True) and not options.get("use_mtp_vanilla")
+    return decoding_type in ("NGram", "DraftTarget")
 
 
 def depth_by_batch_size(spec: SpeculativeSpec, options: dict[str, Any]) -> dict[int, int]:
@@ -126,7 +136,7 @@ def depth_by_batch_size(spec: SpeculativeSpec, options: dict[str, Any]) -> dict[
     draft the most (1.2.1's rule for draft_len_schedule), so deeper steps are cut to its depth."""
     k = spec.num_speculative_tokens
     depths = {1: k}
-    steps = [] if one_model(options) else (spec.depth_schedule or [])
+    steps = (spec.depth_schedule or []) if runs_a_drafter(options) else []
     for step in sorted(steps, key=lambda s: s.min_batch_size):
         depths[step.min_batch_size] = step.num_speculative_tokens
         depths.setdefault(step.max_batch_size + 1, k)

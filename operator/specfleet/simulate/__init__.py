@@ -37,12 +37,11 @@ tokens, falls below minSpeedup, or a critical class's true acceptance rate (the 
 accepted / drafted, in expectation) falls below its floor.
 """
 
-from specfleet.simulate.inputs import SimulationInputError, build_world, load_world
+from specfleet.simulate.inputs import build_world, load_world
 from specfleet.simulate.simulation import Result, SimulationSettings, simulate
 
 __all__ = [
     "Result",
-    "SimulationInputError",
     "SimulationSettings",
     "build_world",
     "load_world",

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
-from specfleet.simulate.inputs import SimulationInputError, load_world
+from specfleet.simulate.inputs import load_world
 from specfleet.simulate.simulation import Result, SimulationSettings, simulate
+from specfleet.yamlio import InputError
 
 EXIT_INVALID = 2
 
@@ -61,7 +62,7 @@ def simulate_command(
     started = time.perf_counter()
     try:
         world = load_world(specmodel_path, scenario_path)
-    except SimulationInputError as exc:
+    except InputError as exc:
         click.echo(f"error: {exc.source} cannot be simulated:", err=True)
         for problem in exc.problems:
             click.echo(f"  {problem}", err=True)

@@ -16,24 +16,16 @@ from specfleet.render import revision_hash
 from specfleet.scenario import Effects, Scenario, ScenarioError, load_scenario
 from specfleet.scenario.timing import TimingModel
 from specfleet.simulate.world import Revision, SpecChange, World
-from specfleet.yamlio import YamlError
-
-
-class SimulationInputError(ValueError):
-    """A SpecModel or scenario the replay cannot run; every line names its file and field."""
-
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source, self.problems = source, problems
-        super().__init__(f"{source}: " + "; ".join(problems))
+from specfleet.yamlio import InputError, YamlError
 
 
 def load_specmodel_document(path: Path) -> dict[str, Any]:
     try:
         documents = load_manifests(path)
     except YamlError as exc:
-        raise SimulationInputError(str(path), [str(exc)]) from None
+        raise InputError(str(path), [str(exc)]) from None
     if len(documents) != 1:
-        raise SimulationInputError(str(path), [f"expected one SpecModel, found {len(documents)}"])
+        raise InputError(str(path), [f"expected one SpecModel, found {len(documents)}"])
     return documents[0]
 
 
@@ -42,7 +34,7 @@ def load_world(specmodel_path: Path, scenario_path: Path) -> World:
     try:
         scenario = load_scenario(scenario_path)
     except ScenarioError as exc:
-        raise SimulationInputError(str(scenario_path), [str(exc)]) from None
+        raise InputError(str(scenario_path), [str(exc)]) from None
     return build_world(document, scenario, str(specmodel_path), str(scenario_path))
 
 
@@ -89,14 +81,14 @@ def _parse(document: dict[str, Any], source: str, where: str) -> SpecModel:
     try:
         return parse_specmodel(document)
     except InvalidSpecModel as exc:
-        raise SimulationInputError(source, [f"{where}{e}" for e in exc.errors]) from None
+        raise InputError(source, [f"{where}{e}" for e in exc.errors]) from None
 
 
 def _check_classes(specmodel: SpecModel, scenario: Scenario, source: str) -> None:
     known = [c.name for c in specmodel.spec.classes]
     unknown = [name for name in scenario.classes if name not in known]
     if unknown:
-        raise SimulationInputError(
+        raise InputError(
             source,
             [
                 f"classes.{name}: not a class of the SpecModel ({', '.join(known)})"

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import yaml
 
+from specfleet.render.trtllm import runs_a_drafter
 from specfleet.scenario.drafting import PROMPT_LOOKUP
 
 __all__ = [
@@ -409,21 +410,9 @@ def _trt_acceptance_gate(conf: dict[str, Any]) -> tuple[int, float] | None:
         raise EngineArgsError(f"acceptance_window must be >= 0 (0 disables), got {window}")
     if threshold is not None and threshold < 0:
         raise EngineArgsError(f"acceptance_length_threshold must be >= 0, got {threshold}")
-    if not window or threshold is None or not _trt_runs_a_drafter(conf):
+    if not window or threshold is None or not runs_a_drafter(conf):
         return None
     return int(window), float(threshold)
-
-
-def _trt_runs_a_drafter(conf: dict[str, Any]) -> bool:
-    """1.2.1's get_spec_drafter: NGram, DraftTarget, two-model EAGLE-3, and MTP-Eagle two-model
-    (mtp_eagle_one_model false, on a checkpoint with one MTP layer). One-model EAGLE-3 and MTP
-    draft inside the target's forward, where the executor's gate never looks."""
-    decoding_type = conf.get("decoding_type")
-    if decoding_type == "Eagle":
-        return not conf.get("eagle3_one_model", True)
-    if decoding_type == "MTP":
-        return not conf.get("mtp_eagle_one_model", True) and not conf.get("use_mtp_vanilla")
-    return decoding_type in ("NGram", "DraftTarget")
 
 
 def parse_trtllm(
