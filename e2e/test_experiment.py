@@ -27,7 +27,7 @@ from e2e.traffic import serving
 
 ROOT = Path(__file__).resolve().parent.parent
 ARMS = ("baseline", "quantized", "speculative", "both")
-PROBES = 15
+PROBES = 30
 MIRROR_BUDGET_MS = 5.0
 """What mirroring every request to four arms may add to the fleet gateway's own TTFT: the
 gateway's p99 budget (README, Benchmarks)."""
@@ -175,19 +175,22 @@ def _assert_load_tested(final: dict[str, Any]) -> None:
 
 
 def _gateway_added_ttft_ms(cluster: LocalCluster, namespace: str) -> float:
-    """What the fleet's gateway adds to a streamed answer's first token: the `openai` client's
-    median TTFT through the fleet pod's gateway minus straight to its engine, the two asked in
-    turn (the same moment's contention on both paths)."""
-    pods = cluster.kubectl_json(
-        "get", "pods", "-n", namespace, "-l", "app.kubernetes.io/instance=shop"
+    """What the fleet's gateway adds to a streamed answer's first token: the median, over pairs
+    of the `openai` client's requests asked in turn, of the TTFT through the fleet pod's gateway
+    minus the TTFT straight to its engine (each pair sees the same moment's contention)."""
+    eventually(lambda: _fleet_pod_ip(cluster, namespace), "the fleet's pod Ready")
+    ip = _fleet_pod_ip(cluster, namespace)
+    gateway, engine = (
+        OpenAI(base_url=f"http://{ip}:{port}/v1", api_key="-") for port in (8080, 8000)
     )
-    [ip] = [p["status"]["podIP"] for p in pods["items"] if serving(p)]
-    paths = {port: OpenAI(base_url=f"http://{ip}:{port}/v1", api_key="-") for port in (8080, 8000)}
-    ttfts: dict[int, list[float]] = {port: [] for port in paths}
-    for _ in range(PROBES):
-        for port, client in paths.items():
-            ttfts[port].append(_ttft(client))
-    return 1000 * (statistics.median(ttfts[8080]) - statistics.median(ttfts[8000]))
+    added = [_ttft(gateway) - _ttft(engine) for _ in range(PROBES)]
+    return 1000 * statistics.median(added)
+
+
+def _fleet_pod_ip(cluster: LocalCluster, namespace: str) -> str | None:
+    fleet = "app.kubernetes.io/instance=shop"
+    pods = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", fleet)["items"]
+    return next((p["status"]["podIP"] for p in pods if serving(p)), None)
 
 
 def _ttft(client: OpenAI) -> float:
