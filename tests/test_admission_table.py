@@ -18,7 +18,8 @@ from conftest import INVALID_CASES, ROOT, merge, specmodel_doc
 from specfleet.api import InvalidSpecModel, parse_specmodel
 from specfleet.api.crd import crd
 from specfleet.api.hardware import product_pattern
-from specfleet.cli import EXIT_INVALID, main
+from specfleet.cli import main
+from specfleet.refusal import EXIT_INVALID
 
 WRONGLY_REFUSED = yaml.safe_load((ROOT / "tests/data/invalid/wrongly-refused.yaml").read_text())
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
@@ -14,12 +12,13 @@ from specfleet.api.manifests import load_manifests
 from specfleet.api.reference import markdown
 from specfleet.experiment.cli import experiment
 from specfleet.gateway.cli import gateway
+from specfleet.refusal import refuse
 from specfleet.render import ServingPlan, render
 from specfleet.render.plan import DEFAULT_CAPACITY_IMAGE, DEFAULT_GATEWAY_IMAGE
 from specfleet.simulate.cli import simulate_command
 from specfleet.yamlio import YamlError, dump_all
 
-EXIT_INVALID = 2
+NOT_A_SPECMODEL = "is not a valid SpecModel"
 
 
 @click.group()
@@ -52,9 +51,9 @@ def render_command(filename: Path, plan_file: Path | None) -> None:
         plan = ServingPlan.model_validate(load_manifests(plan_file)[0]) if plan_file else None
         specmodels = [parse_specmodel(doc) for doc in load_manifests(filename)]
     except InvalidSpecModel as exc:
-        _invalid(filename, [str(error) for error in exc.errors])
+        refuse(filename, NOT_A_SPECMODEL, [str(error) for error in exc.errors])
     except (YamlError, ValueError) as exc:
-        _invalid(plan_file or filename, [str(exc)])
+        refuse(plan_file or filename, NOT_A_SPECMODEL, [str(exc)])
     click.echo(dump_all(m for sm in specmodels for m in render(sm, plan)), nl=False)
 
 
@@ -89,13 +88,6 @@ def run_command(namespaces: tuple[str, ...], **options: object) -> None:
 
     tune_collector()
     run(RunOptions(namespaces=list(namespaces), **options))  # type: ignore[arg-type]
-
-
-def _invalid(path: Path, problems: list[str]) -> NoReturn:
-    click.echo(f"error: {path} is not a valid SpecModel:", err=True)
-    for problem in problems:
-        click.echo(f"  {problem}", err=True)
-    sys.exit(EXIT_INVALID)
 
 
 main.add_command(gateway)

@@ -35,7 +35,7 @@ class YamlError(ValueError):
 
 class InputError(ValueError):
     """An input that cannot be used (a file, or an object read from the cluster): its source and
-    every problem, each naming its field or line. The CLI prints them one a line and exits 2."""
+    every problem, each naming its field or line. The CLI refuses it (`refusal.refuse`)."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
         self.source, self.problems = source, problems

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
 from specfleet.api.spec import ClassSlo
 from specfleet.api.verdict import ExperimentVerdict
+from specfleet.refusal import refuse
 from specfleet.yamlio import InputError
 
-EXIT_INVALID = 2
 EXIT_FAILED = 1
 VERDICT = "verdict.json"
 
@@ -46,7 +45,7 @@ def report_command(name: str | None, namespace: str, verdict_path: Path | None, 
         else:
             verdict = verdict_of(_read_experiment(namespace, str(name)), f"{namespace}/{name}")
     except InputError as exc:
-        _refuse(exc.source, "holds no valid experiment verdict", exc.problems)
+        refuse(exc.source, "holds no valid experiment verdict", exc.problems)
     _write_report(verdict, out)
 
 
@@ -62,7 +61,7 @@ def _read_experiment(namespace: str, name: str) -> object:
     try:
         return api.get_namespaced_custom_object(GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name)
     except ApiException as exc:
-        _refuse(f"specexperiments/{name} in {namespace}", "cannot be read", [str(exc.reason)])
+        refuse(f"specexperiments/{name} in {namespace}", "cannot be read", [str(exc.reason)])
 
 
 @experiment.command("simulate")
@@ -86,7 +85,7 @@ def simulate_command(
     try:
         experiment = load_experiment(specmodel_path, scenario_path)
     except InputError as exc:
-        _refuse(exc.source, "cannot be simulated", exc.problems)
+        refuse(exc.source, "cannot be simulated", exc.problems)
     verdict = run(experiment, seed)
     out.mkdir(parents=True, exist_ok=True)
     (out / VERDICT).write_text(verdict_json(verdict))
@@ -157,7 +156,7 @@ def capacity_command(
     try:
         requests = load_requests(requests_path)
     except InputError as exc:
-        _refuse(exc.source, "cannot be replayed", exc.problems)
+        refuse(exc.source, "cannot be replayed", exc.problems)
     slos = _slos(slo_json, {r.class_name for r in requests})
     with tempfile.TemporaryDirectory(prefix="specfleet-capacity-") as workdir:
         try:
@@ -190,10 +189,10 @@ def _slos(slo_json: str, classes: set[str]) -> dict[str, ClassSlo]:
     try:
         slos = TypeAdapter(dict[str, ClassSlo]).validate_json(slo_json)
     except ValidationError as exc:
-        _refuse("--slo", "is not a class → SLO map", [str(e["msg"]) for e in exc.errors()])
+        refuse("--slo", "is not a class → SLO map", [str(e["msg"]) for e in exc.errors()])
     unmeasured = sorted(set(slos) - classes)
     if unmeasured:
-        _refuse("--slo", "names classes the requests lack", unmeasured)
+        refuse("--slo", "names classes the requests lack", unmeasured)
     return slos
 
 
@@ -209,10 +208,3 @@ def _write_report(verdict: ExperimentVerdict, out: Path) -> None:
     draw(verdict, out / "report.png")
     click.echo(f"{verdict.outcome}: {verdict.recommendation or 'none'}. {verdict.reason}")
     click.echo(f"wrote {out}/")
-
-
-def _refuse(source: str, what: str, problems: list[str]) -> NoReturn:
-    click.echo(f"error: {source} {what}:", err=True)
-    for problem in problems:
-        click.echo(f"  {problem}", err=True)
-    sys.exit(EXIT_INVALID)

@@ -201,8 +201,12 @@ def judge(
         for c in slos
     ]
     totals = [
-        _row(by_name[a], list(by_name[a].classes.values()), overall[a], gpu_hour_price).model_copy(
-            update={"kv_cache_headroom": _headroom(by_name[a].kv_cache_peak)}
+        _row(
+            by_name[a],
+            list(by_name[a].classes.values()),
+            overall[a],
+            gpu_hour_price,
+            kv_cache_headroom=_headroom(by_name[a].kv_cache_peak),
         )
         for a in ArmName
     ]
@@ -257,8 +261,13 @@ def _overall_share(arm: ArmMeasurement, shares: Mapping[str, float]) -> float:
 
 
 def _row(
-    arm: ArmMeasurement, classes: list[ClassMeasurement], share: float, gpu_hour_price: float
+    arm: ArmMeasurement,
+    classes: list[ClassMeasurement],
+    share: float,
+    gpu_hour_price: float,
+    kv_cache_headroom: float | None = None,
 ) -> ArmRow:
+    """`kv_cache_headroom` only overall: the KV cache is the arm's, shared by its classes."""
     requests = sum(m.requests for m in classes)
     drafting = [(m.acceptance_rate, m.requests) for m in classes if m.acceptance_rate is not None]
     one = classes[0] if len(classes) == 1 else None
@@ -278,6 +287,7 @@ def _row(
         cost_per_accepted_answer=cost_per_accepted_answer(
             gpu_hour_price, arm.gpus_per_replica, arm.throughput_at_slo, share
         ),
+        kv_cache_headroom=kv_cache_headroom,
     )
 
 

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import click
 
+from specfleet.refusal import refuse
 from specfleet.simulate.inputs import load_world
 from specfleet.simulate.simulation import Result, SimulationSettings, simulate
 from specfleet.yamlio import InputError
-
-EXIT_INVALID = 2
 
 
 @click.command("simulate")
@@ -63,10 +62,7 @@ def simulate_command(
     try:
         world = load_world(specmodel_path, scenario_path)
     except InputError as exc:
-        click.echo(f"error: {exc.source} cannot be simulated:", err=True)
-        for problem in exc.problems:
-            click.echo(f"  {problem}", err=True)
-        sys.exit(EXIT_INVALID)
+        refuse(exc.source, "cannot be simulated", exc.problems)
     settings = SimulationSettings(seed=seed, tick_seconds=tick, rollout_seconds=rollout_seconds)
     result = simulate(world, settings)
     report.write(result, out)
