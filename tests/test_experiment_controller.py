@@ -26,7 +26,7 @@ from specfleet.controller.kube import Kube
 from specfleet.controller.operator import Operator
 from specfleet.controller.queue import WorkQueue
 from specfleet.experiment.capacity import Capacity, termination_message
-from specfleet.experiment.mirror import mirror_of
+from specfleet.experiment.mirror import mirror_of, sample_token
 from specfleet.experiment.sample import SampleUnavailable
 from specfleet.render import RenderSettings
 from specfleet.telemetry.reader import TelemetryReader
@@ -318,11 +318,12 @@ class Fetches:
     answer: str | None = SAMPLE
     urls: list[str] = field(default_factory=list)
 
-    def __call__(self, url: str, experiment: str) -> str:
+    def __call__(self, url: str, experiment: str, token: str) -> str:
         self.urls.append(url)
         if self.answer is None:
             raise SampleUnavailable("ConnectError: connection refused")
         assert experiment == "x"
+        assert token == sample_token(parse_specexperiment(experiment_doc()))
         return self.answer
 
 

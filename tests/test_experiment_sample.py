@@ -24,7 +24,7 @@ from specfleet.experiment.sample import (
     sample_urls,
     take_sample,
 )
-from test_gateway_mirror import GREEDY, Arm, eventually, fleet, post
+from test_gateway_mirror import GREEDY, SAMPLE_TOKEN, Arm, eventually, fleet, post
 
 
 def line(klass: str, content: str | None = None, **body: Any) -> str:
@@ -82,19 +82,20 @@ def test_the_sample_is_taken_from_ready_fleet_pods_first_to_last() -> None:
     assert urls == ["http://[fd00::2]:9090/mirror/sample", "http://10.0.0.3:9090/mirror/sample"]
     answers = {urls[0]: SampleUnavailable("HTTP 404"), urls[1]: line("chat", "hi")}
 
-    def fetch(url: str, experiment: str) -> str:
+    def fetch(url: str, experiment: str, token: str) -> str:
+        assert token == "t" * 32
         answer = answers[url]
         if isinstance(answer, Exception):
             raise answer
         return answer
 
-    assert [r.class_name for r in take_sample(urls, "x", fetch)] == ["chat"]
+    assert [r.class_name for r in take_sample(urls, "x", "t" * 32, fetch)] == ["chat"]
     del answers[urls[1]]
     with pytest.raises(SampleUnavailable, match="HTTP 404") as failed:
-        take_sample(urls[:1], "x", fetch)
+        take_sample(urls[:1], "x", "t" * 32, fetch)
     assert urls[0] in str(failed.value)
     with pytest.raises(SampleUnavailable, match="no Ready pod"):
-        take_sample([], "x", fetch)
+        take_sample([], "x", "t" * 32, fetch)
 
 
 async def test_the_gateways_sample_becomes_the_file_the_load_tests_replay(tmp_path: Path) -> None:
@@ -106,9 +107,11 @@ async def test_the_gateways_sample_becomes_the_file_the_load_tests_replay(tmp_pa
         await eventually(lambda: len(arm.seen) == 12)
         url = gw.metrics_url + "/mirror/sample"
         with httpx.Client() as http:
-            jsonl = await asyncio.to_thread(get_sample, http, url, "four-arms")
+            jsonl = await asyncio.to_thread(get_sample, http, url, "four-arms", SAMPLE_TOKEN)
             with pytest.raises(SampleUnavailable, match="experiment four-arms's"):
-                await asyncio.to_thread(get_sample, http, url, "another")
+                await asyncio.to_thread(get_sample, http, url, "another", SAMPLE_TOKEN)
+            with pytest.raises(SampleUnavailable, match="HTTP 401"):
+                await asyncio.to_thread(get_sample, http, url, "four-arms", "w" * 32)
     requests = replayable(jsonl)
     # code's one prompt, kept four times, is still one class's: chat's four and code's four
     assert sorted(r.class_name for r in requests) == ["chat"] * 4 + ["code"] * 4
@@ -121,4 +124,4 @@ async def test_the_gateways_sample_becomes_the_file_the_load_tests_replay(tmp_pa
 
 def test_a_gateway_that_does_not_answer_is_unavailable() -> None:
     with httpx.Client() as http, pytest.raises(SampleUnavailable, match="ConnectError"):
-        get_sample(http, "http://127.0.0.1:9/mirror/sample", "x")
+        get_sample(http, "http://127.0.0.1:9/mirror/sample", "x", "t" * 32)

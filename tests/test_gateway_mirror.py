@@ -41,6 +41,7 @@ from specfleet_testbed.engine.server import SimOptions, serve
 
 CHAT = "/v1/chat/completions"
 CLASSES = [{"name": "code", "match": {"headers": {"x-team": "code"}}}, {"name": "chat"}]
+SAMPLE_TOKEN = "s3cr3t-sample-token"
 GREEDY = {"model": "llama", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
 
 
@@ -58,6 +59,7 @@ def config(arms: dict[str, str] | None = None, **mirror: Any) -> GatewayConfig:
             "arms": [{"name": name, "url": url} for name, url in arms.items()],
             "baseline": next(iter(arms)),
             "sample": {"code": 1.0, "chat": 1.0},
+            **({"sampleToken": SAMPLE_TOKEN} if "keepSample" in mirror else {}),
             **mirror,
         }
     return GatewayConfig.model_validate(doc)
@@ -434,8 +436,11 @@ def test_the_kept_sample_is_bounded_in_bytes_per_class() -> None:
     assert lines and all(json.loads(line)["class"] == "chat" for line in lines)
 
 
-async def sample_of(http: httpx.AsyncClient, gw: GatewayServer) -> httpx.Response:
-    return await http.get(gw.metrics_url + "/mirror/sample")
+async def sample_of(
+    http: httpx.AsyncClient, gw: GatewayServer, token: str = SAMPLE_TOKEN
+) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"}
+    return await http.get(gw.metrics_url + "/mirror/sample", headers=headers)
 
 
 async def test_the_sample_is_kept_only_when_asked_and_served_on_the_metrics_port() -> None:
@@ -452,6 +457,13 @@ async def test_the_sample_is_kept_only_when_asked_and_served_on_the_metrics_port
         await eventually(lambda: len(arm.seen) == 1 + 16)
         served = await sample_of(http, gw)
         assert (await http.get(gw.url + "/mirror/sample")).status_code != 200  # not the proxy's
+        # live prompts: only to the mirror's token
+        for refused in (
+            await sample_of(http, gw, "a" * 32),
+            await http.get(gw.metrics_url + "/mirror/sample"),
+        ):
+            assert refused.status_code == 401 and "sampleToken" in refused.text
+            assert refused.headers["WWW-Authenticate"] == "Bearer"
     assert served.status_code == 200 and served.headers[SAMPLE_EXPERIMENT_HEADER] == "four-arms"
     assert served.headers["content-type"].startswith("application/jsonl")
     rows = [json.loads(line) for line in served.text.splitlines()]

@@ -120,6 +120,12 @@ class Mirror(ApiModel):
         "in memory) for the experiment's capacity phase, served at `GET /mirror/sample` on the "
         "metrics port; none when absent.",
     )
+    sample_token: str | None = Field(
+        default=None,
+        min_length=16,
+        description="The bearer token `GET /mirror/sample` requires: the sample holds live "
+        "prompts. Required with `keepSample`.",
+    )
 
     @field_validator("sample")
     @classmethod
@@ -136,6 +142,8 @@ class Mirror(ApiModel):
             raise ValueError("arm names must be unique")
         if self.baseline not in names:
             raise ValueError(f"baseline {self.baseline!r} is not one of the arms {names}")
+        if self.keep_sample is not None and self.sample_token is None:
+            raise ValueError("keepSample needs sampleToken: the kept prompts are served to it only")
         return self
 
 

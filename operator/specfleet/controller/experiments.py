@@ -47,6 +47,7 @@ from specfleet.controller.experiment_status import (
 from specfleet.controller.kube import Kube
 from specfleet.controller.reconcile import describe
 from specfleet.experiment.capacity_job import render_capacity_jobs, render_requests, requests_name
+from specfleet.experiment.mirror import sample_token
 from specfleet.experiment.replay import ReplayRequest
 from specfleet.experiment.sample import SampleFetch, SampleUnavailable, sample_urls, take_sample
 from specfleet.experiment.workloads import InvalidArms, render_arms
@@ -167,7 +168,8 @@ def _load_tests(
 def _take_sample(experiment: SpecExperiment, live: CapacityLive) -> list[ReplayRequest]:
     if live.fetch is None:
         raise SampleUnavailable("this operator cannot fetch samples")
-    return take_sample(sample_urls(live.fleet_pods), experiment.metadata.name, live.fetch)
+    urls, token = sample_urls(live.fleet_pods), sample_token(experiment)
+    return take_sample(urls, experiment.metadata.name, token, live.fetch)
 
 
 def _jobs(

@@ -161,7 +161,7 @@ class Operator:
         capacity = CapacityLive(
             pods=list((capacity_pods or {}).get(key, [])),
             fleet_pods=list((pods or {}).get((key[0], ref), [])),
-            fetch=lambda url, experiment: get_sample(self._http, url, experiment),
+            fetch=lambda url, experiment, token: get_sample(self._http, url, experiment, token),
         )
         reader = self.reader if self._measure_due(key) else None
         status = reconcile_experiment(

@@ -5,6 +5,8 @@ or, with a capacity phase, once the sample of prompts the gateways keep meanwhil
 
 from __future__ import annotations
 
+import hashlib
+
 from specfleet.api import SpecModel
 from specfleet.api.experiment import ExperimentPhase, SpecExperiment, SpecExperimentStatus
 from specfleet.api.gateway import Mirror, MirrorArm
@@ -36,7 +38,16 @@ def mirror_of(experiments: list[SpecExperiment], specmodel: SpecModel) -> Mirror
         baseline=ArmName.BASELINE,
         sample={c.name: experiment.spec.sample.of(c.name) for c in specmodel.spec.classes},
         keep_sample=SAMPLE_PER_CLASS if experiment.spec.capacity else None,
+        sample_token=sample_token(experiment) if experiment.spec.capacity else None,
     )
+
+
+def sample_token(experiment: SpecExperiment) -> str:
+    """The token the fleet's gateways serve the kept prompts to: derived from the experiment's
+    uid, so the operator needs no state for it, and whoever can read neither the experiment nor
+    the gateway's config (a pod that merely reaches the metrics port) cannot present it."""
+    seed = f"specfleet-sample:{experiment.metadata.uid}"
+    return hashlib.sha256(seed.encode()).hexdigest()[:32]
 
 
 def mirroring(status: SpecExperimentStatus) -> bool:

@@ -27,8 +27,8 @@ REQUESTS_BYTES = 1024 * 1024 - 64 * 1024
 PODS_TRIED = 3
 
 Body = dict[str, Any]
-SampleFetch = Callable[[str, str], str]
-"""(URL, experiment) -> the JSONL the gateway kept for that experiment."""
+SampleFetch = Callable[[str, str, str], str]
+"""(URL, experiment, token) -> the JSONL the gateway kept for that experiment."""
 
 
 class SampleUnavailable(Exception):
@@ -44,13 +44,15 @@ def sample_urls(pods: Iterable[Body]) -> list[str]:
     return [_url(p["status"]["podIP"]) for p in ready[:PODS_TRIED]]
 
 
-def take_sample(urls: Sequence[str], experiment: str, fetch: SampleFetch) -> list[ReplayRequest]:
+def take_sample(
+    urls: Sequence[str], experiment: str, token: str, fetch: SampleFetch
+) -> list[ReplayRequest]:
     """The first pod's sample that holds a request to replay; SampleUnavailable with every
     pod's words when none does."""
     problems = []
     for url in urls:
         try:
-            return replayable(fetch(url, experiment))
+            return replayable(fetch(url, experiment, token))
         except SampleUnavailable as exc:
             problems.append(f"{url}: {exc}")
     raise SampleUnavailable("; ".join(problems) or "no Ready pod of the fleet")
@@ -96,10 +98,11 @@ def _parse(line: str) -> ReplayRequest | None:
         return None
 
 
-def get_sample(http: httpx.Client, url: str, experiment: str) -> str:
+def get_sample(http: httpx.Client, url: str, experiment: str, token: str) -> str:
     """The JSONL a gateway kept for `experiment`; SampleUnavailable with the words otherwise."""
+    headers = {"Authorization": f"Bearer {token}"}
     try:
-        with http.stream("GET", url, timeout=TIMEOUT_SECONDS) as response:
+        with http.stream("GET", url, headers=headers, timeout=TIMEOUT_SECONDS) as response:
             if response.status_code != 200:
                 raise SampleUnavailable(f"HTTP {response.status_code}")
             kept_for = response.headers.get(SAMPLE_EXPERIMENT_HEADER)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import json
 import logging
 import random
@@ -344,6 +345,12 @@ class Mirroring:
         mirror, reservoir = self.mirror, self.reservoir
         if mirror is None or reservoir is None:
             raise web.HTTPNotFound(text="no sample kept: no mirror asks for one\n")
+        if not _bearer(request, mirror.sample_token):
+            raise web.HTTPUnauthorized(
+                text="the sample holds live prompts: send the mirror's sampleToken as a "
+                "bearer token\n",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         return web.Response(
             body=reservoir.jsonl(),
             content_type=SAMPLE_CONTENT_TYPE,
@@ -362,6 +369,11 @@ class Mirroring:
                 self.metrics.exact_matches.labels(name, klass).inc()
             agreement = word_prefix_agreement(baseline.words(), output.words())
             self.metrics.agreement.labels(name, klass).inc(agreement)
+
+
+def _bearer(request: web.Request, token: str | None) -> bool:
+    presented = request.headers.get("Authorization", "").removeprefix("Bearer ")
+    return token is not None and hmac.compare_digest(presented.encode(), token.encode())
 
 
 async def _read_capped(content: aiohttp.StreamReader, limit: int) -> bytes:
