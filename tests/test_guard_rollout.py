@@ -189,6 +189,22 @@ def test_one_decisive_window_aborts_with_the_evidence() -> None:
     assert "chat p95TpotSeconds" in decision.rollout.message
 
 
+def test_an_abort_names_the_breach_that_decided_it_first() -> None:
+    """Seen on the local cluster: a marginally slower canary that broke tool calls was aborted
+    on the tool calls, but its status (and the condition, shortened) named the latency first."""
+    slow_and_broken = canary(
+        0.03, p95_tpot_seconds=0.03, tool_calls_valid=50.0, tool_calls_invalid=50.0
+    )
+    decision = judged(rollout(), slow_and_broken)
+    [action] = decision.actions
+    assert [b["signal"] for b in action.evidence["breaches"]] == [
+        "p95TpotSeconds",
+        "toolCallValidity",
+    ]
+    assert decision.rollout.message.startswith("chat toolCallValidity: ")
+    assert "after 1 decisive window: chat: toolCallValidity" in decision.rollout.message
+
+
 def test_a_marginal_breach_aborts_after_n_windows_in_a_row() -> None:
     marginal = canary(0.03, p95_tpot_seconds=0.03)
     decision = judged(rollout(), marginal)

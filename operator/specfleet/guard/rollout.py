@@ -80,11 +80,13 @@ def _evidence(rollout: RolloutStatus, analysis: Analysis | None = None) -> dict[
 
 
 def _abort(tick: Tick, rollout: RolloutStatus, analysis: Analysis) -> None:
-    first = analysis.breaches[0]
+    # what decided first: the status and a shortened condition message name it
+    breaches = sorted(analysis.breaches, key=lambda b: not b.decisive)
+    first = breaches[0]
     how = "1 decisive window" if analysis.decisive else f"{rollout.bad_windows} windows in a row"
     message = (
         f"Revision {rollout.revision} aborted at canary step {rollout.step} of {rollout.steps} "
-        f"after {how}: {'; '.join(b.words() for b in analysis.breaches)}. Canary removed; the "
+        f"after {how}: {'; '.join(b.words() for b in breaches)}. Canary removed; the "
         f"fleet stays on revision {rollout.control} until the engine config or "
         "specfleet.dev/retry changes."
     )
