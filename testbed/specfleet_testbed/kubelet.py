@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import signal
 import socket
@@ -36,6 +35,7 @@ from specfleet_testbed.load_tests import (
     is_load_test,
     start_load_test,
 )
+from specfleet_testbed.processes import signal_group, spawn
 from specfleet_testbed.volumes import ConfigMapVolume, Volumes
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class PodProcesses:
             after.join()
         with self._lock:
             if not self._stopped:
-                self.processes = [_spawn(argv, log_path) for argv, log_path in commands]
+                self.processes = [spawn(argv, log_path) for argv, log_path in commands]
             return not self._stopped
 
     def alive(self) -> bool:
@@ -105,11 +105,11 @@ class PodProcesses:
         if pre_stop:
             time.sleep(self.pre_stop_seconds)
         for process in self.processes:
-            _signal_group(process, signal.SIGTERM)
+            signal_group(process, signal.SIGTERM)
         for process in self.processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(drain_seconds)
-            _signal_group(process, signal.SIGKILL)
+            signal_group(process, signal.SIGKILL)
             process.wait()
 
 
@@ -391,20 +391,3 @@ def _local_paths(args: list[str], mounts: dict[str, Path]) -> list[str]:
 def _script(name: str) -> str:
     """A console script of this environment (the gateway's `specfleet`, the simulator's)."""
     return str(Path(sys.executable).parent / name)
-
-
-def _spawn(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-    """The process leads its own group, so that stopping it reaches its children too."""
-    with log_path.open("ab") as out:
-        return subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ),
-            start_new_session=True,
-        )
-
-
-def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, sig)

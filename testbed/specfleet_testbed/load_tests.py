@@ -7,9 +7,9 @@ file is empty and the container failed, as `FallbackToLogsOnError` says)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Callable, Mapping
@@ -21,6 +21,7 @@ from typing import Any
 from kubernetes import client
 
 from specfleet.experiment.capacity_job import CAPACITY_APP
+from specfleet_testbed.processes import signal_group, spawn
 
 log = logging.getLogger(__name__)
 Pod = dict[str, Any]
@@ -57,10 +58,7 @@ class LoadTest:
         """Runs the container to its end and reports it with `finish` (the pod status patch);
         a pod deleted meanwhile reports nothing."""
         started = datetime.now(UTC)
-        with command.log.open("ab") as out:
-            self._process = subprocess.Popen(
-                command.argv, stdout=out, stderr=subprocess.STDOUT, env=command.env
-            )
+        self._process = spawn(command.argv, command.log, command.env)
         code = self._process.wait()
         if self._stopped.is_set():
             return
@@ -71,8 +69,7 @@ class LoadTest:
     def stop(self) -> None:
         self._stopped.set()
         if self._process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                self._process.terminate()
+            signal_group(self._process, signal.SIGTERM)
 
 
 def container_command(
