@@ -241,9 +241,8 @@ def test_trtllm_depth_schedule_is_draft_len_schedule_with_max_concurrency_folded
 
 
 def test_trtllm_mtp_eagle_two_model_takes_the_depth_schedule() -> None:
-    """The CRD refuses a depth schedule on mtp (CEL cannot read engineOptions); the renderer
-    still says what 1.2.1 would run, its MTP depth (num_nextn_predict_layers) cut with
-    max_draft_len."""
+    """Two-model MTP-Eagle drafts by the schedule, its MTP depth (num_nextn_predict_layers) cut
+    with max_draft_len; one-model MTP drafts inside the target's forward and ignores it."""
     spec = SpeculativeSpec.model_validate(
         {
             "method": "mtp",
@@ -278,26 +277,28 @@ def test_trtllm_batch_size_1_drafts_the_most() -> None:
 
 def test_trtllm_depth_schedule_refused_where_1_2_1_ignores_it() -> None:
     step = [{"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 2}]
-    refused = (
-        ({"method": "eagle3", "draftModel": "d"}, "acts on a depth schedule only as two models"),
-        ({"method": "mtp"}, "acts only with a separate drafter"),
+    one_model = (
+        ({"method": "eagle3", "draftModel": "d"}, "eagle3_one_model: false"),
+        ({"method": "mtp"}, "mtp_eagle_one_model: false"),
+        ({"method": "mtp", "engineOptions": VANILLA_MTP}, "without use_mtp_vanilla"),
     )
-    for speculative, message in refused:
+    for speculative, fix in one_model:
         doc = specmodel_doc(
             engine={"name": "tensorrt-llm"}, speculative={**speculative, "depthSchedule": step}
         )
-        with pytest.raises(InvalidSpecModel, match=message):
+        with pytest.raises(InvalidSpecModel, match=f"depthSchedule.*{fix}") as refused:
             parse_specmodel(doc)
-    two_model = {
-        "method": "eagle3",
-        "draftModel": "d",
-        "engineOptions": {"eagle3_one_model": False},
-    }
-    parse_specmodel(
-        specmodel_doc(
-            engine={"name": "tensorrt-llm"}, speculative={**two_model, "depthSchedule": step}
-        )
+        assert [e.path for e in refused.value.errors] == ["spec.speculative.depthSchedule"]
+    two_model = (
+        {"method": "eagle3", "draftModel": "d", "engineOptions": TWO_MODEL},
+        {"method": "mtp", "engineOptions": MTP_EAGLE_TWO_MODEL},
+        {"method": "ngram"},
     )
+    for speculative in two_model:
+        doc = specmodel_doc(
+            engine={"name": "tensorrt-llm"}, speculative={**speculative, "depthSchedule": step}
+        )
+        assert parse_specmodel(doc).spec.speculative is not None
 
 
 def test_trtllm_gateway_knows_how_the_engine_drafts() -> None:

@@ -370,7 +370,8 @@ class SpeculativeSpec(ApiModel):
         description="Escape hatch: keys merged as they are into the engine's speculative config. "
         "tensorrt-llm 1.2.1: the acceptance gate (acceptance_window, acceptance_length_threshold; "
         "once tripped, speculation stays off until restart) acts only with a separate drafter "
-        "(draft_model, ngram, eagle3 with eagle3_one_model: false) and is left out elsewhere.",
+        "(draft_model, ngram, eagle3 with eagle3_one_model: false, mtp with mtp_eagle_one_model: "
+        "false) and is left out elsewhere.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
 
@@ -804,15 +805,6 @@ class SpecModelSpec(ApiModel):
                     "speculative.draftTensorParallelSize must be 1 or model.tensorParallelSize, "
                     "and is a vllm setting",
                     ".speculative.draftTensorParallelSize",
-                ),
-                cel(
-                    "self.engine.name == 'vllm' || !has(self.speculative) || "
-                    "!has(self.speculative.depthSchedule) || "
-                    "self.speculative.method in ['draft_model', 'ngram', 'eagle3'] ",
-                    "speculative.depthSchedule on tensorrt-llm acts only with a separate drafter "
-                    "(draft_model, ngram, or eagle3 with engineOptions.eagle3_one_model: false); "
-                    "one-model eagle3 and mtp ignore it in 1.2.1: use speculative.maxConcurrency",
-                    ".speculative.depthSchedule",
                 ),
                 cel(
                     "self.engine.name == 'tensorrt-llm' || !has(self.speculative) || "

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from specfleet.api.crd import RESOURCES, Schema, experiment_spec_schema, spec_schema
 from specfleet.api.experiment import SpecExperiment
 from specfleet.api.model import SpecModel
+from specfleet.api.trtllm import DECODING_TYPE, runs_a_drafter
 
 INT64 = range(-(2**63), 2**63)
 
@@ -73,22 +74,34 @@ def parse_specexperiment(document: dict[str, Any]) -> SpecExperiment:
     return experiment
 
 
+TWO_MODEL_OPTION = {
+    "eagle3": "eagle3_one_model: false",
+    "mtp": "mtp_eagle_one_model: false, without use_mtp_vanilla",
+}
+"""The engineOptions that make TensorRT-LLM run a method as two models (a separate drafter)."""
+
+
 def one_model_schedule_errors(specmodel: SpecModel) -> list[FieldError]:
-    """TensorRT-LLM's one-model EAGLE-3 (its default) ignores a depth schedule. The CRD cannot
-    say this one: CEL cannot read keys of the free-form engineOptions."""
+    """TensorRT-LLM's one-model EAGLE-3 and MTP (its defaults) ignore a depth schedule. The CRD
+    cannot say this one: CEL cannot read keys of the free-form engineOptions."""
     spec = specmodel.spec
     speculative = spec.speculative
     if spec.engine.name != "tensorrt-llm" or speculative is None:
         return []
-    if speculative.method != "eagle3" or not speculative.depth_schedule:
+    if not speculative.depth_schedule or speculative.method not in TWO_MODEL_OPTION:
         return []
-    if (speculative.engine_options or {}).get("eagle3_one_model") is False:
+    options = {
+        "decoding_type": DECODING_TYPE[speculative.method],
+        **(speculative.engine_options or {}),
+    }
+    if runs_a_drafter(options):
         return []
+    method = speculative.method
     return [
         FieldError(
             "spec.speculative.depthSchedule",
-            "on tensorrt-llm, eagle3 acts on a depth schedule only as two models "
-            "(set speculative.engineOptions.eagle3_one_model: false); one-model eagle3 ignores "
+            f"on tensorrt-llm, {method} acts on a depth schedule only as two models (set "
+            f"speculative.engineOptions.{TWO_MODEL_OPTION[method]}); one-model {method} ignores "
             "it in 1.2.1: use speculative.maxConcurrency",
         )
     ]

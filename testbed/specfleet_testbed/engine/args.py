@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import yaml
 
-from specfleet.render.trtllm import runs_a_drafter
+from specfleet.api.trtllm import runs_a_drafter
 from specfleet.scenario.drafting import PROMPT_LOOKUP
 
 __all__ = [
