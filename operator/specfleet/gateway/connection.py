@@ -224,6 +224,8 @@ class ClientConnection(asyncio.Protocol):
             self._reply_and_close(request)
             return
         self.current = request
+        if not self.waiting:
+            self._resume()  # reading pauses only while parsed requests wait
         self.deadline = None  # the handler's own timeouts hold from here, the body's below
         if not request.complete:
             self.deadline = self.loop.time() + self.listener.client_timeout
