@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specfleet.gateway import connection as connection_module
 from specfleet.gateway.connection import MAX_HEAD_BYTES, ClientConnection
 from specfleet.gateway.listener import Listener
 from specfleet.gateway.request import Refused, Request
@@ -301,6 +302,18 @@ async def test_an_oversize_head_is_refused_whether_whole_or_trickled() -> None:
         connection.data_received(b"a" * 4096)
     (answer,) = answers(bytes(transport.written))
     assert answer.status == 431
+
+
+async def test_the_gateways_own_failure_reading_a_head_is_a_500(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: Any) -> Request:
+        raise ValueError("sk-SECRET")
+
+    monkeypatch.setattr(connection_module, "Request", broken)
+    answer = await refused(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert answer.status == 500
+    assert "ValueError" in caplog.text and "SECRET" not in caplog.text
 
 
 async def test_the_request_target_is_a_path_even_in_absolute_form() -> None:

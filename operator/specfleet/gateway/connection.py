@@ -62,6 +62,7 @@ def refusal(status: int, message: str) -> HeadRefused:
 
 MALFORMED = refusal(400, "malformed HTTP/1.1 request").reply
 HEAD_TOO_LARGE = refusal(431, f"request head is larger than {MAX_HEAD_BYTES} bytes").reply
+FAILED = openai_error(500, "the gateway failed", "InternalServerError", close=True)
 
 
 class ClientConnection(asyncio.Protocol):
@@ -80,7 +81,6 @@ class ClientConnection(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
         self.deadline: float | None = self.loop.time() + listener.keepalive
         """When the client's idling, or sending its head or body, has lasted too long."""
-        self.draining = False
         self._stopped = False
         self._in_head = False
         self._head_bytes = 0
@@ -92,9 +92,15 @@ class ClientConnection(asyncio.Protocol):
 
     # -- the transport's callbacks --
 
+    @property
+    def draining(self) -> bool:
+        return self.listener.draining
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.listener.connections.add(self)
+        if self.draining:  # accepted as the server stopped
+            self._close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.forget(self)
@@ -120,8 +126,9 @@ class ClientConnection(asyncio.Protocol):
             refused = exc.__context__
             if isinstance(refused, HeadRefused):
                 self._refuse(refused.reply)
-            elif not isinstance(refused, StopParsing):
-                raise
+            elif not isinstance(refused, StopParsing):  # the gateway's bug: its type only
+                log.error("reading a request failed: %s", type(refused).__name__)
+                self._refuse(FAILED)
         except httptools.HttpParserError as exc:
             log.debug("a malformed request on the proxy port (%s)", type(exc).__name__)
             self._refuse(MALFORMED)
@@ -229,7 +236,8 @@ class ClientConnection(asyncio.Protocol):
         self.deadline = None  # the handler's own timeouts hold from here, the body's below
         if not request.complete:
             self.deadline = self.loop.time() + self.listener.client_timeout
-        if "Expect" in request.headers and not request.complete and request.problem is None:
+        expects = request.version == "1.1" and "Expect" in request.headers
+        if expects and not request.complete and request.problem is None:
             self.transport.write(CONTINUE)  # type: ignore[union-attr]
         self.task = self.loop.create_task(self._answer(request))
 
@@ -241,7 +249,7 @@ class ClientConnection(asyncio.Protocol):
         except Exception as exc:
             log.error("answering a request failed: %s", type(exc).__name__)
             if not request.responded and not self._stopped:
-                request.reply(openai_error(500, "the gateway failed", "InternalServerError", True))
+                request.reply(FAILED)
         if not request.finished:
             self.cut()
 
@@ -307,7 +315,6 @@ class ClientConnection(asyncio.Protocol):
 
     def drain(self) -> None:
         """The server is stopping: close when idle, or once the current answer is given."""
-        self.draining = True
         if self.current is None and not self.waiting:
             self._close()
 

@@ -20,6 +20,7 @@ class Listener:
         self.keepalive = keepalive
         self.loop = asyncio.get_running_loop()
         self.connections: set[ClientConnection] = set()
+        self.draining = False
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._empty = asyncio.Event()
@@ -50,6 +51,7 @@ class Listener:
     async def stop(self, grace: float) -> None:
         """Stops accepting; requests in flight may finish for up to `grace` seconds, then their
         connections are cut."""
+        self.draining = True
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
