@@ -390,15 +390,15 @@ class ClientStream:
         self.splitter = SseSplitter()
 
     def feed(self, data: bytes) -> None:
-        splitter = self.splitter
-        whole = not splitter.rest  # then `data` is its events joined if nothing is left over
+        splitter, reader = self.splitter, self.reader
+        now = time.perf_counter()
+        # Whole events (nothing left over before, an event's end last) of plain tokens: relayed
+        # as they came, never split (what most reads of a long stream are).
+        if splitter.ends_whole(data) and reader.skims(data, now):
+            self.send(data)
+            return
         events = splitter.feed(data)
         if not events:
-            return
-        now = time.perf_counter()
-        reader = self.reader
-        if whole and not splitter.rest and reader.skims(data, now):
-            self.send(data)
             return
         if reader.may_drop(data):
             out = reader.take(events, now)
