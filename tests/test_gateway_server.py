@@ -24,6 +24,7 @@ from specfleet.gateway.listener import Listener
 from specfleet.gateway.request import Refused, Request
 from specfleet.gateway.wire import Reply
 from test_gateway_edges import CHAT, gateway, requests_total
+from test_gateway_upstream import Transport as EngineTransport
 from test_gateway_upstream import cuts
 
 LIMIT = 1000
@@ -65,32 +66,20 @@ class Echo:
         request.end()
 
 
-class Transport(asyncio.Transport):
+class Transport(EngineTransport):
+    """A client's transport: what the server sends it, as one byte string."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.written = bytearray()
-        self.closed = False
-        self.paused = False
+        self.sent = bytearray()
         self.eof = False
 
     def write(self, data: Any) -> None:
         assert not self.eof
-        self.written += data
-
-    def close(self) -> None:
-        self.closed = True
+        self.sent += data
 
     def abort(self) -> None:
         self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def pause_reading(self) -> None:
-        self.paused = True
-
-    def resume_reading(self) -> None:
-        self.paused = False
 
     def can_write_eof(self) -> bool:
         return True
@@ -207,7 +196,7 @@ async def test_pipelined_requests_read_the_same_however_they_are_cut(
     connection, transport, echo = await connected()
     await feed(connection, transport, cuts(b"".join(s.raw() for s in sent), points))
     assert echo.seen == [s.seen() for s in sent]
-    got = answers(bytes(transport.written))
+    got = answers(bytes(transport.sent))
     assert [a.status for a in got] == [200] * len(sent)
     assert [json.loads(a.body)["n"] for a in got] == [str(s.n) for s in sent]  # in order
     assert not transport.closed
@@ -219,7 +208,7 @@ async def test_a_request_split_at_every_byte() -> None:
     connection, transport, echo = await connected()
     await feed(connection, transport, [raw[i : i + 1] for i in range(len(raw))])
     assert echo.seen == [s.seen() for s in sent]
-    assert len(answers(bytes(transport.written))) == 2
+    assert len(answers(bytes(transport.sent))) == 2
 
 
 async def test_a_pipelined_request_waits_with_reading_paused() -> None:
@@ -234,7 +223,7 @@ async def test_a_pipelined_request_waits_with_reading_paused() -> None:
     await settle()
     assert [s[1] for s in echo.seen] == ["/stream", "/next"]
     assert not transport.paused
-    got = answers(bytes(transport.written))
+    got = answers(bytes(transport.sent))
     assert got[0].body == b"data: 1\n\ndata: 2\n\n"
     assert json.loads(got[1].body)["target"] == "/next"
 
@@ -245,7 +234,7 @@ async def test_a_pipelined_request_waits_with_reading_paused() -> None:
 async def refused(raw: bytes) -> Answer:
     connection, transport, echo = await connected()
     await feed(connection, transport, [raw])
-    (answer,) = answers(bytes(transport.written))
+    (answer,) = answers(bytes(transport.sent))
     assert answer.headers["connection"] == "close"
     assert transport.eof  # closed after the answer: its write side first
     assert echo.seen == []
@@ -300,7 +289,7 @@ async def test_an_oversize_head_is_refused_whether_whole_or_trickled() -> None:
     connection.data_received(b"GET /x HTTP/1.1\r\nHost: x\r\nX-Long: ")
     for _ in range(MAX_HEAD_BYTES // 4096 + 1):  # one header line, never ended
         connection.data_received(b"a" * 4096)
-    (answer,) = answers(bytes(transport.written))
+    (answer,) = answers(bytes(transport.sent))
     assert answer.status == 431
 
 
@@ -371,9 +360,9 @@ async def test_expect_100_continue_is_answered_only_for_a_body_that_will_be_read
     connection, transport, _ = await connected()
     head = b"POST /x HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"
     await feed(connection, transport, [head])
-    assert bytes(transport.written) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert bytes(transport.sent) == b"HTTP/1.1 100 Continue\r\n\r\n"
     await feed(connection, transport, [b"{}"])
-    assert [a.status for a in answers(bytes(transport.written))] == [100, 200]
+    assert [a.status for a in answers(bytes(transport.sent))] == [100, 200]
     too_big = head.replace(b"Length: 2", b"Length: %d" % (LIMIT + 1))
     answer = await refused(too_big)  # one answer: no 100 Continue before it
     assert answer.status == 413
@@ -386,10 +375,10 @@ async def test_http_1_0_gets_a_stream_that_ends_with_the_connection() -> None:
     connection, transport, echo = await connected()
     echo.release.set()
     await feed(connection, transport, [b"GET /stream HTTP/1.0\r\n\r\n"])
-    assert transport.written.startswith(b"HTTP/1.0 200 OK\r\n")
-    assert b"Connection: close\r\n" in transport.written
-    assert b"Transfer-Encoding" not in transport.written
-    assert transport.written.endswith(b"\r\n\r\ndata: 1\n\ndata: 2\n\n")
+    assert transport.sent.startswith(b"HTTP/1.0 200 OK\r\n")
+    assert b"Connection: close\r\n" in transport.sent
+    assert b"Transfer-Encoding" not in transport.sent
+    assert transport.sent.endswith(b"\r\n\r\ndata: 1\n\ndata: 2\n\n")
     assert transport.eof
 
 
@@ -410,7 +399,7 @@ async def test_a_handler_that_fails_answers_500_or_cuts() -> None:
 
     connection, transport, _ = await connected(Failing())
     await feed(connection, transport, [b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n"])
-    (answer,) = answers(bytes(transport.written))
+    (answer,) = answers(bytes(transport.sent))
     assert answer.status == 500 and answer.headers["connection"] == "close"
     connection, transport, _ = await connected(Failing())
     await feed(connection, transport, [b"GET /late HTTP/1.1\r\nHost: x\r\n\r\n"])
