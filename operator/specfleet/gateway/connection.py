@@ -248,7 +248,7 @@ class ClientConnection(asyncio.Protocol):
             pass
         except Exception as exc:
             log.error("answering a request failed: %s", type(exc).__name__)
-            if not request.responded and not self._stopped:
+            if not request.responded and not self.transport.is_closing():  # type: ignore[union-attr]
                 request.reply(FAILED)
         if not request.finished:
             self.cut()
