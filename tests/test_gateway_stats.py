@@ -283,6 +283,16 @@ def test_sse_splitter_is_byte_exact_across_arbitrary_cuts() -> None:
         assert splitter.rest == b""
 
 
+def test_sse_splitter_says_when_a_read_is_whole_events() -> None:
+    splitter = SseSplitter()
+    assert not splitter.ends_whole(b"data: 1\n\n")  # the separator is not known yet
+    splitter.feed(b"data: 1\n\ndata: 2")
+    assert not splitter.ends_whole(b"\n\n")  # something was left over
+    splitter.feed(b"\n\n")
+    assert splitter.ends_whole(b"data: 3\n\ndata: 4\n\n")
+    assert not splitter.ends_whole(b"data: 3\n\ndata: 4\n")
+
+
 def test_sse_splitter_handles_crlf_and_keeps_an_unfinished_tail() -> None:
     splitter = SseSplitter()
     assert splitter.feed(b"data: 1\r\n\r\ndata: 2") == [b"data: 1\r\n\r\n"]

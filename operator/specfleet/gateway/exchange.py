@@ -12,13 +12,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
-
 from specfleet.api.gateway import Drafting
 from specfleet.gateway.batch import BatchSpan
 from specfleet.gateway.classify import has_tools, wants_json
 from specfleet.gateway.metrics import GatewayMetrics, RequestRecord
 from specfleet.gateway.quality import judge
+from specfleet.gateway.request import Request
 from specfleet.gateway.sse import DONE, data_payload
 from specfleet.gateway.stats import ResponseSummary, StreamTally, spec_counts, tpot
 
@@ -29,7 +28,7 @@ log = logging.getLogger(__name__)
 class Exchange:
     """One inference request in flight."""
 
-    request: web.Request
+    request: Request
     body: dict[str, Any] | None
     record: RequestRecord
     started: float
@@ -40,7 +39,6 @@ class Exchange:
     """The engine's batch while this request was in flight."""
     strip_usage: bool = False
     """The gateway asked for the usage chunk on the client's behalf: remove it."""
-    response: web.StreamResponse | None = None
     answered: bool = False
     """The client has the whole answer: a hang-up from here on is not a cancellation."""
 

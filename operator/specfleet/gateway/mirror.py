@@ -49,6 +49,7 @@ from specfleet.api.gateway import (
 )
 from specfleet.gateway.metrics import GatewayMetrics
 from specfleet.gateway.quality import ToolCall
+from specfleet.gateway.request import Request
 from specfleet.gateway.sse import DONE, SseSplitter, data_payload
 from specfleet.gateway.stats import ResponseSummary, StreamTally, summarize_body
 
@@ -236,9 +237,7 @@ class Mirroring:
             await self._session.close()
             self._session = None
 
-    def offer(
-        self, request: web.Request, body: dict[str, Any] | None, size: int, klass: str
-    ) -> None:
+    def offer(self, request: Request, body: dict[str, Any] | None, size: int, klass: str) -> None:
         """Queues the request if it is sampled. Called once the client has its answer; never
         raises."""
         try:
@@ -247,9 +246,7 @@ class Mirroring:
             log.exception("offering a request to the mirror failed")
             self.gateway_metrics.error("mirror")
 
-    def _offer(
-        self, request: web.Request, body: dict[str, Any] | None, size: int, klass: str
-    ) -> None:
+    def _offer(self, request: Request, body: dict[str, Any] | None, size: int, klass: str) -> None:
         mirror = self.mirror
         if mirror is None or body is None or MIRRORED_HEADER in request.headers:
             return

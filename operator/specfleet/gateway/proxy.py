@@ -1,4 +1,4 @@
-"""The streaming reverse proxy in front of the engine (aiohttp handlers).
+"""The streaming reverse proxy in front of the engine (the proxy port's handler).
 
 Inference requests (`POST /v1/chat/completions`, `/v1/completions`) are classified, forwarded
 and relayed event by event while their statistics are read on the side; everything else passes
@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from aiohttp import web
-from aiohttp.abc import AbstractStreamWriter
 
 from specfleet.api.gateway import GatewayConfig
 from specfleet.api.spec import Engine
@@ -26,6 +24,7 @@ from specfleet.gateway.classify import Classifier, RequestView
 from specfleet.gateway.exchange import Exchange, StreamReader, account
 from specfleet.gateway.metrics import GatewayMetrics, RequestRecord
 from specfleet.gateway.mirror import Mirroring
+from specfleet.gateway.request import Refused, Request
 from specfleet.gateway.sse import SseSplitter
 from specfleet.gateway.stats import summarize_body
 from specfleet.gateway.upstream import EngineConnection, EngineError, EnginePool, Head
@@ -36,7 +35,6 @@ from specfleet.gateway.wire import (
     outcome_of,
     parse_request,
     response_headers,
-    too_large,
     upstream_failure,
     upstream_headers,
     usage_injection,
@@ -44,7 +42,6 @@ from specfleet.gateway.wire import (
 
 log = logging.getLogger(__name__)
 
-WRITE_HEADROOM = 32 * 1024
 INFERENCE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
@@ -143,57 +140,55 @@ class Proxy:
         assert self._engine is not None, "Proxy.open() first"
         return self._engine
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    @property
+    def body_limit(self) -> int:
+        return self.routing.config.max_body_bytes
+
+    async def handle(self, request: Request) -> None:
         if request.method == "POST" and request.path in INFERENCE_PATHS:
-            return await self._inference(request)
-        return await self._passthrough(request)
+            await self._inference(request)
+        else:
+            await self._passthrough(request)
 
     # -- pass-through --
 
-    async def _passthrough(self, request: web.Request) -> web.StreamResponse:
-        limit = self.routing.config.max_body_bytes
+    async def _passthrough(self, request: Request) -> None:
         try:
-            raw = await self._read_body(request, limit)
-        except ClientGone:
-            return web.Response(status=400)
-        if raw is None:
-            return too_large(limit)
+            raw = await request.read()
+        except Refused as exc:
+            request.reply(exc.reply)
+            return
         try:
             async with self.session.request(
                 request.method,
-                self.upstream + request.path_qs,
+                self.upstream + request.target,
                 headers=upstream_headers(request.headers, identity=False),
-                data=raw if raw or request.can_read_body else None,
+                data=raw if request.has_body else None,
                 allow_redirects=False,
             ) as upstream:
-                response = web.StreamResponse(
-                    status=upstream.status,
-                    reason=upstream.reason,
-                    headers=response_headers(upstream.headers, keep_length=True),
-                )
+                headers = response_headers(upstream.headers)
+                length = upstream.content_length
+                request.start(upstream.status, upstream.reason or "", headers, length)
                 try:
-                    await self._prepare(response, request)
-                    await self._relay_raw(request, upstream, response)
+                    await self._relay_raw(request, upstream)
                 except (ClientGone, UpstreamBroke):
-                    upstream.close()
-                    self._cut(request)
-                return response
+                    upstream.close()  # and the client's connection is cut
         except (aiohttp.ClientError, TimeoutError) as exc:
-            return upstream_failure(exc)
+            if not request.responded:
+                request.reply(upstream_failure(exc))
 
-    async def _relay_raw(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, response: web.StreamResponse
-    ) -> None:
+    async def _relay_raw(self, request: Request, upstream: aiohttp.ClientResponse) -> None:
         try:
             async for data in upstream.content.iter_any():
-                await self._write(request, response, data)
+                request.write(data)
+                await self._drain(request)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamBroke(str(exc)) from exc
-        await self._end(response)
+        request.end()
 
     # -- inference --
 
-    async def _inference(self, request: web.Request) -> web.StreamResponse:
+    async def _inference(self, request: Request) -> None:
         routing = self.routing
         # Until the engine has answered, a failure is the gateway's own.
         record = RequestRecord(class_name=routing.config.default_class, outcome="gateway_error")
@@ -208,8 +203,10 @@ class Proxy:
             drafting=routing.config.drafting,
             batch=batch,
         )
+        # A response left unended (the client gone, the engine broken, the deadline passed)
+        # has the client's connection cut, so the client sees it incomplete.
         try:
-            return await self._exchange(exchange, routing)
+            await self._exchange(exchange, routing)
         except asyncio.CancelledError:
             if not exchange.answered:
                 record.outcome = "cancelled"
@@ -228,8 +225,8 @@ class Proxy:
             log.error("serving an inference request failed: %s", type(exc).__name__)
             self.metrics.error("request")
             record.outcome = "gateway_error"
-            if exchange.response is None:
-                return openai_error(500, "the gateway failed", "InternalServerError")
+            if not request.responded:
+                request.reply(openai_error(500, "the gateway failed", "InternalServerError"))
         finally:
             if batch is not None:
                 self.in_flight.leave(batch)
@@ -239,22 +236,21 @@ class Proxy:
             record.class_name = self._classify(routing, request, exchange.body)
             self._record(record)
             self.mirroring.offer(request, exchange.body, exchange.body_bytes, record.class_name)
-        self._cut(request)
-        return exchange.response or web.Response(status=499)
 
-    async def _exchange(self, exchange: Exchange, routing: Routing) -> web.StreamResponse:
+    async def _exchange(self, exchange: Exchange, routing: Routing) -> None:
         request, record = exchange.request, exchange.record
-        limit = routing.config.max_body_bytes
-        raw = await self._read_body(request, limit)
-        if raw is None:
-            record.outcome = "client_error"
-            return too_large(limit)
-        exchange.body_bytes = len(raw)
         try:
+            raw = await request.read()
+            exchange.body_bytes = len(raw)
             body = exchange.body = parse_request(raw)
+        except Refused as exc:
+            record.outcome = "client_error"
+            request.reply(exc.reply)
+            return
         except BadRequest as exc:
             record.outcome = "client_error"
-            return bad_request(exc)
+            request.reply(bad_request(exc))
+            return
         upstream_body = raw
         injected = usage_injection(raw, body, routing.config.engine == Engine.TENSORRT_LLM)
         if injected is not None:
@@ -262,10 +258,11 @@ class Proxy:
             exchange.strip_usage = True
         headers = upstream_headers(request.headers, identity=True)
         try:
-            connection = await self.engine.send("POST", request.path_qs, headers, upstream_body)
+            connection = await self.engine.send("POST", request.target, headers, upstream_body)
         except EngineError as exc:
             record.outcome = "upstream_error"
-            return upstream_failure(exc)
+            request.reply(upstream_failure(exc))
+            return
         # Released unfinished (a failure, a cancellation), the connection is closed: the engine
         # sees the disconnect and aborts the request.
         try:
@@ -273,15 +270,17 @@ class Proxy:
                 head = await connection.response_head()
             except EngineError as exc:
                 record.outcome = "upstream_error"
-                return upstream_failure(exc)
+                request.reply(upstream_failure(exc))
+                return
             record.outcome = outcome_of(head.status)
             if head.content_type == "text/event-stream":
-                return await self._relay_stream(exchange, connection, head)
-            return await self._relay_body(exchange, connection, head)
+                await self._relay_stream(exchange, connection, head)
+            else:
+                await self._relay_body(exchange, connection, head)
         finally:
             self.engine.release(connection)
 
-    def _classify(self, routing: Routing, request: web.Request, body: dict[str, Any] | None) -> str:
+    def _classify(self, routing: Routing, request: Request, body: dict[str, Any] | None) -> str:
         try:
             view = RequestView(request.path, request.headers, body)
             return routing.classifier.classify(view)
@@ -292,47 +291,33 @@ class Proxy:
 
     async def _relay_body(
         self, exchange: Exchange, connection: EngineConnection, head: Head
-    ) -> web.StreamResponse:
+    ) -> None:
+        request = exchange.request
         try:
             data = await connection.read_body()
         except EngineError as exc:
             exchange.record.outcome = "upstream_error"
-            return upstream_failure(exc)
-        response = web.StreamResponse(
-            status=head.status,
-            reason=head.reason,
-            headers=response_headers(head.headers, keep_length=False),
-        )
-        response.content_length = len(data)
-        exchange.response = response
-        await self._prepare(response, exchange.request)
-        await self._write(exchange.request, response, data)
-        await self._end(response)
+            request.reply(upstream_failure(exc))
+            return
+        request.start(head.status, head.reason, response_headers(head.headers), len(data))
+        request.write(data)
+        request.end()
         if head.status < 300:
             self._account_body(exchange, data)
-        return response
 
     async def _relay_stream(
         self, exchange: Exchange, connection: EngineConnection, head: Head
-    ) -> web.StreamResponse:
-        response = web.StreamResponse(
-            status=head.status,
-            reason=head.reason,
-            headers=response_headers(head.headers, keep_length=False),
-        )
-        exchange.response = response
-        if exchange.request.version >= aiohttp.HttpVersion11:
-            response.enable_chunked_encoding()  # as aiohttp would, but told: the relay frames
-        writer = await self._prepare(response, exchange.request)
-        writer.send_headers()  # the events are written to the client's transport directly
+    ) -> None:
+        request = exchange.request
+        request.start(head.status, head.reason, response_headers(head.headers), None)
         reader = StreamReader(exchange, self.metrics)
-        client = ClientStream(exchange.request, response.chunked, connection, reader)
+        client = ClientStream(request, connection, reader)
         left = self.settings.stream_deadline - (time.perf_counter() - exchange.started)
         deadline = asyncio.timeout(left)
         try:
             try:
                 async with deadline:
-                    await self._relay_events(connection, client, writer)
+                    await self._relay_events(connection, client, request)
             except TimeoutError:
                 if deadline.expired():
                     raise PastDeadline from None
@@ -340,7 +325,7 @@ class Proxy:
             rest = reader.release() + client.splitter.rest
             if rest:
                 client.send(rest)
-            await self._end(response)
+            request.end()
         except (asyncio.CancelledError, ClientGone):
             # Clients (the openai one among them) hang up once they read [DONE], often before the
             # engine ends its response: that answer was whole, and the engine counted it.
@@ -349,16 +334,15 @@ class Proxy:
                 reader.finish()
             raise
         reader.finish()
-        return response
 
     async def _relay_events(
-        self, connection: EngineConnection, client: ClientStream, writer: AbstractStreamWriter
+        self, connection: EngineConnection, client: ClientStream, request: Request
     ) -> None:
         """Relays from the connection's callbacks; wakes only when the client falls behind."""
         try:
             connection.stream_to(client.feed)
             while not await connection.relayed():
-                await self._drain(writer)
+                await self._drain(request)
                 connection.resume()
         except EngineError as exc:
             raise UpstreamBroke(str(exc)) from exc
@@ -373,63 +357,10 @@ class Proxy:
 
     # -- plumbing --
 
-    async def _read_body(self, request: web.Request, limit: int) -> bytes | None:
-        """The whole body, or None when it is larger than `limit`."""
-        if request.content_length is not None and request.content_length > limit:
-            return None
-        if not request.can_read_body:
-            return b""
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            if request.content.is_eof():  # the whole body came with the request: no waiting
-                raw = request.content.read_nowait()
-                return raw if len(raw) <= limit else None
-            async with asyncio.timeout(self.settings.client_timeout):
-                while chunk := await request.content.readany():
-                    size += len(chunk)
-                    if size > limit:
-                        return None
-                    chunks.append(chunk)
-        except TimeoutError as exc:
-            raise ClientGone("the client did not send its body in time") from exc
-        except (ConnectionError, aiohttp.ClientError) as exc:
-            raise ClientGone(str(exc)) from exc
-        return b"".join(chunks)
-
-    async def _prepare(
-        self, response: web.StreamResponse, request: web.Request
-    ) -> AbstractStreamWriter:
-        try:
-            writer = await response.prepare(request)
-        except ConnectionError as exc:
-            raise ClientGone(str(exc)) from exc
-        if writer is None:
-            raise ClientGone("the client disconnected")
-        return writer
-
-    async def _drain(self, writer: AbstractStreamWriter) -> None:
+    async def _drain(self, request: Request) -> None:
         try:
             async with asyncio.timeout(self.settings.client_timeout):
-                await writer.drain()
-        except TimeoutError as exc:
-            raise ClientGone("the client stopped reading") from exc
-        except ConnectionError as exc:
-            raise ClientGone(str(exc)) from exc
-
-    async def _end(self, response: web.StreamResponse) -> None:
-        try:
-            await response.write_eof()
-        except ConnectionError as exc:
-            raise ClientGone(str(exc)) from exc
-
-    async def _write(self, request: web.Request, response: web.StreamResponse, data: bytes) -> None:
-        try:
-            if _fits(request, data):
-                await response.write(data)  # below the high-water mark: never waits
-                return
-            async with asyncio.timeout(self.settings.client_timeout):
-                await response.write(data)
+                await request.drain()
         except TimeoutError as exc:
             raise ClientGone("the client stopped reading") from exc
         except ConnectionError as exc:
@@ -442,13 +373,6 @@ class Proxy:
             log.exception("recording a request's metrics failed")
             self.metrics.error("metrics")
 
-    @staticmethod
-    def _cut(request: web.Request) -> None:
-        """Close the client connection so it sees an incomplete response, not a clean end."""
-        transport = request.transport
-        if transport is not None:
-            transport.close()
-
 
 class ClientStream:
     """The client's side of a relayed stream, fed from the engine connection's callback: what
@@ -456,32 +380,25 @@ class ClientStream:
     asked for), then read on the side, so the client's next token never waits on parsing."""
 
     def __init__(
-        self,
-        request: web.Request,
-        chunked: bool,
-        connection: EngineConnection,
-        reader: StreamReader,
+        self, request: Request, connection: EngineConnection, reader: StreamReader
     ) -> None:
-        transport = request.transport
-        if transport is None:
-            raise ClientGone("the client disconnected")
-        self.transport = transport
+        transport = self.transport = request.transport
         self.high_water = transport.get_write_buffer_limits()[1]
-        self.chunked = chunked
+        self.chunked = request.chunked
         self.connection = connection
         self.reader = reader
         self.splitter = SseSplitter()
 
     def feed(self, data: bytes) -> None:
-        splitter = self.splitter
-        whole = not splitter.rest  # then `data` is its events joined if nothing is left over
+        splitter, reader = self.splitter, self.reader
+        now = time.perf_counter()
+        # Whole events (nothing left over before, an event's end last) of plain tokens: relayed
+        # as they came, never split (what most reads of a long stream are).
+        if splitter.ends_whole(data) and reader.skims(data, now):
+            self.send(data)
+            return
         events = splitter.feed(data)
         if not events:
-            return
-        now = time.perf_counter()
-        reader = self.reader
-        if whole and not splitter.rest and reader.skims(data, now):
-            self.send(data)
             return
         if reader.may_drop(data):
             out = reader.take(events, now)
@@ -499,12 +416,3 @@ class ClientStream:
         transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
         if transport.get_write_buffer_size() > self.high_water:
             self.connection.pause()  # until the client has read what is buffered
-
-
-def _fits(request: web.Request, data: bytes) -> bool:
-    """Whether writing `data` stays below the transport's high-water mark (64 KiB by default),
-    so the write cannot wait on the client: the common case needs no timeout timer."""
-    transport = request.transport
-    if transport is None:
-        return False
-    return transport.get_write_buffer_size() + len(data) < WRITE_HEADROOM

@@ -19,6 +19,7 @@ from yarl import URL
 
 from specfleet.api.gateway import SAMPLE_PATH, GatewayConfig
 from specfleet.gateway.config import ConfigWatcher, Loader
+from specfleet.gateway.listener import Listener
 from specfleet.gateway.metrics import GatewayMetrics
 from specfleet.gateway.proxy import Proxy, ProxySettings
 
@@ -28,8 +29,9 @@ METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class ClientBytesFilter(logging.Filter):
-    """aiohttp logs a malformed request with its exception, whose message quotes the request's
-    bytes (header lines, tokens in them): keep the exception's type, drop its text."""
+    """aiohttp (the metrics port's server) logs a malformed request with its exception, whose
+    message quotes the request's bytes (header lines, tokens in them): keep the exception's
+    type, drop its text."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info and record.exc_info[1] is not None:
@@ -86,7 +88,8 @@ class GatewayServer:
         self.shutdown_grace = shutdown_grace
         self.port = 0
         self.metrics_port = 0
-        self._runners: list[web.AppRunner] = []
+        self._listener: Listener | None = None
+        self._metrics_runner: web.AppRunner | None = None
         self._watcher: asyncio.Task[None] | None = None
 
     @property
@@ -96,11 +99,6 @@ class GatewayServer:
     @property
     def metrics_url(self) -> str:
         return f"http://{_connect_host(self.metrics_listen.host)}:{self.metrics_port}"
-
-    def proxy_app(self) -> web.Application:
-        app = web.Application(client_max_size=2**62)  # the proxy enforces max_body_bytes itself
-        app.router.add_route("*", "/{tail:.*}", self.proxy.handle)
-        return app
 
     def metrics_app(self) -> web.Application:
         app = web.Application()
@@ -119,10 +117,9 @@ class GatewayServer:
 
     async def start(self) -> None:
         await self.proxy.open()
-        # handler_cancellation: a client that disconnects cancels its handler, which closes the
-        # upstream connection, so the engine aborts the request instead of generating on.
-        self.port = await self._serve(self.proxy_app(), self.listen, handler_cancellation=True)
-        self.metrics_port = await self._serve(self.metrics_app(), self.metrics_listen)
+        self._listener = Listener(self.proxy, self.proxy.settings.client_timeout)
+        self.port = await self._listener.start(self.listen.host, self.listen.port)
+        self.metrics_port = await self._serve_metrics()
         if self.watch is not None:
             watcher = ConfigWatcher(
                 self.watch.path,
@@ -138,21 +135,17 @@ class GatewayServer:
             URL(self.proxy.upstream).with_user(None),  # no credentials in logs
         )  # fmt: skip
 
-    async def _serve(
-        self, app: web.Application, address: Address, handler_cancellation: bool = False
-    ) -> int:
-        runner = web.AppRunner(
-            app,
+    async def _serve_metrics(self) -> int:
+        runner = self._metrics_runner = web.AppRunner(
+            self.metrics_app(),
             access_log=None,
             handle_signals=False,
             shutdown_timeout=self.shutdown_grace,
             keepalive_timeout=75.0,
-            handler_cancellation=handler_cancellation,
         )
         await runner.setup()
-        site = web.TCPSite(runner, address.host, address.port, backlog=1024)
-        await site.start()
-        self._runners.append(runner)
+        address = self.metrics_listen
+        await web.TCPSite(runner, address.host, address.port).start()
         return int(runner.addresses[0][1])
 
     async def stop(self) -> None:
@@ -163,9 +156,12 @@ class GatewayServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
             self._watcher = None
-        for runner in self._runners:  # proxy first: metrics stay scrapeable while it drains
-            await runner.cleanup()
-        self._runners.clear()
+        if self._listener is not None:  # first: metrics stay scrapeable while it drains
+            await self._listener.stop(self.shutdown_grace)
+            self._listener = None
+        if self._metrics_runner is not None:
+            await self._metrics_runner.cleanup()
+            self._metrics_runner = None
         await self.proxy.close()
 
 

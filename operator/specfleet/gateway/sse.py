@@ -30,6 +30,11 @@ class SseSplitter:
         self._tail = buffer[start:]
         return events
 
+    def ends_whole(self, data: bytes) -> bool:
+        """Whether `data` is whole events: feeding it would leave nothing over."""
+        separator = self._separator
+        return not self._tail and separator is not None and data.endswith(separator)
+
     @property
     def rest(self) -> bytes:
         """Bytes after the last complete event (relayed as they are when the stream ends)."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 from multidict import CIMultiDict
 
 from specfleet.gateway.upstream import EngineUnreachable
@@ -21,21 +21,30 @@ HOP_BY_HOP = frozenset(
 )  # fmt: skip
 
 
-def openai_error(status: int, message: str, err_type: str) -> web.Response:
+@dataclass(frozen=True)
+class Reply:
+    """An answer the gateway gives itself, whole."""
+
+    status: int
+    body: bytes
+    close: bool = False
+    """Close the connection after it (what the client sent cannot be read past)."""
+    content_type: str = "application/json"
+
+
+def openai_error(status: int, message: str, err_type: str, close: bool = False) -> Reply:
     """An error in the engines' OpenAI format (vLLM's: `code` is the HTTP status)."""
     body = {"error": {"message": message, "type": err_type, "param": None, "code": status}}
-    return web.json_response(body, status=status)
+    return Reply(status, json.dumps(body).encode(), close)
 
 
-def too_large(limit: int) -> web.Response:
-    response = openai_error(
-        413, f"request body is larger than {limit} bytes", "RequestEntityTooLargeError"
-    )
-    response.force_close()  # the unread rest of the body cannot be reused as a next request
-    return response
+def too_large(limit: int) -> Reply:
+    # The unread rest of the body cannot be reused as a next request: the connection closes.
+    message = f"request body is larger than {limit} bytes"
+    return openai_error(413, message, "RequestEntityTooLargeError", close=True)
 
 
-def upstream_failure(exc: BaseException) -> web.Response:
+def upstream_failure(exc: BaseException) -> Reply:
     unreachable = EngineUnreachable | aiohttp.ConnectionTimeoutError | aiohttp.ClientConnectorError
     if isinstance(exc, unreachable):
         return openai_error(502, f"engine unreachable: {exc}", "BadGatewayError")
@@ -44,7 +53,7 @@ def upstream_failure(exc: BaseException) -> web.Response:
     return openai_error(502, f"engine connection failed: {exc}", "BadGatewayError")
 
 
-# aiohttp has already answered `Expect: 100-continue` and decompressed the body.
+# The gateway's server has already answered `Expect: 100-continue` and decoded the body.
 _NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length", "expect", "content-encoding"}
 _NOT_RELAYED = HOP_BY_HOP | {"content-length"}
 
@@ -56,8 +65,9 @@ def upstream_headers(headers: Mapping[str, str], identity: bool) -> CIMultiDict[
     return out
 
 
-def response_headers(headers: Mapping[str, str], keep_length: bool) -> CIMultiDict[str]:
-    return _without(headers, HOP_BY_HOP if keep_length else _NOT_RELAYED)
+def response_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    """The headers relayed to the client (the gateway's server writes the framing)."""
+    return _without(headers, _NOT_RELAYED)
 
 
 def _without(headers: Mapping[str, str], dropped: frozenset[str]) -> CIMultiDict[str]:
@@ -120,8 +130,8 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
-def bad_request(exc: BadRequest) -> web.Response:
-    return openai_error(400, str(exc), "BadRequestError")
+def bad_request(exc: BadRequest, close: bool = False) -> Reply:
+    return openai_error(400, str(exc), "BadRequestError", close)
 
 
 USAGE_OPTIONS = b'"stream_options":{"include_usage":true,"continuous_usage_stats":false},'
