@@ -365,7 +365,9 @@ async def pair_session(engine: Engine, args: argparse.Namespace) -> dict[str, An
     """One engine's greedy TPOT and tokens/s at one stream and at `args.streams`, and the
     acceptance of greedy and of sampled requests from its counters."""
     client = engine.client
-    await stream_one(client, PAIR_PROMPTS[0], 8)  # warm-up, not counted
+    # warm-up, not counted: a new engine's first requests of each batch shape stall
+    await stream_one(client, PAIR_PROMPTS[0], args.max_tokens)
+    await asyncio.gather(*(stream_one(client, p, 16) for p in PAIR_PROMPTS[: args.streams]))
     load = [os.getloadavg()[0]]
     before = engine.counters()
     tpots, began = [], time.perf_counter()
@@ -426,7 +428,7 @@ def pair_main(args: argparse.Namespace) -> None:
                 argv = real_engine.engine_args(specmodel, build, port, speculation=bool(k))
                 log = Path(tmp) / f"{alternation}-{k}.log"
                 began = time.monotonic()
-                with real_engine.running(build, argv, log) as running:
+                with real_engine.running(build, argv, log, iomp=args.iomp) as running:
                     name = f"k={k}" if k else "off"
                     start_s = time.monotonic() - began
                     found = asyncio.run(pair_session(Engine(name, running, start_s), args))
@@ -485,6 +487,12 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=4, help="with --pair")
     parser.add_argument("--alternations", type=int, default=2, help="with --pair")
     parser.add_argument("--models", type=Path, help="with --pair: a models dir, not the build's")
+    parser.add_argument(
+        "--no-iomp",
+        dest="iomp",
+        action="store_false",
+        help="with --pair: without Intel OpenMP preloaded (real_engine.engine_env)",
+    )
     args = parser.parse_args()
     if args.pair:
         pair_main(args)
