@@ -21,6 +21,14 @@ checked on the other, both ways; the SpecModel's own (c, o) are checked on both.
 
 Run: `.venv/bin/python bench/real_engine.py` (about 10 minutes); writes
 bench/results/real_engine.json.
+
+`--pair`: draft-model speculation with the pair of hack/tiny_model.py (a wide, deep target and
+its 1-layer prefix as the draft) against plain decoding. One engine at a time (a pair engine
+wants most of two cores), in sessions that alternate off, k=K1, k=K2, ... `--alternations`
+times; per session: start time, RSS, greedy TPOT (engine-side mean and client p50) and tokens/s
+at one stream, tokens/s at `--streams`, the load average, and with speculation the greedy and
+the sampled (temperature 1.0) acceptance from the engine's counters. Writes
+bench/results/real_engine_pair.json.
 """
 
 from __future__ import annotations
@@ -342,13 +350,153 @@ def report(result: dict[str, Any]) -> None:
         )
 
 
+PAIR_PROMPTS = COPY_HEAVY + PROSE
+PAIR_SAMPLED = 1.0
+
+
+def pair_specmodel(k: int) -> dict[str, Any]:
+    return real_engine.tiny_specmodel(
+        {"method": "draft_model", "draftModel": "local/pair-draft", "numSpeculativeTokens": k},
+        source=real_engine.PAIR_SOURCE,
+    )
+
+
+async def pair_session(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:
+    """One engine's greedy TPOT and tokens/s at one stream and at `args.streams`, and the
+    acceptance of greedy and of sampled requests from its counters."""
+    client = engine.client
+    # warm-up, not counted: a new engine's first requests of each batch shape stall
+    await stream_one(client, PAIR_PROMPTS[0], args.max_tokens)
+    await asyncio.gather(*(stream_one(client, p, 16) for p in PAIR_PROMPTS[: args.streams]))
+    load = [os.getloadavg()[0]]
+    before = engine.counters()
+    tpots, began = [], time.perf_counter()
+    for prompt in PAIR_PROMPTS:
+        _, tpot = await stream_one(client, prompt, args.max_tokens)
+        tpots.append(tpot)
+    elapsed = time.perf_counter() - began
+    await asyncio.sleep(SETTLE_S)
+    greedy = {k: v - before[k] for k, v in engine.counters().items()}
+    load.append(os.getloadavg()[0])
+
+    queue = list(range(len(PAIR_PROMPTS) * args.streams // 2))
+
+    async def worker() -> int:
+        n = 0
+        while queue:
+            i = queue.pop()
+            n += (await stream_one(client, PAIR_PROMPTS[i % len(PAIR_PROMPTS)], args.max_tokens))[0]
+        return n
+
+    began = time.perf_counter()
+    tokens = sum(await asyncio.gather(*(worker() for _ in range(args.streams))))
+    streams_rate = tokens / (time.perf_counter() - began)
+    load.append(os.getloadavg()[0])
+
+    before = engine.counters()
+    for prompt in PROSE:
+        await stream_one(client, prompt, args.max_tokens // 2, PAIR_SAMPLED)
+    await asyncio.sleep(SETTLE_S)
+    sampled = {k: v - before[k] for k, v in engine.counters().items()}
+
+    def acceptance(counts: dict[str, float]) -> float | None:
+        return counts["accepted"] / counts["drafted"] if counts["drafted"] else None
+
+    return {
+        "tpot_ms": 1000 * greedy["tpot_sum"] / greedy["tpot_count"],
+        "client_p50_tpot_ms": 1000 * statistics.median(tpots),
+        "tokens_per_s_1": greedy["output"] / elapsed,
+        f"tokens_per_s_{args.streams}": streams_rate,
+        "greedy_acceptance": acceptance(greedy),
+        "sampled_acceptance": acceptance(sampled),
+        "load_average_1m": load,
+        "rss_mib": group_rss_mib(engine.engine.process.pid),
+    }
+
+
+def pair_main(args: argparse.Namespace) -> None:
+    build = real_engine.build()
+    if args.models:
+        build = real_engine.Build(vllm=build.vllm, models=args.models)
+    variants = [0, *args.k]
+    sessions: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for alternation in range(args.alternations):
+            for k in variants:
+                specmodel = parse_specmodel(pair_specmodel(k or 1))
+                port = real_engine.free_port()
+                argv = real_engine.engine_args(specmodel, build, port, speculation=bool(k))
+                log = Path(tmp) / f"{alternation}-{k}.log"
+                began = time.monotonic()
+                with real_engine.running(build, argv, log, iomp=args.iomp) as running:
+                    name = f"k={k}" if k else "off"
+                    start_s = time.monotonic() - began
+                    found = asyncio.run(pair_session(Engine(name, running, start_s), args))
+                session = {"alternation": alternation, "k": k, "start_s": start_s, **found}
+                sessions.append(session)
+                print(json.dumps(session), flush=True)
+    summary = pair_summary(sessions, args)
+    out = ROOT / "bench" / "results" / "real_engine_pair.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "settings": vars(args) | {"models": str(build.models)},
+                "sessions": sessions,
+                "summary": summary,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+def pair_summary(sessions: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """Per k: each alternation's speedup over that alternation's off session, and medians."""
+    off = {s["alternation"]: s for s in sessions if s["k"] == 0}
+    rate = f"tokens_per_s_{args.streams}"
+    out: dict[str, Any] = {}
+    for k in args.k:
+        runs = [s for s in sessions if s["k"] == k]
+        speedups = [off[s["alternation"]]["tpot_ms"] / s["tpot_ms"] for s in runs]
+        streams = [s[rate] / off[s["alternation"]][rate] for s in runs]
+        out[f"k={k}"] = {
+            "tpot_speedup": speedups,
+            "streams_speedup": streams,
+            "greedy_acceptance": [s["greedy_acceptance"] for s in runs],
+            "sampled_acceptance": [s["sampled_acceptance"] for s in runs],
+        }
+        print(
+            f"k={k}: TPOT speedup {statistics.median(speedups):.2f}x "
+            f"(min {min(speedups):.2f}), {args.streams} streams "
+            f"{statistics.median(streams):.2f}x (min {min(streams):.2f}), acceptance greedy "
+            f"{min(a for a in out[f'k={k}']['greedy_acceptance'] if a is not None):.3f} "
+            f"sampled {max(a for a in out[f'k={k}']['sampled_acceptance'] if a is not None):.3f}"
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--requests", type=int, default=8, help="per engine, level and round")
     parser.add_argument("--rounds", type=int, default=4, help="alternations of the engines")
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--pair", action="store_true", help="draft-model speculation, the pair")
+    parser.add_argument("--k", type=int, nargs="+", default=[3], help="with --pair")
+    parser.add_argument("--streams", type=int, default=4, help="with --pair")
+    parser.add_argument("--alternations", type=int, default=2, help="with --pair")
+    parser.add_argument("--models", type=Path, help="with --pair: a models dir, not the build's")
+    parser.add_argument(
+        "--no-iomp",
+        dest="iomp",
+        action="store_false",
+        help="with --pair: without Intel OpenMP preloaded (real_engine.engine_env)",
+    )
     args = parser.parse_args()
+    if args.pair:
+        pair_main(args)
+        return
     build = real_engine.build()
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         # One at a time: two starts at once would share the two cores and time each other.

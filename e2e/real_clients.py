@@ -20,11 +20,13 @@ SAMPLED = 0.7
 """The temperature of a class's clients once they sample."""
 
 
-def specmodel(**spec: Any) -> dict[str, Any]:
-    """The tiny model drafting for itself, its `code` class critical with an acceptance floor;
-    `spec` adds fields such as the guard and the pod."""
+def specmodel(source: str = real_engine.TINY_SOURCE, **spec: Any) -> dict[str, Any]:
+    """The tiny model drafting for itself (`real_engine.PAIR_SOURCE`: the pair's target and its
+    1-layer prefix as the draft, for which speculation pays on a CPU), its `code` class critical
+    with an acceptance floor; `spec` adds fields such as the guard and the pod."""
     return real_engine.tiny_specmodel(
-        {"method": "draft_model", "draftModel": "local/tiny", "numSpeculativeTokens": 3},
+        {"method": "draft_model", "draftModel": source, "numSpeculativeTokens": 3},
+        source,
         classes=[
             {"name": "code", "critical": True, "slo": {"minAcceptanceRate": 0.5}},
             {"name": "chat"},

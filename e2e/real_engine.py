@@ -47,18 +47,25 @@ START_TIMEOUT_S = 600.0
 
 
 SERVED_NAME = "tiny"
+TINY_SOURCE = "local/tiny"
+PAIR_SOURCE = "local/pair"
+"""The model source that `local_args` maps to the pair (`Build.pair_target`, its draft
+`Build.pair_draft`); every other source becomes the tiny target, drafting for itself."""
 
 
-def tiny_specmodel(speculative: dict[str, Any], **spec: Any) -> dict[str, Any]:
+def tiny_specmodel(
+    speculative: dict[str, Any], source: str = TINY_SOURCE, **spec: Any
+) -> dict[str, Any]:
     """A SpecModel document for the tiny model (`engine_args` maps its model to the local
-    target), served as SERVED_NAME; `spec` adds fields such as classes."""
+    target; PAIR_SOURCE to the pair), served as SERVED_NAME; `spec` adds fields such as
+    classes."""
     return {
         "apiVersion": "specfleet.dev/v1alpha1",
         "kind": "SpecModel",
         "metadata": {"name": SERVED_NAME},
         "spec": {
             "engine": {"name": "vllm", "maxBatchSize": 8},
-            "model": {"source": "local/tiny", "servedName": SERVED_NAME, "maxModelLen": 2048},
+            "model": {"source": source, "servedName": SERVED_NAME, "maxModelLen": 2048},
             "speculative": speculative,
             **spec,
         },
@@ -87,6 +94,17 @@ class Build:
     @property
     def eagle3(self) -> Path:
         return self.models / "eagle3"
+
+    @property
+    def pair_target(self) -> Path:
+        """A target wide and deep enough that draft-model speculation pays on a CPU, its layers
+        after the first adding nothing to the residual stream (hack/tiny_model.py)."""
+        return self.models / "pair" / "target"
+
+    @property
+    def pair_draft(self) -> Path:
+        """pair_target's 1-layer prefix: the same logits, at a fraction of its step."""
+        return self.models / "pair" / "draft"
 
 
 def build() -> Build:
@@ -119,12 +137,17 @@ def local_args(
 ) -> list[str]:
     """A pod's `vllm serve` args (the model first), mapped to the local tiny model on CPU.
 
-    The model becomes the local target; `--host` and `--port` the given ones; `--max-model-len`
-    at most the tiny model's; `--dtype float32`; the speculative config's draft `model` becomes
-    `draft` (default: the target drafting for itself) and its draft TP is dropped. GPU-only or
+    The model becomes the local target, or with PAIR_SOURCE the pair's target; `--host` and
+    `--port` the given ones; `--max-model-len` at most the tiny model's; `--dtype float32`; the
+    speculative config's draft `model` becomes `draft` (default: the tiny target drafting for
+    itself, or the pair's draft for the pair's target) and its draft TP is dropped. GPU-only or
     hub-only flags are dropped (DROPPED_FLAGS says why); every other flag passes unchanged.
     """
-    out = [str(build.target), "--host", host, "--dtype", CPU_DTYPE]
+    if rendered[:1] == [PAIR_SOURCE]:
+        target, draft = build.pair_target, draft or build.pair_draft
+    else:
+        target = build.target
+    out = [str(target), "--host", host, "--dtype", CPU_DTYPE]
     out += ["--tensor-parallel-size", "1"]
     for flag, value in _flags(rendered[1:]):
         if flag in DROPPED_FLAGS or flag in DROPPED_SWITCHES:
@@ -134,7 +157,7 @@ def local_args(
         elif flag == "--max-model-len":
             value = str(min(int(value or TINY_MAX_MODEL_LEN), TINY_MAX_MODEL_LEN))
         elif flag == "--speculative-config":
-            value = _local_speculative_config(value or "{}", draft or build.target)
+            value = _local_speculative_config(value or "{}", draft or target)
         out += [flag] if value is None else [flag, value]
     if "--max-model-len" not in out:
         out += ["--max-model-len", str(TINY_MAX_MODEL_LEN)]
@@ -186,9 +209,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def engine_env(build: Build) -> dict[str, str]:
+def engine_env(build: Build, iomp: bool = True) -> dict[str, str]:
+    """The engine's environment; with `iomp`, Intel OpenMP (the venv's libiomp5.so, from the
+    wheel's requirements) preloaded, as vLLM's CPU worker asks: without it speculation "will
+    cause significant performance loss", and it did (bench/real_engine.py --pair: greedy
+    draft-model speculation on the pair 1.1-2.3x plain decoding without, 3.5x with)."""
     cache = build.models.parent / "runtime"
-    return {
+    env = {
         **os.environ,
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # the cores are shared with the tests
@@ -197,13 +224,23 @@ def engine_env(build: Build) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
     }
+    library = build.vllm.parent.parent / "lib" / "libiomp5.so"
+    if iomp and library.exists():
+        env["LD_PRELOAD"] = " ".join(filter(None, [str(library), env.get("LD_PRELOAD")]))
+    return env
 
 
 @contextmanager
 def running(
-    build: Build, args: list[str], log: Path, timeout: float = START_TIMEOUT_S
+    build: Build,
+    args: list[str],
+    log: Path,
+    timeout: float = START_TIMEOUT_S,
+    *,
+    iomp: bool = True,
 ) -> Iterator[RealEngine]:
-    """`vllm serve ARGS` (args as `engine_args` gives them) until `/health` answers 200."""
+    """`vllm serve ARGS` (args as `engine_args` gives them) until `/health` answers 200;
+    `iomp` as `engine_env` says."""
     port = int(args[args.index("--port") + 1])
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as sink:
@@ -211,7 +248,7 @@ def running(
             [str(build.vllm), "serve", *args],
             stdout=sink,
             stderr=subprocess.STDOUT,
-            env=engine_env(build),
+            env=engine_env(build, iomp),
             start_new_session=True,  # its own process group: stop() reaches the engine core too
         )
     engine = RealEngine(f"http://127.0.0.1:{port}", process, log)

@@ -248,3 +248,17 @@ def test_rendered_args_map_to_the_tiny_model_on_cpu() -> None:
         "model": "/models/target",
         "num_speculative_tokens": 4,
     }
+
+
+def test_the_pair_source_maps_to_the_pair_target_and_its_draft() -> None:
+    build = real_engine.Build(vllm=Path("/engine/vllm"), models=Path("/models"))
+    specmodel = real_engine.tiny_specmodel(
+        {"method": "draft_model", "draftModel": "org/draft", "numSpeculativeTokens": 3},
+        source=real_engine.PAIR_SOURCE,
+    )
+    args = real_engine.engine_args(parse_specmodel(specmodel), build, 9000)
+    assert args[0] == "/models/pair/target"
+    speculative = json.loads(args[args.index("--speculative-config") + 1])
+    assert speculative["model"] == "/models/pair/draft"
+    plain = real_engine.engine_args(parse_specmodel(specmodel), build, 9000, speculation=False)
+    assert plain[0] == "/models/pair/target" and "--speculative-config" not in plain

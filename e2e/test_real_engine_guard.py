@@ -1,11 +1,15 @@
 """The closed loop with the real vLLM in the pods: `specfleet-testbed pods --engine-command` runs
-`vllm serve` (CPU build, the tiny model drafting for itself) behind each kwok pod's real
-gateway, Prometheus scrapes both, and the operator's guard acts on what the engine really did.
+`vllm serve` (CPU build, the pair of hack/tiny_model.py: a 768-wide, 8-layer target whose
+layers after the first add nothing, drafted for by its 1-layer prefix) behind each kwok pod's
+real gateway, Prometheus scrapes both, and the operator's guard acts on what the engine really
+did.
 
-With the target drafting for itself, greedy clients get every draft accepted and sampled ones
-almost none: the acceptance collapse below is the clients' own doing, not a script. One
-SpecModel with one replica for the module; every pod it gets (the rollouts, the trial's canary)
-starts a real engine (about a minute, 3.5-4.5 GiB).
+The draft's logits are the target's, so greedy clients get every draft accepted and sampled ones
+almost none: the acceptance collapse below is the clients' own doing, not a script. A draft step
+costs a fraction of a target step, so greedy speculation really beats plain decoding on this CPU
+and the trial can release the kill switch on speed and acceptance both. One SpecModel with one
+replica for the module; every pod it gets (the rollouts, the trial's canary) starts a real
+engine (about two minutes, 4.2-4.4 GiB).
 """
 
 from __future__ import annotations
@@ -41,17 +45,20 @@ GUARD = {
     # half of it
     "minRequests": 3,
     "minDraftTokens": 30,
-    # longer than a pod's restart, so the trial's canary does not start beside a rollout
-    "cooldownSeconds": 90,
-    # the target drafts for itself: a draft step costs a target step, so on this CPU greedy
-    # speculation only breaks even (a measured speedup of about 0.97), and the trial is judged
-    # on the critical class's acceptance floor rather than on a speedup it cannot show
-    "minSpeedup": 0.8,
-    "releaseMargin": 0.05,
+    # longer than a pod's restart (the pair's engine: 74-136 s alone at load 2-5), so the
+    # trial's canary does not start beside a rollout
+    "cooldownSeconds": 180,
+    # speculation must beat plain decoding, and a trial by releaseMargin more: the pair's greedy
+    # speculation (k=3, Intel OpenMP preloaded as real_engine.engine_env does) measured 2.4-3.5x
+    # plain decoding on this CPU (bench/real_engine.py --pair), so a greedy trial clears 1.1
+    # with room for a loaded machine
+    "minSpeedup": 1.0,
+    "releaseMargin": 0.1,
     "probationSeconds": 30,
     "blindAfterSeconds": 60,
 }
 SPECMODEL = real_clients.specmodel(
+    real_engine.PAIR_SOURCE,
     guard=GUARD,
     # the last node: a second local cluster (a demo beside the tests) fills the first nodes'
     # loopback pod IPs, which are the same in every local cluster
@@ -61,7 +68,7 @@ RPS = 0.5
 MAX_TOKENS = 16
 SCENARIO = real_clients.scenario(RPS)
 ENGINE_READY_S = 480.0
-"""A pod's real engine to answer /health: about a minute alone on 2 cores, minutes on busy ones."""
+"""A pod's real engine to answer /health: about two minutes alone on 2 cores, more on busy ones."""
 DETECT_S = 4 * (GUARD["windowSeconds"] + GUARD["consecutiveBreaches"] * GUARD["intervalSeconds"])
 """A breach held for consecutiveBreaches evaluations of a full window, four times over: at the
 trickle this machine carries, a window may hold too few sampled requests to judge (measured:
@@ -182,7 +189,7 @@ def test_gateway_class_counters_in_prometheus_equal_the_engines_own(fleet: RealF
         assert sum(per_class.values()) == sum(delta(theirs).values()), (ours, per_class, theirs)
 
 
-def test_sampling_clients_engage_the_kill_switch_and_a_greedy_trial_sees_acceptance_again(
+def test_sampling_clients_engage_the_kill_switch_and_a_greedy_trial_releases_it(
     fleet: RealFleet,
 ) -> None:
     cluster, namespace = fleet.cluster, fleet.namespace
@@ -226,14 +233,15 @@ def test_sampling_clients_engage_the_kill_switch_and_a_greedy_trial_sees_accepta
         verdict = trial_verdict(fleet)
         assert verdict is not None
         timings["trial"] = time.monotonic() - trial
-        # The canary's greedy code class accepts again, and the trial saw it. Whether it also
-        # beats plain decoding is this machine's luck: the target drafts for itself on two
-        # shared cores (measured 0.26-0.97), so a failed trial may fail on speed, never on
-        # acceptance.
+        # The canary's greedy code class accepts again, the trial saw it, and the canary's
+        # speculation beats the fleet's plain decoding (measured TPOT, the same windows) by
+        # more than minSpeedup + releaseMargin: the kill switch is released.
         assert verdict["evidence"]["classes"]["code"]["acceptanceRate"] >= 0.9, verdict
-        if verdict["action"] == "kill_switch_released":
-            deployment = cluster.kubectl_json("get", "deployment", NAME, "-n", namespace)
-            assert "--speculative-config" in engine_args(deployment["spec"]["template"])
+        assert verdict["action"] == "kill_switch_released", verdict
+        released = GUARD["minSpeedup"] + GUARD["releaseMargin"]
+        assert verdict["evidence"]["speedup"] >= released, verdict
+        deployment = cluster.kubectl_json("get", "deployment", NAME, "-n", namespace)
+        assert "--speculative-config" in engine_args(deployment["spec"]["template"])
         report = traffic.result(stop=True)
         print("seconds:", {k: round(v) for k, v in timings.items()}, "requests:", report.ok)
         assert sum(report.failed.values()) == 0, report.errors[:5]

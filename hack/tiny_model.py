@@ -6,7 +6,8 @@ writes OUT_DIR/target (a 2-layer Llama with random weights and a byte-level BPE 
 trained here on generated text), OUT_DIR/draft (the target's first layer, embeddings and
 head: a 1-layer draft that shares the target's vocabulary) and OUT_DIR/eagle3 (an EAGLE-3 head
 with random weights in the layout of published EAGLE-3 checkpoints, reading the hidden states
-of both target layers).
+of both target layers), and OUT_DIR/pair/{target,draft}: a pair for which draft-model
+speculation pays on a CPU (`pair_target_and_draft`; `bench/real_engine.py --pair` measures it).
 Deterministic: fixed seeds, a corpus generated from a seeded generator.
 """
 
@@ -28,6 +29,9 @@ HIDDEN = 128
 HEADS = 4
 KV_HEADS = 2
 MAX_POSITIONS = 4096
+PAIR_HIDDEN = 768
+PAIR_LAYERS = 8
+PAIR_HEAD_DIM = 64
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|system|>", "<|user|>", "<|assistant|>"]
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n"
@@ -80,14 +84,20 @@ def tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def llama_config(tok: PreTrainedTokenizerFast, layers: int) -> LlamaConfig:
+def llama_config(
+    tok: PreTrainedTokenizerFast,
+    layers: int,
+    hidden: int = HIDDEN,
+    heads: int = HEADS,
+    kv_heads: int = KV_HEADS,
+) -> LlamaConfig:
     return LlamaConfig(
         vocab_size=len(tok),
-        hidden_size=HIDDEN,
-        intermediate_size=2 * HIDDEN,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=layers,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=MAX_POSITIONS,
         tie_word_embeddings=True,
         bos_token_id=tok.bos_token_id,
@@ -109,6 +119,31 @@ def target_and_draft(tok: PreTrainedTokenizerFast, out: Path) -> None:
     target = LlamaForCausalLM(llama_config(tok, layers=2)).eval()
     save(target, tok, out / "target")
     draft = LlamaForCausalLM(llama_config(tok, layers=1)).eval()
+    own = draft.state_dict()
+    draft.load_state_dict({name: target.state_dict()[name] for name in own})
+    save(draft, tok, out / "draft")
+
+
+def pair_target_and_draft(
+    tok: PreTrainedTokenizerFast, out: Path, hidden: int = PAIR_HIDDEN, layers: int = PAIR_LAYERS
+) -> None:
+    """out/target: a Llama wide and deep enough that its layers, not the framework, dominate a
+    decode step on a CPU, whose layers after the first add nothing to the residual stream
+    (o_proj and down_proj zero: they cost a full layer's weights and attention, and change no
+    logit); out/draft: its 1-layer prefix (same embeddings, head and tokenizer). The target's
+    logits are its draft's, so greedy drafts are all accepted (sampled ones hardly any: the
+    logits are a random model's, nearly flat), and a draft step costs a fraction of a target
+    step. 768 wide and 8 layers: 43 M parameters, 170 MB in float32."""
+    torch.manual_seed(SEED)
+    heads = hidden // PAIR_HEAD_DIM
+    config = llama_config(tok, layers, hidden, heads=heads, kv_heads=max(1, heads // 4))
+    target = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in target.model.layers[1:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    save(target, tok, out / "target")
+    draft = LlamaForCausalLM(llama_config(tok, 1, hidden, heads, max(1, heads // 4))).eval()
     own = draft.state_dict()
     draft.load_state_dict({name: target.state_dict()[name] for name in own})
     save(draft, tok, out / "draft")
@@ -161,6 +196,7 @@ def main() -> None:
     tok = tokenizer()
     target_and_draft(tok, out)
     eagle3_head(tok, out / "eagle3")
+    pair_target_and_draft(tok, out / "pair")
 
 
 if __name__ == "__main__":
