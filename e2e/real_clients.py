@@ -8,11 +8,18 @@ Kept apart from `real_engine`, which the pods' engine command imports: that need
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes import config
+
 from e2e import real_engine
+from e2e.cluster.harness import LocalCluster
+from e2e.fleet import Background
 from e2e.traffic import Traffic
+from specfleet.scenario import parse_scenario
 
 NAME = real_engine.SERVED_NAME
 PROMPTS = {"code": "def add(a, b):", "chat": "Tell me about the weather."}
@@ -68,3 +75,21 @@ class Clients(Traffic):
 
     def request(self, klass: str) -> dict[str, Any]:
         return chat_request(klass, self.temperature[klass], self.max_tokens)
+
+
+def in_background(
+    cluster: LocalCluster, namespace: str, rps: float, seconds: float, max_tokens: int = 16
+) -> tuple[Clients, Background]:
+    """The real `openai` clients of NAME at `rps`, greedy in both classes until told otherwise,
+    for `seconds` in the background."""
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    scenario_ = parse_scenario(scenario(rps))
+    clients = Clients(api, namespace, NAME, NAME, scenario_, time.time(), max_tokens=max_tokens)
+
+    def run() -> Any:
+        try:
+            return asyncio.run(clients.run(seconds))
+        finally:
+            api.close()
+
+    return clients, Background(run, clients.stop)

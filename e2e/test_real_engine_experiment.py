@@ -10,22 +10,18 @@ with an acceptance near 1, while a simulated arm, whose text is not the tiny mod
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any
 
-from kubernetes import config
-
 from e2e import real_clients, real_engine
 from e2e.cluster.harness import LocalCluster, eventually
-from e2e.fleet import Background, simulated_pods
-from e2e.real_clients import NAME, Clients
+from e2e.fleet import simulated_pods
+from e2e.real_clients import NAME
 from e2e.real_engine_pod import COMMAND
 from e2e.test_experiment import experiment_status, operator  # noqa: F401
 from e2e.test_guard import apply, status
 from e2e.test_real_engine_guard import ENGINE_READY_S
-from specfleet.scenario import parse_scenario
 
 REAL_ARMS = "specfleet.dev/arm=baseline,speculative"
 RPS = 0.6
@@ -54,21 +50,6 @@ def experiment() -> dict[str, Any]:
     }
 
 
-def clients(cluster: LocalCluster, namespace: str, seconds: float) -> Background:
-    """The real `openai` clients, greedy in both classes, in the background."""
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    scenario = parse_scenario(real_clients.scenario(RPS))
-    traffic = Clients(api, namespace, NAME, NAME, scenario, time.time(), max_tokens=16)
-
-    def run() -> Any:
-        try:
-            return asyncio.run(traffic.run(seconds))
-        finally:
-            api.close()
-
-    return Background(run, traffic.stop)
-
-
 def test_real_arms_agree_on_greedy_answers_and_accept_every_self_draft(
     local_cluster: LocalCluster,
     namespace: str,
@@ -83,7 +64,7 @@ def test_real_arms_agree_on_greedy_answers_and_accept_every_self_draft(
         eventually(
             lambda: status(local_cluster, namespace, NAME).get("activeRevision") == 1, "served"
         )
-        traffic = clients(local_cluster, namespace, 1200)
+        _, traffic = real_clients.in_background(local_cluster, namespace, RPS, 1200)
         apply(local_cluster, namespace, experiment())
         started = time.monotonic()
         eventually(

@@ -14,7 +14,6 @@ engine (about two minutes, 4.2-4.4 GiB).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kubernetes import config
 from openai import OpenAI
 
 from e2e import real_clients, real_engine
@@ -34,7 +32,6 @@ from e2e.test_cluster import prometheus_query
 from e2e.test_guard import actions, apply, operator, status, wait_action  # noqa: F401
 from e2e.test_real_engine import GATEWAY_TO_ENGINE
 from e2e.traffic import serving
-from specfleet.scenario import parse_scenario
 
 NAME = real_clients.NAME
 GUARD = {
@@ -86,20 +83,11 @@ class RealFleet:
     @contextmanager
     def clients(self, seconds: float) -> Iterator[tuple[Clients, Background]]:
         """Traffic in the background for `seconds`, stopped at the end of the block."""
-        api = config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
-        scenario = parse_scenario(SCENARIO)
-        clients = Clients(
-            api, self.namespace, NAME, NAME, scenario, time.time(), max_tokens=MAX_TOKENS
+        clients, traffic = real_clients.in_background(
+            self.cluster, self.namespace, RPS, seconds, MAX_TOKENS
         )
-
-        def run() -> Any:
-            try:
-                return asyncio.run(clients.run(seconds))
-            finally:
-                api.close()
-
         try:
-            yield clients, Background(run, clients.stop)
+            yield clients, traffic
         finally:
             clients.stop.set()
 
