@@ -210,8 +210,7 @@ class ClientConnection(asyncio.Protocol):
             raise refusal(400, "Transfer-Encoding must be chunked, or absent")
         expect = headers.get("Expect")
         if expect is not None and expect.lower() != "100-continue":
-            expectation = openai_error(417, "Expect must be 100-continue", "BadRequestError", True)
-            raise HeadRefused(expectation)
+            raise refusal(417, "Expect must be 100-continue")
         return Request(
             self,
             parser.get_method().decode("ascii"),

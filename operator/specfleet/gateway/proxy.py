@@ -384,7 +384,7 @@ class ClientStream:
     ) -> None:
         transport = self.transport = request.transport
         self.high_water = transport.get_write_buffer_limits()[1]
-        self.chunked = request.chunked
+        self.write = request.write
         self.connection = connection
         self.reader = reader
         self.splitter = SseSplitter()
@@ -413,6 +413,6 @@ class ClientStream:
         transport = self.transport
         if transport.is_closing():
             raise ClientGone("the client disconnected")
-        transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
+        self.write(data)
         if transport.get_write_buffer_size() > self.high_water:
             self.connection.pause()  # until the client has read what is buffered
