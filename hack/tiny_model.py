@@ -118,10 +118,15 @@ def target_and_draft(tok: PreTrainedTokenizerFast, out: Path) -> None:
     torch.manual_seed(SEED)
     target = LlamaForCausalLM(llama_config(tok, layers=2)).eval()
     save(target, tok, out / "target")
-    draft = LlamaForCausalLM(llama_config(tok, layers=1)).eval()
-    own = draft.state_dict()
-    draft.load_state_dict({name: target.state_dict()[name] for name in own})
-    save(draft, tok, out / "draft")
+    save(prefix_draft(target, llama_config(tok, layers=1)), tok, out / "draft")
+
+
+def prefix_draft(target: LlamaForCausalLM, config: LlamaConfig) -> LlamaForCausalLM:
+    """A 1-layer model (`config`) holding the target's first layer, embeddings, norm and head."""
+    draft = LlamaForCausalLM(config).eval()
+    weights = target.state_dict()
+    draft.load_state_dict({name: weights[name] for name in draft.state_dict()})
+    return draft
 
 
 def pair_target_and_draft(
@@ -143,10 +148,8 @@ def pair_target_and_draft(
             layer.self_attn.o_proj.weight.zero_()
             layer.mlp.down_proj.weight.zero_()
     save(target, tok, out / "target")
-    draft = LlamaForCausalLM(llama_config(tok, 1, hidden, heads, max(1, heads // 4))).eval()
-    own = draft.state_dict()
-    draft.load_state_dict({name: target.state_dict()[name] for name in own})
-    save(draft, tok, out / "draft")
+    draft_config = llama_config(tok, 1, hidden, heads, max(1, heads // 4))
+    save(prefix_draft(target, draft_config), tok, out / "draft")
 
 
 def eagle3_head(tok: PreTrainedTokenizerFast, out: Path) -> None:
