@@ -75,6 +75,7 @@ def class_window(alpha: float, requests: float, rng: random.Random) -> ClassWind
         p95_ttft_seconds=0.4,
         p95_tpot_seconds=0.03,
         mean_tpot_seconds=0.02,
+        tpot_samples=requests,
         request_seconds=requests * rng.uniform(2.0, 8.0),
         tool_calls_valid=requests * 0.98,
         tool_calls_invalid=requests * 0.02,

@@ -71,6 +71,8 @@ class Clients(Traffic):
     sent."""
 
     max_tokens: int = 16
+    stream_share: float = 1.0
+    """Every request streams: the guard's measured speedup is the TPOT of streams."""
     temperature: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PROMPTS, 0.0))
 
     def request(self, klass: str) -> dict[str, Any]:

@@ -95,6 +95,9 @@ def test_per_class_acceptance_follows_the_scenario_and_sums_to_the_engine_counte
         code = before.classes["code"]
         # in flight for at least its decode: 47 tokens after the first, at the mean TPOT
         assert code.request_seconds / code.requests >= 0.8 * 47 * code.mean_tpot_seconds
+        # half the clients stream (Traffic), and only a stream has a TPOT
+        assert code.tpot_samples is not None
+        assert 0.2 * code.requests <= code.tpot_samples <= 0.8 * code.requests
         time.sleep(max(0.0, COLLAPSE_AT + 2 * WINDOW - fleet.scenario_time()))
         after = read(reader, namespace)
         assert after.classes["code"].acceptance_rate == pytest.approx(rate(0.2), abs=0.06)

@@ -55,6 +55,8 @@ class Traffic:
     stop: threading.Event = field(default_factory=threading.Event)
     """Set to end the traffic early; requests in flight finish."""
     report: TrafficReport = field(default_factory=TrafficReport)
+    stream_share: float = 0.5
+    """The share of requests that stream (only a stream has a TTFT and a TPOT)."""
     _targets: list[str] = field(default_factory=list)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once a pod is ready to take traffic."""
@@ -78,7 +80,7 @@ class Traffic:
                 self.report.errors.append(f"{time.strftime('%H:%M:%S')} {klass}: no ready pod")
                 continue
             openai = clients.setdefault(target, _client(target))
-            task = asyncio.create_task(self._one(openai, klass, rng.random() < 0.5))
+            task = asyncio.create_task(self._one(openai, klass, rng.random() < self.stream_share))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         await asyncio.gather(*tasks)

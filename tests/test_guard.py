@@ -66,6 +66,7 @@ def window(alpha: float, requests: float = 200, **extra: Any) -> ClassWindow:
         "steps": steps,
         "output_tokens": output,
         "mean_tpot_seconds": 0.02,
+        "tpot_samples": requests,
     }
     return ClassWindow(**(fields | extra))
 
@@ -435,6 +436,31 @@ def test_measured_tpot_overrides_the_model() -> None:
     assert [a.action for a in decision.actions] == ["kill_switch_engaged"]
     assert decision.actions[0].evidence["classes"]["code"]["speedupSource"] == "measured"
     assert not decide(situation(obs, guard=GuardStatus(consecutive_bad=2))).actions
+
+
+def test_a_mean_tpot_of_too_few_streams_is_no_measure() -> None:
+    # the same slow TPOT as above, from fewer streams than minRequests (most requests did not
+    # stream): the model judges, and an off window that thin is not remembered either
+    few = {"tpot_samples": 2.0, "mean_tpot_seconds": 0.03}
+    obs = Observation(
+        at=T0,
+        window_seconds=60,
+        revision=1,
+        speculation=True,
+        classes={"code": window(0.6, **few), "chat": window(0.6, **few)},
+    )
+    measured = GuardStatus(
+        consecutive_bad=2,
+        tpot_without_speculation={"code": 0.025, "chat": 0.025},
+        tpot_measured_at=T0.isoformat(),
+        tpot_revision=1,
+    )
+    decision = decide(situation(obs, guard=measured))
+    assert decision.actions == []
+    assert decision.evaluation and decision.evaluation.classes[0].source == "model"
+    off = replace(obs, speculation=False)
+    remembered = decide(situation(off, guard=GuardStatus())).guard
+    assert remembered.tpot_without_speculation is None
 
 
 def test_tpot_without_speculation_is_evidence_for_its_own_revision_alone() -> None:

@@ -515,7 +515,8 @@ class GuardSpec(ApiModel):
         default=20,
         ge=1,
         le=MAX_EXACT_INTEGER,
-        description="Fewer requests in a window is inconclusive.",
+        description="Fewer requests in a window is inconclusive; a class's mean TPOT from "
+        "fewer streams is no measure of speedup (the speedup model stands in).",
     )
     consecutive_breaches: int = Field(
         default=3,

@@ -132,8 +132,9 @@ def remember_tpot_without_speculation(tick: Tick, observation: Observation) -> N
     known = dict(guard.tpot_without_speculation or {}) if guard.tpot_revision == revision else {}
     min_requests = tick.situation.policy.guard.min_requests
     for name, window in observation.classes.items():
-        if window.mean_tpot_seconds and (window.requests or 0) >= min_requests:
-            known[name] = window.mean_tpot_seconds
+        tpot = window.measured_tpot(min_requests)
+        if tpot:
+            known[name] = tpot
     if known:
         guard.tpot_without_speculation, guard.tpot_revision = known, revision
         guard.tpot_measured_at = tick.stamp

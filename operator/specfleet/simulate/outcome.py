@@ -164,6 +164,7 @@ def window(slices: list[ClassSlice], speculation: bool, tool_calls: bool) -> Cla
         p95_ttft_seconds=per_token(total.p95_ttft_total),
         p95_tpot_seconds=per_token(total.p95_tpot_total),
         mean_tpot_seconds=per_token(total.tpot_seconds_total),
+        tpot_samples=float(total.requests),
         tool_calls_valid=float(total.tool_calls_valid) if tool_calls else None,
         tool_calls_invalid=float(total.tool_calls_invalid) if tool_calls else None,
         structured_valid=float(total.structured_valid),

@@ -30,6 +30,8 @@ class ClassWindow:
     p95_ttft_seconds: float | None = None
     p95_tpot_seconds: float | None = None
     mean_tpot_seconds: float | None = None
+    tpot_samples: float | None = None
+    """The streams behind the TPOTs (a request that did not stream has none)."""
     tool_calls_valid: float | None = None
     tool_calls_invalid: float | None = None
     structured_valid: float | None = None
@@ -43,6 +45,13 @@ class ClassWindow:
     check, or checking cost too much): outside the validity above, whatever they were."""
     structured_unjudged: Mapping[str, float] = field(default_factory=dict, hash=False)
     """Structured outputs not judged, by reason."""
+
+    def measured_tpot(self, min_samples: int) -> float | None:
+        """The mean TPOT, as evidence only from at least `min_samples` streams: one stalled
+        stream among two moves a mean by half its stall."""
+        if not self.mean_tpot_seconds or (self.tpot_samples or 0.0) < min_samples:
+            return None
+        return self.mean_tpot_seconds
 
     @property
     def acceptance_rate(self) -> float | None:

@@ -54,6 +54,10 @@ def _mean(metric: str, group: str, selector: str) -> str:
     return f"{sums} / {counts}"
 
 
+def _samples(metric: str, group: str, selector: str) -> str:
+    return f"sum by ({group}) (increase({metric}_count{selector}[{{w}}]))"
+
+
 Query = tuple[str, str | None, str | None]
 """A PromQL template (`{w}`: the window), and the label that must match with its value."""
 
@@ -85,6 +89,7 @@ def queries(group: str, selector: str = "") -> dict[str, Query]:
         "p95_ttft_seconds": (_quantile(series.TTFT, group, selector), None, None),
         "p95_tpot_seconds": (_quantile(series.TPOT, group, selector), None, None),
         "mean_tpot_seconds": (_mean(series.TPOT, group, selector), None, None),
+        "tpot_samples": (_samples(series.TPOT, group, selector), None, None),
         "tool_calls_valid": validity(series.TOOL_CALLS, True),
         "tool_calls_invalid": validity(series.TOOL_CALLS, False),
         "structured_valid": validity(series.STRUCTURED_OUTPUTS, True),
