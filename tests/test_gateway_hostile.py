@@ -330,6 +330,10 @@ async def test_no_client_header_bytes_reach_the_logs(caplog: pytest.LogCaptureFi
             answer = await asyncio.wait_for(reader.read(), 3)  # (its own bytes, to itself)
             assert answer.split(b"\r\n")[0].endswith(b" 400 Bad Request")
             writer.close()
+        metrics = await scrape(gw)
+    # counted where an operator looks, apart from the classes' requests
+    assert sample(metrics, "specfleet_gateway_refused_total", status="400") == 3
+    assert requests(metrics, "client_error") == 0
     assert caplog.records  # the gateway did log the malformed requests
     logged = "\n".join(caplog.text.splitlines() + [r.getMessage() for r in caplog.records])
     assert "SECRET" not in logged

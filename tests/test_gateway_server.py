@@ -40,6 +40,10 @@ class Echo:
         self.seen: list[tuple[str, str, str | None, bytes]] = []
         self.cancelled = 0
         self.release = asyncio.Event()
+        self.refusals: list[int] = []
+
+    def refused(self, status: int) -> None:
+        self.refusals.append(status)
 
     async def handle(self, request: Request) -> None:
         try:
@@ -231,13 +235,16 @@ async def test_a_pipelined_request_waits_with_reading_paused() -> None:
 # ------------------------------------------------------------------ refusals
 
 
-async def refused(raw: bytes) -> Answer:
+async def refused(raw: bytes, at_head: bool = True) -> Answer:
+    """The one answer to `raw`: at its head, by the server (counted as refused), or to its
+    body, by the handler."""
     connection, transport, echo = await connected()
     await feed(connection, transport, [raw])
     (answer,) = answers(bytes(transport.sent))
     assert answer.headers["connection"] == "close"
     assert transport.eof  # closed after the answer: its write side first
     assert echo.seen == []
+    assert echo.refusals == ([answer.status] if at_head else [])
     return answer
 
 
@@ -331,7 +338,7 @@ async def test_compressed_bodies_are_decoded_and_bounded_decoded(coding: str, en
     assert echo.seen[0][3] == b"squeezed"
     bomb = encode(b"x" * (LIMIT * 100))  # small on the wire, large decoded
     assert len(bomb) < LIMIT
-    answer = await refused(post(bomb, f"Content-Encoding: {coding}"))
+    answer = await refused(post(bomb, f"Content-Encoding: {coding}"), at_head=False)
     assert answer.status == 413
 
 
@@ -342,18 +349,18 @@ async def test_compressed_bodies_are_decoded_and_bounded_decoded(coding: str, en
 async def test_a_body_in_a_coding_the_gateway_cannot_read_is_a_400(
     body: bytes, coding: str
 ) -> None:
-    answer = await refused(post(body, f"Content-Encoding: {coding}"))
+    answer = await refused(post(body, f"Content-Encoding: {coding}"), at_head=False)
     assert answer.status == 400
     assert "Content-Encoding" in message(answer)
 
 
 async def test_a_body_over_the_limit_is_refused_as_its_length_says_or_as_it_comes() -> None:
-    answer = await refused(post(b"x" * (LIMIT + 1)))
+    answer = await refused(post(b"x" * (LIMIT + 1)), at_head=False)
     assert answer.status == 413
     assert str(LIMIT) in message(answer)
     chunks = b"".join(b"64\r\n" + b"x" * 100 + b"\r\n" for _ in range(11))
     chunked = b"POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
-    assert (await refused(chunked)).status == 413
+    assert (await refused(chunked, at_head=False)).status == 413
 
 
 async def test_expect_100_continue_is_answered_only_for_a_body_that_will_be_read() -> None:
@@ -364,7 +371,7 @@ async def test_expect_100_continue_is_answered_only_for_a_body_that_will_be_read
     await feed(connection, transport, [b"{}"])
     assert [a.status for a in answers(bytes(transport.sent))] == [100, 200]
     too_big = head.replace(b"Length: 2", b"Length: %d" % (LIMIT + 1))
-    answer = await refused(too_big)  # one answer: no 100 Continue before it
+    answer = await refused(too_big, at_head=False)  # one answer: no 100 Continue before it
     assert answer.status == 413
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 import httptools
 from multidict import CIMultiDict
 
-from specfleet.gateway.request import REASONS, Request
+from specfleet.gateway.request import Request, response_head
 from specfleet.gateway.wire import Reply, openai_error
 
 if TYPE_CHECKING:
@@ -42,6 +42,9 @@ class Handler(Protocol):
     async def handle(self, request: Request) -> None:
         """Answers the request. One that returns before ending its response has the
         connection cut, so the client sees an incomplete response, not a clean end."""
+
+    def refused(self, status: int) -> None:
+        """The server answered a request at its head, with `status`: counted, never handled."""
 
 
 class HeadRefused(Exception):
@@ -282,12 +285,13 @@ class ClientConnection(asyncio.Protocol):
     def _reply_and_close(self, reply: Reply) -> None:
         transport = self.transport
         assert transport is not None
-        head = (
-            f"HTTP/1.1 {reply.status} {REASONS.get(reply.status, '')}\r\n"
-            f"Content-Type: {reply.content_type}\r\nContent-Length: {len(reply.body)}\r\n"
-            "Connection: close\r\n\r\n"
-        )
-        transport.write(head.encode() + reply.body)
+        self.listener.handler.refused(reply.status)
+        fields = [
+            ("Content-Type", reply.content_type),
+            ("Content-Length", str(len(reply.body))),
+            ("Connection", "close"),
+        ]
+        transport.write(response_head("1.1", reply.status, "", fields) + reply.body)
         self._hang_up()
 
     # -- flow --

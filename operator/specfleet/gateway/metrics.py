@@ -111,6 +111,11 @@ class GatewayMetrics:
         )  # fmt: skip
         for stage in ERROR_STAGES:
             self.errors.labels(stage)
+        self.refused = Counter(
+            series.GATEWAY_REFUSED, "Requests the gateway's server answered at their head "
+            "(malformed, too large, asking what it does not do): never forwarded, in no class.",
+            [series.STATUS], registry=r,
+        )  # fmt: skip
         self._series: dict[str, _ClassSeries] = {}
         self.mirror = MirrorMetrics(r)
 
@@ -127,6 +132,9 @@ class GatewayMetrics:
 
     def error(self, stage: str) -> None:
         self.errors.labels(stage).inc()
+
+    def count_refusal(self, status: int) -> None:
+        self.refused.labels(str(status)).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

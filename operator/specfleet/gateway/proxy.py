@@ -144,6 +144,9 @@ class Proxy:
     def body_limit(self) -> int:
         return self.routing.config.max_body_bytes
 
+    def refused(self, status: int) -> None:
+        self.metrics.count_refusal(status)
+
     async def handle(self, request: Request) -> None:
         if request.method == "POST" and request.path in INFERENCE_PATHS:
             await self._inference(request)

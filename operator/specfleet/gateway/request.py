@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
@@ -145,25 +145,23 @@ class Request:
         """Sends the response's head. Without a `length` the body is chunked (HTTP/1.1) or
         ends with the connection (HTTP/1.0)."""
         keep_alive = self.keep_alive and not self.connection.draining
-        lines = [f"HTTP/{self.version} {status} {reason or REASONS.get(status, '')}\r\n"]
-        lines += [f"{name}: {value}\r\n" for name, value in headers.items()]
+        fields = list(headers.items())
         if length is not None:
-            lines.append(f"Content-Length: {length}\r\n")
+            fields.append(("Content-Length", str(length)))
         elif self._head_only or status in BODYLESS or status < 200:
             pass
         elif self.version == "1.1":
             self.chunked = True
-            lines.append("Transfer-Encoding: chunked\r\n")
+            fields.append(("Transfer-Encoding", "chunked"))
         else:
             keep_alive = False
         if not keep_alive:
-            lines.append("Connection: close\r\n")
+            fields.append(("Connection", "close"))
         elif self.version == "1.0":
-            lines.append("Connection: keep-alive\r\n")
+            fields.append(("Connection", "keep-alive"))
         self.keep_alive = keep_alive
         self.responded = True
-        lines.append("\r\n")
-        self.transport.write("".join(lines).encode("utf-8", "surrogateescape"))
+        self.transport.write(response_head(self.version, status, reason, fields))
         if status in BODYLESS:
             self._head_only = True
 
@@ -192,6 +190,16 @@ class Request:
     async def drain(self) -> None:
         """Waits until the client has taken what is buffered for it."""
         await self.connection.drained()
+
+
+def response_head(
+    version: str, status: int, reason: str, fields: Iterable[tuple[str, str]]
+) -> bytes:
+    """A response's status line and header fields (its framing and Connection among them)."""
+    lines = [f"HTTP/{version} {status} {reason or REASONS.get(status, '')}\r\n"]
+    lines += [f"{name}: {value}\r\n" for name, value in fields]
+    lines.append("\r\n")
+    return "".join(lines).encode("utf-8", "surrogateescape")
 
 
 def _undecodable() -> Reply:
