@@ -22,9 +22,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -110,6 +112,37 @@ def nginx_bin() -> Path:
             (deb,) = Path(tmp).glob("nginx_*.deb")
             subprocess.run(["dpkg-deb", "-x", str(deb), str(home)], check=True)
     return binary
+
+
+CYTHON = "3.3.1"
+COMPILED = ("upstream", "exchange", "request", "connection", "listener", "sse", "stats")
+"""The gateway's modules on a relayed chunk's and a request's path."""
+
+
+def compiled_tree() -> Path:
+    """The product's package with COMPILED built by Cython from their unchanged source (pure
+    Python mode, annotations not read as C types): the interpreter taken out of the relay
+    without a line rewritten. Built once per source and Cython version."""
+    package = ROOT / "operator/specfleet"
+    sources = [package / "gateway" / f"{m}.py" for m in COMPILED]
+    digest = hashlib.sha256(CYTHON.encode())
+    for source in sources:
+        digest.update(source.read_bytes())
+    home = CACHE / f"gateway-compiled-{digest.hexdigest()[:12]}"
+    if not list((home / "operator/specfleet/gateway").glob("exchange.*.so")):
+        cython = CACHE / f"cython-{CYTHON}"
+        if not (cython / "bin/cythonize").exists():
+            subprocess.run([sys.executable, "-m", "venv", str(cython)], check=True)
+            pip = [str(cython / "bin/pip"), "install", "-q", f"cython=={CYTHON}", "setuptools"]
+            subprocess.run(pip, check=True)
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.copytree(package, home / "operator/specfleet",
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        build = [str(cython / "bin/cythonize"), "-i", "-q", "-3"]
+        build += ["-X", "annotation_typing=False", "-X", "binding=True"]
+        build += [str(home / "operator/specfleet/gateway" / f"{m}.py") for m in COMPILED]
+        subprocess.run(build, check=True)
+    return home / "operator"
 
 
 def baseline_tree(rev: str) -> Path:
@@ -343,6 +376,8 @@ def proxies(args: argparse.Namespace) -> list[Proxy]:
     out = [gateway_proxy("gateway")]
     if args.baseline:
         out.append(gateway_proxy(f"gateway@{args.baseline}", baseline_tree(args.baseline)))
+    if args.compiled:
+        out.append(gateway_proxy("gateway, compiled", compiled_tree()))
     if "vllm-router" in args.peers:
         out.append(vllm_router_proxy())
     if "nginx" in args.peers:
@@ -473,6 +508,9 @@ def main() -> None:
         "--peers", nargs="*", default=["vllm-router", "nginx", "relay", "reading-relay"]
     )
     parser.add_argument("--baseline", help="also run the gateway as of this git revision")
+    parser.add_argument(
+        "--compiled", action="store_true", help="also run the gateway Cython-compiled (COMPILED)"
+    )
     parser.add_argument("--no-pin", dest="pin", action="store_false")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/gateway_peers.json")
     parser.add_argument("--serve-relay", type=int, nargs=2, help=argparse.SUPPRESS)
