@@ -46,6 +46,8 @@ GUARD = {
     # longer than a pod's restart (the pair's engine: 74-136 s alone at load 2-5), so the
     # trial's canary does not start beside a rollout
     "cooldownSeconds": 180,
+    # a failed trial is tried again after the same cooldown, not twice it (see the test)
+    "maxCooldownSeconds": 180,
     # speculation must beat plain decoding, and a trial by releaseMargin more: the pair's greedy
     # speculation (k=3, Intel OpenMP preloaded as real_engine.engine_env does) measured 2.4-3.5x
     # plain decoding on this CPU (bench/real_engine.py --pair), so a greedy trial clears 1.1
@@ -214,13 +216,14 @@ def test_sampling_clients_engage_the_kill_switch_and_a_greedy_trial_releases_it(
 
         wait_action(cluster, namespace, NAME, "trial_started", GUARD["cooldownSeconds"] + DETECT_S)
         trial = time.monotonic()
-        eventually(
-            lambda: trial_verdict(fleet),
-            "the trial's verdict on its canary (a real engine with speculation)",
-            ENGINE_READY_S + DETECT_S,
-        )
-        verdict = trial_verdict(fleet)
-        assert verdict is not None
+        verdict = wait_trial_verdict(fleet, ENGINE_READY_S + DETECT_S)
+        if verdict["action"] == "trial_failed":
+            # The whole suite's load once slowed the greedy canary's engine below the fleet's
+            # (measured 0.93x in CI, 3-4x beside a plain engine alone): the guard rightly
+            # fails that trial and tries again after its cooldown, which must then release.
+            print("first trial failed:", verdict["message"])
+            retry = GUARD["maxCooldownSeconds"] + ENGINE_READY_S + DETECT_S
+            verdict = wait_trial_verdict(fleet, retry, after=verdict["time"])
         timings["trial"] = time.monotonic() - trial
         # The canary's greedy code class accepts again, the trial saw it, and the canary's
         # speculation beats the fleet's plain decoding (measured TPOT, the same windows) by
@@ -238,11 +241,22 @@ def test_sampling_clients_engage_the_kill_switch_and_a_greedy_trial_releases_it(
         assert report.ok["code"] > 0 and report.ok["chat"] > 0
 
 
-def trial_verdict(fleet: RealFleet) -> dict[str, Any] | None:
-    """The first decision on the trial: the kill switch released, or the trial failed."""
-    decisions = status(fleet.cluster, fleet.namespace, NAME).get("decisions", [])
+def wait_trial_verdict(fleet: RealFleet, timeout: float, after: str = "") -> dict[str, Any]:
+    """The first decision on a trial (the kill switch released, or the trial failed) made
+    after the time `after`."""
     verdicts = {"kill_switch_released", "trial_failed"}
-    return next((d for d in decisions if d["action"] in verdicts), None)
+
+    def verdict() -> dict[str, Any] | None:
+        decisions = status(fleet.cluster, fleet.namespace, NAME).get("decisions", [])
+        found = (d for d in decisions if d["action"] in verdicts and d["time"] > after)
+        return next(found, None)
+
+    eventually(
+        verdict, "the trial's verdict on its canary (a real engine with speculation)", timeout
+    )
+    found = verdict()
+    assert found is not None
+    return found
 
 
 def wait_evaluated(fleet: RealFleet, klass: str, healthy: Any) -> None:
