@@ -372,9 +372,7 @@ def _judge_speculation(
     modelled = _speedup(policy, tokens, per_step) * load
     # Without step counts the rate is read as an i.i.d. α: an underestimate.
     source = "model" if drafting is not None else "model (rate)"
-    tpot_on = window.measured_tpot(policy.guard.min_requests)
-    if tpot_off and tpot_on:
-        modelled, source = tpot_off / tpot_on, "measured"
+    modelled, source = _measured_speedup(policy, window, tpot_off) or (modelled, source)
     # A request's own rate lies in [0, 1], so its variance is at most α(1-α): counting requests
     # as trials is a conservative bound (tokens of one request are not independent). Sampling
     # noise in TPOT is the tokens per step's, so every source scales with its bounds.
@@ -411,13 +409,21 @@ def _judge_few_drafts(
         return None
     drafting = (window.draft_tokens or 0.0) / steps
     tokens = 1.0 + (window.accepted_tokens or 0.0) / steps
-    modelled, source = _speedup(policy, tokens, drafting) * load, "model (few drafts)"
-    tpot_on = window.measured_tpot(policy.guard.min_requests)
-    if tpot_off and tpot_on:
-        modelled, source = tpot_off / tpot_on, "measured"
+    modelled, source = _measured_speedup(policy, window, tpot_off) or (
+        _speedup(policy, tokens, drafting) * load,
+        "model (few drafts)",
+    )
     bounds = (modelled / tokens, modelled * (1.0 + drafting) / tokens)
     breaches = [f"speedup {modelled:.2f} < {threshold:.2f}"] if modelled < threshold else []
     return modelled, source, breaches, bounds, None, drafting
+
+
+def _measured_speedup(
+    policy: Policy, window: ClassWindow, tpot_off: float | None
+) -> tuple[float, str] | None:
+    """TPOT without speculation over this window's, where both are measures."""
+    tpot_on = window.measured_tpot(policy.guard.min_requests)
+    return (tpot_off / tpot_on, "measured") if tpot_off and tpot_on else None
 
 
 def _speedup(policy: Policy, tokens_per_step: float, drafts_per_step: float) -> float:
