@@ -13,7 +13,12 @@ $(VENV)/.installed: pyproject.toml testbed/pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]' -e testbed
 	touch $@
 
-setup: $(VENV)/.installed ## create .venv with specfleet, its testbed and the dev tools
+# The gateway's native pump (relay/, Rust): built once per source by hack/relay.sh, cached.
+$(VENV)/.relay: $(VENV)/.installed hack/relay.sh relay/Cargo.toml relay/Cargo.lock relay/pyproject.toml relay/specfleet_relay.pyi relay/src/lib.rs
+	$(VENV)/bin/pip install -q --force-reinstall --no-deps "$$(hack/relay.sh | sed -n 's/^wheel=//p')"
+	touch $@
+
+setup: $(VENV)/.installed $(VENV)/.relay ## create .venv with specfleet, its testbed, the dev tools and the pump
 
 helm-bin: ## build helm from the Go module proxy (cached under ~/.cache/specfleet)
 	@hack/tools.sh helm >/dev/null
@@ -22,11 +27,14 @@ lint: setup
 	$(VENV)/bin/ruff check operator testbed tests e2e bench
 	$(VENV)/bin/ruff format --check operator testbed tests e2e bench
 	$(VENV)/bin/hadolint --config images/.hadolint.yaml images/*/Dockerfile
+	cargo fmt --manifest-path relay/Cargo.toml --check
+	CARGO_TARGET_DIR="$${SPECFLEET_CACHE:-$$HOME/.cache/specfleet}/relay-target" cargo clippy --release --locked --quiet --manifest-path relay/Cargo.toml -- -D warnings
 
 typecheck: setup
 	$(VENV)/bin/mypy
 
 unit: setup helm-bin
+	CARGO_TARGET_DIR="$${SPECFLEET_CACHE:-$$HOME/.cache/specfleet}/relay-target" cargo test --release --locked --quiet --manifest-path relay/Cargo.toml
 	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m pytest -q tests
 
 .PHONY: real-engine

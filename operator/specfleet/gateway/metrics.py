@@ -116,6 +116,11 @@ class GatewayMetrics:
             "(malformed, too large, asking what it does not do): never forwarded, in no class.",
             [series.STATUS], registry=r,
         )  # fmt: skip
+        self.pumped = Counter(
+            series.GATEWAY_PUMPED, "Token chunks the native pump relayed (never entering the "
+            "interpreter); 0 while the pump is not built.",
+            registry=r,
+        )  # fmt: skip
         self._series: dict[str, _ClassSeries] = {}
         self.mirror = MirrorMetrics(r)
 
@@ -135,6 +140,9 @@ class GatewayMetrics:
 
     def count_refusal(self, status: int) -> None:
         self.refused.labels(str(status)).inc()
+
+    def count_pumped(self, chunks: int) -> None:
+        self.pumped.inc(chunks)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -27,7 +27,7 @@ from specfleet.gateway.mirror import Mirroring
 from specfleet.gateway.request import Refused, Request
 from specfleet.gateway.sse import SseSplitter
 from specfleet.gateway.stats import summarize_body
-from specfleet.gateway.upstream import EngineConnection, EngineError, EnginePool, Head
+from specfleet.gateway.upstream import EngineConnection, EngineError, EnginePool, Head, Pump
 from specfleet.gateway.wire import (
     BadRequest,
     bad_request,
@@ -98,6 +98,10 @@ class Proxy:
         self.mirroring.apply(config)
 
     async def open(self) -> None:
+        if Pump is None:
+            log.warning(
+                "the native pump is not built (hack/relay.sh): every chunk is relayed in Python"
+            )
         self._engine = EnginePool(
             self.upstream, self.settings.connect_timeout, self.settings.upstream_timeout
         )
@@ -385,6 +389,7 @@ class ClientStream:
     def __init__(
         self, request: Request, connection: EngineConnection, reader: StreamReader
     ) -> None:
+        self.request = request
         transport = self.transport = request.transport
         self.high_water = transport.get_write_buffer_limits()[1]
         self.write = request.write
@@ -399,6 +404,7 @@ class ClientStream:
         # as they came, never split (what most reads of a long stream are).
         if splitter.ends_whole(data) and reader.skims(data, now):
             self.send(data)
+            self._pump()
             return
         events = splitter.feed(data)
         if not events:
@@ -413,9 +419,35 @@ class ClientStream:
         reader.relayed(events, out, now)
 
     def send(self, data: bytes) -> None:
-        transport = self.transport
-        if transport.is_closing():
-            raise ClientGone("the client disconnected")
+        self._check_open()
         self.write(data)
-        if transport.get_write_buffer_size() > self.high_water:
+        self._hold_if_behind()
+
+    def _pump(self) -> None:
+        """Plain token chunks from here on go through the native pump, when it can take them:
+        a chunked response, nothing waiting to be written."""
+        separator = self.splitter.separator
+        if (
+            separator is not None
+            and self.request.chunked
+            and self.connection.pumpable()
+            and not self.transport.get_write_buffer_size()
+        ):
+            self.connection.pump_to(self.transport, separator, self._pumped_back)
+
+    def _pumped_back(self, unsent: bytes, last_token: float, chunks: int) -> None:
+        reader = self.reader
+        reader.last_token_t = max(reader.last_token_t, last_token)
+        reader.metrics.count_pumped(chunks)
+        if unsent:  # already framed for the client
+            self._check_open()
+            self.transport.write(unsent)
+            self._hold_if_behind()
+
+    def _check_open(self) -> None:
+        if self.transport.is_closing():
+            raise ClientGone("the client disconnected")
+
+    def _hold_if_behind(self) -> None:
+        if self.transport.get_write_buffer_size() > self.high_water:
             self.connection.pause()  # until the client has read what is buffered

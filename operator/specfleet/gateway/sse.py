@@ -36,6 +36,11 @@ class SseSplitter:
         return not self._tail and separator is not None and data.endswith(separator)
 
     @property
+    def separator(self) -> bytes | None:
+        """What ends an event in this stream (known from its first line end)."""
+        return self._separator
+
+    @property
     def rest(self) -> bytes:
         """Bytes after the last complete event (relayed as they are when the stream ends)."""
         return self._tail

@@ -8,6 +8,10 @@ checked by one timer per silence period, not one per chunk.
 
 Connections are pooled (keep-alive, most recent first) and never retried: a request may have
 reached the engine.
+
+While a stream carries only plain token chunks, its sink may hand the reading to the native pump
+(`relay/`, built by hack/relay.sh): it reads the engine's socket and writes the client's itself,
+without entering Python per chunk, and hands back at the first chunk it cannot relay.
 """
 
 from __future__ import annotations
@@ -22,6 +26,11 @@ from enum import Enum
 
 from multidict import CIMultiDict
 from yarl import URL
+
+try:
+    from specfleet_relay import Pump as Pump
+except ImportError:  # not built: every chunk is relayed in Python
+    Pump = None  # type: ignore[assignment,misc]
 
 MAX_HEAD_BYTES = 64 * 1024
 _FORBIDDEN_HEADER_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -64,6 +73,9 @@ class Framing(Enum):
 
 
 Sink = Callable[[bytes], None]
+PumpedBack = Callable[[bytes, float, int], None]
+"""Takes what the pump hands back: bytes framed for the client that it did not write, when it
+last relayed a token chunk, and how many it relayed."""
 
 
 class EngineConnection(asyncio.Protocol):
@@ -74,6 +86,8 @@ class EngineConnection(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self._pump: Pump | None = None
+        self._pumped_back: PumpedBack | None = None
         self._begin()
 
     def _begin(self) -> None:
@@ -116,10 +130,10 @@ class EngineConnection(asyncio.Protocol):
 
     def stream_to(self, sink: Sink) -> None:
         """Hands the body, what has come and what comes, to `sink` as it arrives."""
-        self._sink = sink
         body, self._body = self._body, []
         for data in body:
             sink(data)
+        self._sink = sink
 
     async def relayed(self) -> bool:
         """Waits until the body has ended (True) or the sink paused the reading (False)."""
@@ -145,6 +159,7 @@ class EngineConnection(asyncio.Protocol):
         self.transport.resume_reading()
 
     def close(self) -> None:
+        self._unpump()
         self._disarm_silence()
         self.closed = True
         if self.transport is not None:
@@ -164,12 +179,71 @@ class EngineConnection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    # -- the native pump --
+
+    def pumpable(self) -> bool:
+        """Whether the pump could take over now: a chunked stream being relayed, between two
+        whole chunks, read in plain TCP."""
+        return (
+            Pump is not None
+            and self._pump is None
+            and self._sink is not None
+            and self.framing is Framing.CHUNKED
+            and not (self._buffer or self._left or self._after_data or self._trailer)
+            and not self._paused
+            and not self.pool.tls
+        )
+
+    def pump_to(self, client: asyncio.Transport, separator: bytes, back: PumpedBack) -> None:
+        """Hands the reading to the pump, which writes plain token chunks to `client` itself,
+        events ending in `separator`; `back` gets what it hands back, and the reading goes on
+        here from where it stopped."""
+        assert self.transport is not None and Pump is not None
+        engine_fd = self.transport.get_extra_info("socket").fileno()
+        pump = Pump(engine_fd, client.get_extra_info("socket").fileno(), separator)
+        self.transport.pause_reading()
+        self._pump, self._pumped_back = pump, back
+        self.loop.add_reader(pump.engine_fd, self._pumped)
+
+    def _pumped(self) -> None:
+        pump = self._pump
+        assert pump is not None and self.transport is not None
+        try:
+            handback = pump.pump()
+            if handback is None:
+                return
+            unsent, unread = handback
+            self._unpump(unsent)
+            if not self._paused:
+                self.transport.resume_reading()
+            if unread:
+                self.data_received(unread)
+        except Exception as exc:  # the client's side failed (the sink's own exception)
+            self._fail(exc)
+
+    def _unpump(self, unsent: bytes = b"") -> None:
+        """Ends the pump's turn; what it did, and `unsent`, go back to the sink."""
+        pump, self._pump = self._pump, None
+        if pump is None:
+            return
+        self.loop.remove_reader(pump.engine_fd)
+        self._last_read = max(self._last_read, pump.last_read)
+        pump.close()
+        assert self._pumped_back is not None
+        self._pumped_back(unsent, pump.last_token, pump.chunks)
+
+    def _heard_at(self) -> float:
+        """When the engine last sent bytes, to the pump or here."""
+        pump = self._pump
+        return self._last_read if pump is None else max(self._last_read, pump.last_read)
+
     # -- the protocol --
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._unpump()
         self.closed = True
         self.pool.forget(self)
         if self.framing is Framing.UNTIL_CLOSE:
@@ -339,7 +413,7 @@ class EngineConnection(asyncio.Protocol):
 
     def _arm_silence(self) -> None:
         self._disarm_silence()
-        when = self._last_read + self.pool.silence_timeout
+        when = self._heard_at() + self.pool.silence_timeout
         self._silence = self.loop.call_at(when, self._check_silence)
 
     def _disarm_silence(self) -> None:
@@ -349,7 +423,7 @@ class EngineConnection(asyncio.Protocol):
 
     def _check_silence(self) -> None:
         self._silence = None
-        if self.loop.time() - self._last_read >= self.pool.silence_timeout:
+        if self.loop.time() - self._heard_at() >= self.pool.silence_timeout:
             self._fail(EngineSilent("the engine did not answer in time"))
         else:
             self._arm_silence()
