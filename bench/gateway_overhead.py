@@ -38,6 +38,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SENT_STAMP = re.compile(rb'"x_sent_ns":(\d+)')
+ARRIVED_STAMP = re.compile(rb'"x_arrived_ns":(\d+)')
 ENTRY = [sys.executable, "-c", "from specfleet.cli import main; main()"]
 K = 3
 ENGINE_ARGS = [
@@ -70,16 +71,22 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 async def serve_sim(port: int, time_scale: float) -> None:
-    """The simulator, with every chunk stamped with its send time."""
+    """The simulator, with every chunk stamped with its send time and its request's arrival at
+    the engine (when its stream began)."""
     from specfleet_testbed.engine import server as sim_server
     from specfleet_testbed.engine.args import parse_vllm
 
-    original = sim_server._ChunkWriter.send
+    original_init, original_send = sim_server._ChunkWriter.__init__, sim_server._ChunkWriter.send
+
+    def arrived(self: Any, *args: Any) -> None:
+        original_init(self, *args)
+        self.x_arrived_ns = time.monotonic_ns()
 
     async def stamped(self: Any, chunk: dict[str, Any], trailing_space: bool = False) -> None:
-        chunk["x_sent_ns"] = time.monotonic_ns()
-        await original(self, chunk, trailing_space)
+        chunk["x_sent_ns"], chunk["x_arrived_ns"] = time.monotonic_ns(), self.x_arrived_ns
+        await original_send(self, chunk, trailing_space)
 
+    sim_server._ChunkWriter.__init__ = arrived  # type: ignore[method-assign]
     sim_server._ChunkWriter.send = stamped  # type: ignore[method-assign]
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -94,6 +101,9 @@ async def serve_sim(port: int, time_scale: float) -> None:
 @dataclass
 class Run:
     ttft: list[float] = field(default_factory=list)
+    path_ttft: list[float] = field(default_factory=list)
+    """TTFT without the engine's own time: the request's way to the engine and the first
+    token's way back. What a proxy adds to it is its own, whatever the engine's step phase."""
     chunk_latency: list[float] = field(default_factory=list)
     requests: int = 0
     errors: int = 0
@@ -101,6 +111,7 @@ class Run:
 
     def merge(self, other: Run) -> None:
         self.ttft += other.ttft
+        self.path_ttft += other.path_ttft
         self.chunk_latency += other.chunk_latency
         self.requests += other.requests
         self.errors += other.errors
@@ -113,7 +124,7 @@ async def one_stream(session: aiohttp.ClientSession, url: str, max_tokens: int, 
         "max_tokens": max_tokens,
         "stream": True,
     }
-    started = time.perf_counter()
+    started, started_ns = time.perf_counter(), time.monotonic_ns()
     first = True
     async with session.post(url + "/v1/chat/completions", json=body) as response:
         if response.status != 200:
@@ -130,6 +141,10 @@ async def one_stream(session: aiohttp.ClientSession, url: str, max_tokens: int, 
                 run.chunk_latency.append((arrived - int(stamp[1])) / 1e9)
             if first and b'"content":"' in line and b'"content":""' not in line:
                 run.ttft.append(time.perf_counter() - started)
+                engine = ARRIVED_STAMP.search(line)
+                if stamp and engine:
+                    way_there, way_back = int(engine[1]) - started_ns, arrived - int(stamp[1])
+                    run.path_ttft.append((way_there + way_back) / 1e9)
                 first = False
     run.requests += 1
 
@@ -230,6 +245,8 @@ class Measured:
     tokens_per_s: float
     ttft_p50_ms: float
     ttft_p99_ms: float
+    path_ttft_p50_ms: float
+    path_ttft_p99_ms: float
     chunk_p50_ms: float
     chunk_p99_ms: float
     chunks: int
@@ -250,6 +267,8 @@ class Measured:
             tokens_per_s=round(sample.tokens / sample.seconds, 1),
             ttft_p50_ms=pct(run.ttft, 50) * 1e3,
             ttft_p99_ms=pct(run.ttft, 99) * 1e3,
+            path_ttft_p50_ms=pct(run.path_ttft, 50) * 1e3,
+            path_ttft_p99_ms=pct(run.path_ttft, 99) * 1e3,
             chunk_p50_ms=pct(run.chunk_latency, 50) * 1e3,
             chunk_p99_ms=pct(run.chunk_latency, 99) * 1e3,
             chunks=len(run.chunk_latency),
