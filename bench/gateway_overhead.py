@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -39,6 +40,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 SENT_STAMP = re.compile(rb'"x_sent_ns":(\d+)')
 ARRIVED_STAMP = re.compile(rb'"x_arrived_ns":(\d+)')
+MARKERS = itertools.count()
+"""Each prompt's own marker, which bench/loopback.py finds on the wire."""
 ENTRY = [sys.executable, "-c", "from specfleet.cli import main; main()"]
 K = 3
 ENGINE_ARGS = [
@@ -120,7 +123,9 @@ class Run:
 async def one_stream(session: aiohttp.ClientSession, url: str, max_tokens: int, run: Run) -> None:
     body = {
         "model": "llama",
-        "messages": [{"role": "user", "content": "Tell me about speculative decoding."}],
+        "messages": [
+            {"role": "user", "content": f"Tell me about speculative decoding. #r{next(MARKERS)}#"}
+        ],
         "max_tokens": max_tokens,
         "stream": True,
     }
