@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 
 .PHONY: setup test lint typecheck unit e2e crd golden helm-bin bench clean demo demo-short
 .DEFAULT_GOAL := test

@@ -6,6 +6,8 @@
 set -euo pipefail
 
 MATURIN_VERSION=1.16.0
+export PATH="$HOME/.cargo/bin:$PATH"  # rustup's cargo, also where a login shell was not read
+command -v cargo >/dev/null || { echo "relay: cargo not found (install Rust with rustup)" >&2; exit 1; }
 TOOL=relay
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=lib/cached-venv.sh

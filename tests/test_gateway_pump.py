@@ -21,8 +21,6 @@ from specfleet.api.gateway import GatewayConfig
 from specfleet.gateway import upstream
 from specfleet.gateway.server import running
 
-pytestmark = pytest.mark.skipif(upstream.Pump is None, reason="the pump is not built")
-
 CHAT = "/v1/chat/completions"
 CONFIG = GatewayConfig.model_validate(
     {
@@ -172,6 +170,10 @@ def same_answer(pumped: Seen, unpumped: Seen) -> None:
     tokens = "specfleet_output_tokens_total"
     assert metric(pumped, tokens) == metric(unpumped, tokens)
     assert metric(unpumped, "specfleet_gateway_pumped_chunks_total") == 0
+
+
+def test_the_pump_is_built() -> None:
+    assert upstream.Pump is not None, "the native pump is not installed: make setup builds it"
 
 
 @pytest.mark.parametrize("loop", LOOPS)
