@@ -270,6 +270,8 @@ class Proxy:
             record.outcome = "upstream_error"
             request.reply(upstream_failure(exc))
             return
+        client = ClientStream(request, connection, StreamReader(exchange, self.metrics))
+        connection.on_head(client.open)
         # Released unfinished (a failure, a cancellation), the connection is closed: the engine
         # sees the disconnect and aborts the request.
         try:
@@ -280,8 +282,8 @@ class Proxy:
                 request.reply(upstream_failure(exc))
                 return
             record.outcome = outcome_of(head.status)
-            if head.content_type == "text/event-stream":
-                await self._relay_stream(exchange, connection, head)
+            if client.opened:
+                await self._relay_stream(exchange, connection, client)
             else:
                 await self._relay_body(exchange, connection, head)
         finally:
@@ -313,12 +315,9 @@ class Proxy:
             self._account_body(exchange, data)
 
     async def _relay_stream(
-        self, exchange: Exchange, connection: EngineConnection, head: Head
+        self, exchange: Exchange, connection: EngineConnection, client: ClientStream
     ) -> None:
-        request = exchange.request
-        request.start(head.status, head.reason, response_headers(head.headers), None)
-        reader = StreamReader(exchange, self.metrics)
-        client = ClientStream(request, connection, reader)
+        request, reader = exchange.request, client.reader
         left = self.settings.stream_deadline - (time.perf_counter() - exchange.started)
         deadline = asyncio.timeout(left)
         try:
@@ -347,7 +346,6 @@ class Proxy:
     ) -> None:
         """Relays from the connection's callbacks; wakes only when the client falls behind."""
         try:
-            connection.stream_to(client.feed)
             while not await connection.relayed():
                 await self._drain(request)
                 connection.resume()
@@ -396,6 +394,16 @@ class ClientStream:
         self.connection = connection
         self.reader = reader
         self.splitter = SseSplitter()
+        self.opened = False
+
+    def open(self, head: Head) -> None:
+        """Starts the client's response when the engine's head is read, if it is a stream, so
+        the events that came with it are relayed in the same callback, not after a task step."""
+        if head.content_type != "text/event-stream":
+            return
+        self.request.start(head.status, head.reason, response_headers(head.headers), None)
+        self.connection.stream_to(self.feed)
+        self.opened = True
 
     def feed(self, data: bytes) -> None:
         splitter, reader = self.splitter, self.reader

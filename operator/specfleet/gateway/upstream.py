@@ -102,6 +102,7 @@ class EngineConnection(asyncio.Protocol):
         self._trailer = False
         self._body: list[bytes] = []
         self._sink: Sink | None = None
+        self._on_head: Callable[[Head], None] | None = None
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
@@ -117,6 +118,10 @@ class EngineConnection(asyncio.Protocol):
         self.transport.writelines((request, body))
         self._last_read = self.loop.time()
         self._arm_silence()
+
+    def on_head(self, hook: Callable[[Head], None]) -> None:
+        """`hook` gets the response's head in the callback that reads it, before its body."""
+        self._on_head = hook
 
     async def response_head(self) -> Head:
         while self.head is None:
@@ -295,6 +300,8 @@ class EngineConnection(asyncio.Protocol):
             return
         self._start_body(head)
         self.head = head
+        if self._on_head is not None:
+            self._on_head(head)
         self._wake()
         if rest:
             self._read(rest)
