@@ -8,6 +8,8 @@
 //! "Plain" is the Python reader's own test (`gateway/exchange.py`: `worth_parsing`, the skim):
 //! whole `data:` events, no `[DONE]`, no usage, no error, no finish reason that is not null.
 
+use std::cell::RefCell;
+
 use memchr::memmem;
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
@@ -15,12 +17,17 @@ use pyo3::types::PyBytes;
 
 const READ_SIZE: usize = 256 * 1024;
 
+thread_local! {
+    /// One read buffer for every pump of the event loop's thread: a pump's read is relayed or
+    /// handed back before the next pump reads.
+    static READ: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_SIZE]);
+}
+
 #[pyclass(module = "specfleet_relay")]
 struct Pump {
     engine: i32,
     client: i32,
     separator: Vec<u8>,
-    read: Vec<u8>,
     framed: Vec<u8>,
     /// When the engine's socket last gave bytes (CLOCK_MONOTONIC seconds: `time.perf_counter`).
     #[pyo3(get)]
@@ -59,7 +66,6 @@ impl Pump {
             engine,
             client,
             separator: separator.to_vec(),
-            read: vec![0; READ_SIZE],
             framed: Vec::with_capacity(4096),
             last_read: 0.0,
             last_token: 0.0,
@@ -79,11 +85,27 @@ impl Pump {
         if self.engine < 0 {
             return Err(PyOSError::new_err("the pump is closed"));
         }
+        READ.with_borrow_mut(|read| self.relay(py, read))
+    }
+
+    /// Closes the pump's copies of both descriptors (the sockets stay open in their transports).
+    fn close(&mut self) {
+        for fd in [&mut self.engine, &mut self.client] {
+            if *fd >= 0 {
+                unsafe { libc::close(*fd) };
+                *fd = -1;
+            }
+        }
+    }
+}
+
+impl Pump {
+    fn relay<'py>(&mut self, py: Python<'py>, read: &mut [u8]) -> PyResult<Option<Handback<'py>>> {
         let n = unsafe {
             libc::recv(
                 self.engine,
-                self.read.as_mut_ptr().cast(),
-                READ_SIZE,
+                read.as_mut_ptr().cast(),
+                read.len(),
                 libc::MSG_DONTWAIT,
             )
         };
@@ -96,7 +118,7 @@ impl Pump {
         }
         let now = monotonic();
         self.last_read = now;
-        let data = &self.read[..n as usize];
+        let data = &read[..n as usize];
         let (relayed, body) = plain_chunks(data, &self.separator);
         let mut sent = 0;
         if body.chunks > 0 {
@@ -115,16 +137,6 @@ impl Pump {
             return Ok(None);
         }
         Ok(Some(handback(py, unsent, unread)))
-    }
-
-    /// Closes the pump's copies of both descriptors (the sockets stay open in their transports).
-    fn close(&mut self) {
-        for fd in [&mut self.engine, &mut self.client] {
-            if *fd >= 0 {
-                unsafe { libc::close(*fd) };
-                *fd = -1;
-            }
-        }
     }
 }
 
