@@ -17,20 +17,10 @@ import pytest
 import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
-from specfleet.api.gateway import GatewayConfig
 from specfleet.gateway import upstream
 from specfleet.gateway.server import running
+from test_gateway_hostile import CHAT, CONFIG
 
-CHAT = "/v1/chat/completions"
-CONFIG = GatewayConfig.model_validate(
-    {
-        "specmodel": "m",
-        "engine": "vllm",
-        "servedName": "llama",
-        "classes": [{"name": "chat"}],
-        "defaultClass": "chat",
-    }
-)
 Write = tuple[float, bytes]
 """Seconds to wait, then bytes to write to the gateway's engine connection."""
 

@@ -194,7 +194,7 @@ class EngineConnection(asyncio.Protocol):
             and self._pump is None
             and self._sink is not None
             and self.framing is Framing.CHUNKED
-            and not (self._buffer or self._left or self._after_data or self._trailer)
+            and self._between_chunks()
             and not self._paused
             and not self.pool.tls
         )
@@ -335,8 +335,12 @@ class EngineConnection(asyncio.Protocol):
         self._left -= len(data)
         self._deliver(data)
 
+    def _between_chunks(self) -> bool:
+        """Nothing of a chunk is pending: the next byte starts a chunk's size line."""
+        return not (self._buffer or self._left or self._after_data or self._trailer)
+
     def _read_chunked(self, data: bytes) -> None:
-        if not (self._buffer or self._left or self._after_data or self._trailer):
+        if self._between_chunks():
             # The usual read: one whole chunk, as the engine wrote it.
             line_end = data.find(b"\r\n")
             if line_end > 0 and (line := data[:line_end]).isalnum():
