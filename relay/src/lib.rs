@@ -121,13 +121,13 @@ impl Pump {
         let data = &read[..n as usize];
         let (relayed, body) = plain_chunks(data, &self.separator);
         let mut sent = 0;
-        if body.chunks > 0 {
+        if body.chunks() > 0 {
             self.last_token = now;
-            self.chunks += body.chunks;
+            self.chunks += body.chunks();
             frame(&mut self.framed, data, &body.ranges);
             sent = send_all(self.client, &self.framed);
         }
-        let unsent: &[u8] = if body.chunks > 0 {
+        let unsent: &[u8] = if body.chunks() > 0 {
             &self.framed[sent..]
         } else {
             &[]
@@ -146,24 +146,26 @@ impl Drop for Pump {
     }
 }
 
+/// The payloads of the plain chunks a read starts with, as (start, end) in the read.
 struct Body {
-    chunks: u64,
     ranges: Vec<(usize, usize)>,
+}
+
+impl Body {
+    fn chunks(&self) -> u64 {
+        self.ranges.len() as u64
+    }
 }
 
 /// The whole chunks at the start of `data` that are plain token chunks: how many bytes of
 /// `data` they span, and their payloads.
 fn plain_chunks(data: &[u8], separator: &[u8]) -> (usize, Body) {
-    let mut body = Body {
-        chunks: 0,
-        ranges: Vec::new(),
-    };
+    let mut body = Body { ranges: Vec::new() };
     let mut at = 0;
     while let Some((start, end)) = next_chunk(data, at) {
         if !is_plain(&data[start..end], separator) {
             break;
         }
-        body.chunks += 1;
         body.ranges.push((start, end));
         at = end + 2;
     }
@@ -302,20 +304,20 @@ mod tests {
         data.extend(chunk(TOKEN));
         let (relayed, body) = plain_chunks(&data, b"\n\n");
         assert_eq!(relayed, plain_end);
-        assert_eq!(body.chunks, 2);
+        assert_eq!(body.chunks(), 2);
     }
 
     #[test]
     fn a_chunk_split_across_reads_is_not_relayed() {
         let data = chunk(TOKEN);
         let (relayed, body) = plain_chunks(&data[..data.len() - 1], b"\n\n");
-        assert_eq!((relayed, body.chunks), (0, 0));
+        assert_eq!((relayed, body.chunks()), (0, 0));
     }
 
     #[test]
     fn the_last_chunk_and_odd_framing_are_not_relayed() {
         for data in [&b"0\r\n\r\n"[..], b"1a;ext=1\r\n", b"+1a\r\n", b"\r\n"] {
-            assert_eq!(plain_chunks(data, b"\n\n").1.chunks, 0);
+            assert_eq!(plain_chunks(data, b"\n\n").1.chunks(), 0);
         }
     }
 
