@@ -454,6 +454,24 @@ def test_the_service_never_exposes_the_engine(engine: str) -> None:
     assert {p["targetPort"] for p in svc["spec"]["ports"]} <= gateway_ports
 
 
+@pytest.mark.parametrize(
+    ("engine", "startup"), [("vllm", "/health"), ("tensorrt-llm", "/health_generate")]
+)
+def test_a_saturated_engine_stays_ready(engine: str, startup: str) -> None:
+    """Readiness asks /health, which answers at once however busy the engine is; a generation
+    could queue behind a full batch past its timeout and drop the pod from the Service when the
+    load is highest. TensorRT-LLM proves once, at start, that it generates."""
+    engine_container = container(
+        render(parse_specmodel(specmodel_doc(engine={"name": engine}))), "engine"
+    )
+    probes = {k: v["httpGet"]["path"] for k, v in engine_container.items() if k.endswith("Probe")}
+    assert probes == {
+        "startupProbe": startup,
+        "readinessProbe": "/health",
+        "livenessProbe": "/health",
+    }
+
+
 @pytest.mark.parametrize("engine", ["vllm", "tensorrt-llm"])
 def test_engine_runs_without_capabilities_or_privilege_escalation(engine: str) -> None:
     manifests = render(parse_specmodel(specmodel_doc(engine={"name": engine})))

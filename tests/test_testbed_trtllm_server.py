@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -300,3 +301,28 @@ async def test_after_the_acceptance_gate_trips_the_engine_reports_no_drafts() ->
     assert not any(
         f.name.startswith("trtllm_spec_decode") for f in text_string_to_metric_families(prom)
     )
+
+
+async def test_health_answers_at_once_while_a_generation_waits_behind_a_full_batch() -> None:
+    """The engine's readiness probe asks /health: it answers however busy the engine is, where
+    /health_generate (the startup probe) queues behind the running batch."""
+    long = parse_scenario(
+        {
+            "duration_s": 60,
+            "traffic_rps": 1,
+            "classes": {"chat": {"share": 1.0, "acceptance": 0.7, "output_tokens": 4000}},
+        }
+    )
+    config = trtllm(None, "--max_batch_size", "1")
+    body = {"model": MODEL, "messages": MESSAGES, "stream": True}
+    async with (
+        serve(config, SimOptions(scenario=long)) as sim,
+        httpx.AsyncClient() as http,
+        http.stream("POST", sim.url + "/v1/chat/completions", json=body) as busy,
+    ):
+        lines = busy.aiter_lines()
+        await anext(lines)  # the batch's one sequence is decoding
+        health = await http.get(sim.url + "/health", timeout=1)
+        with pytest.raises(httpx.ReadTimeout):
+            await http.get(sim.url + "/health_generate", timeout=0.5)
+    assert health.status_code == 200

@@ -19,7 +19,9 @@ class EngineLaunch:
     env: list[dict[str, object]]
     config_files: dict[str, str] = field(default_factory=dict)
     """Files for the `<name>-engine` ConfigMap, mounted at ENGINE_CONFIG_PATH."""
-    readiness_path: str = "/health"
+    startup_path: str = "/health"
+    """What the startup probe asks once before the pod may serve; readiness and liveness ask
+    /health, which an engine saturated with work still answers at once."""
     metrics_path: str = "/metrics"
     drafting: Drafting | None = None
     """How the engine drafts, when the gateway must know it to count drafts (TensorRT-LLM)."""

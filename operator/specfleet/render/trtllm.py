@@ -26,7 +26,7 @@ def launch(config: EngineConfig, served_name: str, speculation: bool) -> EngineL
         args=args(config),
         env=[],
         config_files={OPTIONS_FILE: yaml.safe_dump(options, sort_keys=True)},
-        readiness_path="/health_generate",
+        startup_path="/health_generate",
         metrics_path="/prometheus/metrics",
         drafting=drafting_of(running) if running else None,
     )

@@ -283,8 +283,10 @@ def engine_container(workload: Workload) -> dict[str, Any]:
         "ports": [{"name": "engine", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
         "resources": engine_resources(workload),
         "volumeMounts": engine_mounts(workload),
-        "startupProbe": http_probe("/health", period=10, failures=STARTUP_BUDGET_SECONDS // 10),
-        "readinessProbe": http_probe(launch.readiness_path, period=5, failures=3, timeout=5),
+        "startupProbe": http_probe(
+            launch.startup_path, period=10, failures=STARTUP_BUDGET_SECONDS // 10
+        ),
+        "readinessProbe": http_probe("/health", period=5, failures=3, timeout=5),
         "livenessProbe": http_probe("/health", period=15, failures=4, timeout=5),
         # Give endpoints time to drop the pod before the engine stops taking requests.
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", "10"]}}},
