@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from click.testing import CliRunner
 from PIL import Image
 
+from conftest import experiment_doc
+from specfleet.api import parse_specmodel
+from specfleet.api.validation import parse_specexperiment
 from specfleet.api.verdict import ArmName, ExperimentVerdict, Outcome
 from specfleet.cli import main
-from specfleet.experiment.arms import overlay
+from specfleet.experiment.arms import arm_document, default_arms
 from specfleet.experiment.cli import verdict_json
 from specfleet.experiment.report import markdown
 from specfleet.experiment.simulation import load_experiment, run
+from specfleet.experiment.workloads import InvalidArms, render_arms
+from specfleet.yamlio import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples/experiments"
@@ -53,13 +59,12 @@ def test_committed_example_outputs_are_current(verdict: ExperimentVerdict) -> No
 
 def test_the_arms_are_overlays_of_the_spec() -> None:
     document = yaml.safe_load(SPECMODEL.read_text())
-    assert "quantization" in overlay(document, ArmName.QUANTIZED)["spec"]
-    assert "speculative" not in overlay(document, ArmName.QUANTIZED)["spec"]
-    assert "quantization" not in overlay(document, ArmName.SPECULATIVE)["spec"]
-    assert {"quantization", "speculative"} & set(
-        overlay(document, ArmName.BASELINE)["spec"]
-    ) == set()
-    assert overlay(document, ArmName.BOTH) == document
+    arms = {arm.name: arm_document(document, arm)["spec"] for arm in default_arms()}
+    assert "quantization" in arms[ArmName.QUANTIZED]
+    assert "speculative" not in arms[ArmName.QUANTIZED]
+    assert "quantization" not in arms[ArmName.SPECULATIVE]
+    assert {"quantization", "speculative"} & set(arms[ArmName.BASELINE]) == set()
+    assert arms[ArmName.BOTH] == document["spec"]
 
 
 def test_the_report_reads_like_a_design_review(verdict: ExperimentVerdict) -> None:
@@ -159,3 +164,43 @@ def test_simulate_command_refuses_a_scenario_without_arms_and_a_spec_without_spe
         ],
     )
     assert result.exit_code == 2 and "spec.speculative" in result.output
+
+
+def prequantized(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """The example on a pre-quantized FP8 checkpoint: its arms without quantization need an
+    unquantized source."""
+    document = yaml.safe_load(SPECMODEL.read_text())
+    document["spec"]["model"]["source"] = "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8"
+    del document["spec"]["quantization"]["online"]
+    path = tmp_path / "prequantized.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path, document
+
+
+def test_simulate_refuses_the_arms_the_operator_refuses_with_its_messages(tmp_path: Path) -> None:
+    path, document = prequantized(tmp_path)
+    with pytest.raises(InvalidArms) as live:
+        render_arms(parse_specmodel(document), parse_specexperiment(experiment_doc()))
+    with pytest.raises(InputError) as simulated:
+        load_experiment(path, SCENARIO)
+    assert simulated.value.problems == [str(e) for e in live.value.errors]
+    assert {e.path for e in live.value.errors} == {"spec.unquantizedSource"}
+
+
+def test_simulate_serves_the_unquantized_source_where_the_operator_would(tmp_path: Path) -> None:
+    path, document = prequantized(tmp_path)
+    args = ["experiment", "simulate", "--specmodel", str(path), "--scenario", str(SCENARIO)]
+    refused = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "refused")])
+    assert refused.exit_code == 2 and "spec.unquantizedSource: arm baseline" in refused.output
+    source = "meta-llama/Llama-3.1-8B-Instruct"
+    experiment = load_experiment(path, SCENARIO, unquantized_source=source)
+    baseline = experiment.worlds[ArmName.BASELINE].changes[0].specmodel
+    both = experiment.worlds[ArmName.BOTH].changes[0].specmodel
+    assert (baseline.spec.model.source, both.spec.model.source) == (
+        source,
+        document["spec"]["model"]["source"],
+    )
+    ran = CliRunner().invoke(
+        main, [*args, "--unquantized-source", source, "--out", str(tmp_path / "ran")]
+    )
+    assert ran.exit_code == 0, ran.output

@@ -9,7 +9,8 @@ from typing import Any
 
 from specfleet.api import SpecModel
 from specfleet.api.experiment import ArmOverlay, ArmSpec, SpecExperimentSpec
-from specfleet.api.spec import ClassSlo
+from specfleet.api.spec import ClassSlo, WeightsFormat
+from specfleet.api.validation import FieldError
 from specfleet.api.verdict import ArmName
 
 QUANTIZED = {ArmName.QUANTIZED, ArmName.BOTH}
@@ -25,14 +26,48 @@ def default_overlay(arm: ArmName, unquantized_source: str | None = None) -> ArmO
     )
 
 
+def default_arms(unquantized_source: str | None = None) -> list[ArmSpec]:
+    """The four default arms; those without quantization serve `unquantized_source` if given."""
+    return [ArmSpec(name=arm, overlay=default_overlay(arm, unquantized_source)) for arm in ArmName]
+
+
 def arms_of(experiment: SpecExperimentSpec) -> list[ArmSpec]:
     """The experiment's arms, the four defaults when it lists none."""
-    if experiment.arms:
-        return experiment.arms
-    return [
-        ArmSpec(name=arm, overlay=default_overlay(arm, experiment.unquantized_source))
-        for arm in ArmName
-    ]
+    return experiment.arms or default_arms(experiment.unquantized_source)
+
+
+def arm_errors(specmodel: SpecModel, arm: ArmSpec) -> list[FieldError]:
+    """What the overlay asks of the SpecModel that it lacks: the live operator refuses such an
+    arm, and the simulation will not measure it."""
+    spec, overlay = specmodel.spec, arm.overlay
+    errors = []
+    if overlay.speculative and spec.speculative is None:
+        errors.append(
+            FieldError(
+                f"specmodels/{specmodel.metadata.name}: spec.speculative",
+                f"arm {arm.name} speculates but the SpecModel has no speculative settings; "
+                "add them to the SpecModel (the arms are its spec with and without them)",
+            )
+        )
+    if overlay.quantization and spec.quantization.weights == WeightsFormat.NONE:
+        errors.append(
+            FieldError(
+                f"specmodels/{specmodel.metadata.name}: spec.quantization",
+                f"arm {arm.name} is quantized but the SpecModel serves unquantized weights; "
+                "set its quantization (the arms are its spec with and without it)",
+            )
+        )
+    prequantized = spec.quantization.weights != WeightsFormat.NONE and not spec.quantization.online
+    if overlay.quantization is False and prequantized and overlay.model_source is None:
+        errors.append(
+            FieldError(
+                "spec.unquantizedSource",
+                f"arm {arm.name} drops quantization but {spec.model.source} is a pre-quantized "
+                "checkpoint; give the unquantized one in spec.unquantizedSource (or in this "
+                "arm's overlay.modelSource)",
+            )
+        )
+    return errors
 
 
 def overlay_spec(spec: dict[str, Any], overlay: ArmOverlay) -> dict[str, Any]:
@@ -47,9 +82,9 @@ def overlay_spec(spec: dict[str, Any], overlay: ArmOverlay) -> dict[str, Any]:
     return out
 
 
-def overlay(document: dict[str, Any], arm: ArmName) -> dict[str, Any]:
-    """The SpecModel document as the default arm runs it."""
-    return {**document, "spec": overlay_spec(document["spec"], default_overlay(arm))}
+def arm_document(document: dict[str, Any], arm: ArmSpec) -> dict[str, Any]:
+    """The SpecModel document as the arm runs it."""
+    return {**document, "spec": overlay_spec(document["spec"], arm.overlay)}
 
 
 def class_slos(specmodel: SpecModel) -> dict[str, ClassSlo]:

@@ -75,15 +75,24 @@ def _read_experiment(namespace: str, name: str) -> object:
 )
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Output directory.")
 @click.option("--seed", type=int, default=None, help="Default: the scenario's seed.")
+@click.option(
+    "--unquantized-source",
+    help="The checkpoint the arms without quantization serve when the SpecModel's is "
+    "pre-quantized: a SpecExperiment's spec.unquantizedSource.",
+)
 def simulate_command(
-    specmodel_path: Path, scenario_path: Path, out: Path, seed: int | None
+    specmodel_path: Path,
+    scenario_path: Path,
+    out: Path,
+    seed: int | None,
+    unquantized_source: str | None,
 ) -> None:
     """Simulate the four arms on the same traffic; write OUT/verdict.json, report.md and
-    report.png."""
+    report.png. An arm the operator would refuse is refused here, with its message."""
     from specfleet.experiment.simulation import load_experiment, run
 
     try:
-        experiment = load_experiment(specmodel_path, scenario_path)
+        experiment = load_experiment(specmodel_path, scenario_path, unquantized_source)
     except InputError as exc:
         refuse(exc.source, "cannot be simulated", exc.problems)
     verdict = run(experiment, seed)

@@ -2,10 +2,10 @@
 physics and outcome code (`simulate.physics`, `simulate.outcome`) and its common random numbers
 (`simulate.draws`): every arm serves the very same drawn requests.
 
-The arms are overlays of the SpecModel's spec (`experiment.arms`). A scenario's `arms`
-section says what each does beyond the physics (a quantized arm's broken tool calls, faster
-steps, lower acceptance; greedy answers that no longer match the baseline's), as a rollout's
-`effects` do in `specfleet simulate`:
+The arms are overlays of the SpecModel's spec (`experiment.arms`), refused as the live operator
+refuses them (`arms.arm_errors`). A scenario's `arms` section says what each does beyond the
+physics (a quantized arm's broken tool calls, faster steps, lower acceptance; greedy answers
+that no longer match the baseline's), as a rollout's `effects` do in `specfleet simulate`:
 
 ```yaml
 arms:
@@ -28,12 +28,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specfleet.api.spec import ClassSlo
 from specfleet.api.verdict import ArmName, ExperimentVerdict, Latency
-from specfleet.experiment.arms import class_slos, gpus_per_replica, overlay
+from specfleet.experiment.arms import (
+    arm_document,
+    arm_errors,
+    class_slos,
+    default_arms,
+    gpus_per_replica,
+)
 from specfleet.experiment.verdict import ArmMeasurement, ClassMeasurement, judge, latency_misses
 from specfleet.scenario import Effects, Scenario, ScenarioError, Schedule, load_scenario_as
 from specfleet.simulate import physics
 from specfleet.simulate.draws import ClassDraw, binomial, draw_slices
-from specfleet.simulate.inputs import build_world, load_specmodel_document
+from specfleet.simulate.inputs import build_world, load_specmodel_document, parse_document
 from specfleet.simulate.outcome import ClassSlice, realize, tpot_quantile_seconds
 from specfleet.simulate.world import ClassConditions, Conditions, Setting, World
 from specfleet.yamlio import InputError
@@ -95,25 +101,28 @@ class Experiment:
     worlds: dict[ArmName, World]
 
 
-def load_experiment(specmodel_path: Path, scenario_path: Path) -> Experiment:
+def load_experiment(
+    specmodel_path: Path, scenario_path: Path, unquantized_source: str | None = None
+) -> Experiment:
+    """The four default arms, each refused as the live operator would refuse it."""
     document = load_specmodel_document(specmodel_path)
     try:
         scenario = load_scenario_as(scenario_path, ExperimentScenario)
     except ScenarioError as exc:
         raise InputError(str(scenario_path), [str(exc)]) from None
-    missing = [
-        f"spec.{field}: the four arms need one (the arms are the spec with and without it)"
-        for field in ("quantization", "speculative")
-        if not document.get("spec", {}).get(field)
-    ]
-    if missing:
-        raise InputError(str(specmodel_path), missing)
+    specmodel = parse_document(document, str(specmodel_path))
+    arms = default_arms(unquantized_source)
+    refused = [str(e) for arm in arms for e in arm_errors(specmodel, arm)]
+    if refused:
+        raise InputError(str(specmodel_path), refused)
     worlds = {
-        arm: _arm_world(
-            build_world(overlay(document, arm), scenario, str(specmodel_path), str(scenario_path)),
-            scenario.effects(arm).physics(),
+        arm.name: _arm_world(
+            build_world(
+                arm_document(document, arm), scenario, str(specmodel_path), str(scenario_path)
+            ),
+            scenario.effects(arm.name).physics(),
         )
-        for arm in ArmName
+        for arm in arms
     }
     return Experiment(document, scenario, worlds)
 

@@ -14,9 +14,8 @@ from typing import Any
 
 from specfleet.api import SpecModel, parse_specmodel
 from specfleet.api.experiment import ArmSpec, SpecExperiment
-from specfleet.api.spec import WeightsFormat
 from specfleet.api.validation import FieldError, InvalidSpecModel
-from specfleet.experiment.arms import arms_of, overlay_spec
+from specfleet.experiment.arms import arm_errors, arms_of, overlay_spec
 from specfleet.render import ArmOf, Manifest, RenderSettings, render_arm
 from specfleet.render.labels import owner_reference
 
@@ -44,7 +43,7 @@ def render_arms(
 ) -> list[Manifest]:
     """Every arm's Deployment, ConfigMaps and Service; InvalidArms when an arm cannot run."""
     arms = arms_of(experiment.spec)
-    errors = [e for arm in arms for e in arm_errors(specmodel, experiment, arm)]
+    errors = [e for arm in arms for e in arm_errors(specmodel, arm)]
     if errors:
         raise InvalidArms(errors)
     return [
@@ -56,39 +55,6 @@ def render_arms(
             settings,
         )
     ]
-
-
-def arm_errors(specmodel: SpecModel, experiment: SpecExperiment, arm: ArmSpec) -> list[FieldError]:
-    """What the overlay asks of the SpecModel that it lacks."""
-    spec, overlay = specmodel.spec, arm.overlay
-    errors = []
-    if overlay.speculative and spec.speculative is None:
-        errors.append(
-            FieldError(
-                f"specmodels/{specmodel.metadata.name}: spec.speculative",
-                f"arm {arm.name} speculates but the SpecModel has no speculative settings; "
-                "add them to the SpecModel (the arms are its spec with and without them)",
-            )
-        )
-    if overlay.quantization and spec.quantization.weights == WeightsFormat.NONE:
-        errors.append(
-            FieldError(
-                f"specmodels/{specmodel.metadata.name}: spec.quantization",
-                f"arm {arm.name} is quantized but the SpecModel serves unquantized weights; "
-                "set its quantization (the arms are its spec with and without it)",
-            )
-        )
-    prequantized = spec.quantization.weights != WeightsFormat.NONE and not spec.quantization.online
-    if overlay.quantization is False and prequantized and overlay.model_source is None:
-        errors.append(
-            FieldError(
-                "spec.unquantizedSource",
-                f"arm {arm.name} drops quantization but {spec.model.source} is a pre-quantized "
-                "checkpoint; give the unquantized one in spec.unquantizedSource (or in this "
-                "arm's overlay.modelSource)",
-            )
-        )
-    return errors
 
 
 def arm_specmodel(specmodel: SpecModel, experiment: SpecExperiment, arm: ArmSpec) -> SpecModel:

@@ -44,7 +44,7 @@ def build_world(
     specmodel_source: str = "specmodel",
     scenario_source: str = "scenario",
 ) -> World:
-    specmodel = _parse(document, specmodel_source, "")
+    specmodel = parse_document(document, specmodel_source)
     _check_classes(specmodel, scenario, scenario_source)
     changes = [SpecChange(0.0, specmodel, _config(specmodel))]
     revisions = {changes[0].config: _revision(specmodel, 1, 0.0, Effects())}
@@ -52,7 +52,7 @@ def build_world(
     notes: list[str] = []
     for index, rollout in enumerate(scenario.rollouts):
         document = _next_generation(document, rollout.spec)
-        changed = _parse(document, scenario_source, f"rollouts[{index}].spec → ")
+        changed = parse_document(document, scenario_source, f"rollouts[{index}].spec → ")
         config = _config(changed)
         if config == changes[-1].config:
             environment.append((rollout.t, rollout.effects))
@@ -77,7 +77,7 @@ def build_world(
     )
 
 
-def _parse(document: dict[str, Any], source: str, where: str) -> SpecModel:
+def parse_document(document: dict[str, Any], source: str, where: str = "") -> SpecModel:
     try:
         return parse_specmodel(document)
     except InvalidSpecModel as exc:
