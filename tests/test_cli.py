@@ -75,8 +75,70 @@ def test_render_with_plan_turns_speculation_off(tmp_path: Path) -> None:
     assert labels["specfleet.dev/speculation"] == "off"
 
 
-def test_render_bad_plan_exits_2(tmp_path: Path) -> None:
+PLAN_EXAMPLE = "e.g. `revision: 2` and `speculation: false`"
+ROLLOUT_CONFIG = "{engine: {name: vllm}, model: {source: org/new}, quantization: {}}"
+
+
+@pytest.mark.parametrize(
+    ("content", "problems"),
+    [
+        ("", [f"(file): holds 0 YAML documents; a plan is one, {PLAN_EXAMPLE}"]),
+        (
+            "revision: 2\n---\nrevision: 3\n",
+            [f"(file): holds 2 YAML documents; a plan is one, {PLAN_EXAMPLE}"],
+        ),
+        (
+            "kind: SpecModel\nspec: {}\n",
+            [
+                "kind: a SpecModel is not a plan: give it with -f; a plan says what runs, "
+                + PLAN_EXAMPLE
+            ],
+        ),
+        (
+            "revision: 0\nspeculation: maybe\nreason: Trial\nrollout: {revision: 2, pods: 1}\n",
+            [
+                "revision: Input should be greater than or equal to 1 (Active revision number)",
+                "speculation: Input should be a valid boolean, unable to interpret input "
+                "(Run the speculative config, if any)",
+                "rollout.engineConfig: required; add it (The new revision's engine config)",
+                "reason: unknown field; a plan takes revision, speculation, canary, engineConfig, "
+                "rollout, mirror",
+            ],
+        ),
+        (
+            "mirror: {experiment: x, baseline: b, sample: {chat: 0.1}, arms: [{name: b, urll: x}]}",
+            [
+                "mirror.arms[0].url: required; add it (Base URL of the arm's own gateway Service: "
+                "`http://` and a loopback address or a Service name "
+                "(`<service>.<namespace>.svc[.cluster.local]`), a port, no path)",
+                "mirror.arms[0].urll: unknown field; mirror.arms takes name, url",
+            ],
+        ),
+        (
+            f"rollout: {{revision: 2, pods: 2, engineConfig: {ROLLOUT_CONFIG}}}\n",
+            [
+                "rollout.pods: 2 pods would leave none of llama31-70b-awq's 2 replicas to the "
+                "fleet; a step takes at most pod.replicas - 1, and a SpecModel with fewer than 2 "
+                "replicas has no canary rollout (leave rollout out)"
+            ],
+        ),
+    ],
+    ids=[
+        "empty",
+        "two-documents",
+        "a-specmodel",
+        "every-field-at-once",
+        "nested",
+        "rollout-takes-the-fleet",
+    ],
+)
+def test_render_refuses_a_bad_plan_naming_each_field_and_its_fix(
+    tmp_path: Path, content: str, problems: list[str]
+) -> None:
     plan = tmp_path / "plan.yaml"
-    plan.write_text("revision: 0\n")
-    code, _, err = run("render", "-f", str(EXAMPLES[0]), "--plan", str(plan))
-    assert code == 2 and "revision" in err
+    plan.write_text(content)
+    code, out, err = run("render", "-f", str(EXAMPLES[0]), "--plan", str(plan))
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [f"error: {plan} is not a valid serving plan:"] + [
+        f"  {problem}" for problem in problems
+    ]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from specfleet.api import InvalidSpecModel, parse_specmodel
+from specfleet.api import InvalidSpecModel, SpecModel, parse_specmodel
 from specfleet.api.crd import RESOURCES, crd_yaml
 from specfleet.api.manifests import load_manifests
 from specfleet.api.reference import markdown
@@ -15,10 +15,12 @@ from specfleet.gateway.cli import gateway
 from specfleet.refusal import refuse
 from specfleet.render import ServingPlan, render
 from specfleet.render.plan import DEFAULT_CAPACITY_IMAGE, DEFAULT_GATEWAY_IMAGE
+from specfleet.render.plan_file import InvalidPlan, parse_plan
 from specfleet.simulate.cli import simulate_command
 from specfleet.yamlio import YamlError, dump_all
 
 NOT_A_SPECMODEL = "is not a valid SpecModel"
+NOT_A_PLAN = "is not a valid serving plan"
 
 
 @click.group()
@@ -48,13 +50,22 @@ def reference() -> None:
 def render_command(filename: Path, plan_file: Path | None) -> None:
     """Print the manifests the operator would apply for a SpecModel (and a serving plan)."""
     try:
-        plan = ServingPlan.model_validate(load_manifests(plan_file)[0]) if plan_file else None
         specmodels = [parse_specmodel(doc) for doc in load_manifests(filename)]
     except InvalidSpecModel as exc:
         refuse(filename, NOT_A_SPECMODEL, [str(error) for error in exc.errors])
     except (YamlError, ValueError) as exc:
-        refuse(plan_file or filename, NOT_A_SPECMODEL, [str(exc)])
+        refuse(filename, NOT_A_SPECMODEL, [str(exc)])
+    plan = _plan(plan_file, specmodels) if plan_file else None
     click.echo(dump_all(m for sm in specmodels for m in render(sm, plan)), nl=False)
+
+
+def _plan(path: Path, specmodels: list[SpecModel]) -> ServingPlan:
+    try:
+        return parse_plan(load_manifests(path), specmodels)
+    except InvalidPlan as exc:
+        refuse(path, NOT_A_PLAN, [str(error) for error in exc.errors])
+    except YamlError as exc:
+        refuse(path, NOT_A_PLAN, [str(exc)])
 
 
 @main.command("run")
