@@ -50,7 +50,8 @@ e2e: setup helm-bin real-engine guidellm
 
 test: lint typecheck unit e2e ## the test command (.ci/run calls it)
 
-crd: setup ## regenerate the CRDs, the chart's copies and the field reference from the models
+crd: setup ## regenerate the CRDs, the chart's copies, the field reference and the flags the operator owns
+	$(PY) -m specfleet.render.owned > operator/specfleet/api/flags/owned.json
 	$(VENV)/bin/specfleet crd > crds/specmodel.yaml
 	$(VENV)/bin/specfleet crd --kind specexperiment > crds/specexperiment.yaml
 	cp crds/specmodel.yaml crds/specexperiment.yaml charts/specfleet/crds/

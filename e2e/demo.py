@@ -317,7 +317,7 @@ def story(
     )
     bad = specmodel()
     bad["spec"]["model"]["source"] = AWQ
-    bad["spec"]["quantization"] = {"weights": "awq"}
+    bad["spec"]["quantization"] = {"weights": "awq", "preQuantized": True}
     apply(cluster, bad)
     aborted = wait_for(cluster, "rollout_aborted", budgets.abort())
     say(f"Aborted on its canary: {aborted['message']}")

@@ -278,7 +278,10 @@ def test_invalid_spec_past_admission_is_degraded_without_retry_storm(
 ) -> None:
     bad = copy.deepcopy(SPECMODEL)
     bad["spec"]["engine"] = {"name": "tensorrt-llm"}
-    bad["spec"]["quantization"] = {"weights": "nvfp4"}  # on H100s: TensorRT-LLM needs Blackwell
+    bad["spec"]["quantization"] = {
+        "weights": "nvfp4",
+        "preQuantized": True,
+    }  # on H100s: TensorRT-LLM needs Blackwell
     with crd_without_rules(cluster):
         text = yaml.safe_dump(bad)
         eventually(  # the API server takes a moment to switch to a changed CRD's schema

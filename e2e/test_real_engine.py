@@ -232,7 +232,7 @@ def test_rendered_args_map_to_the_tiny_model_on_cpu() -> None:
             "tensorParallelSize": 4,
             "toolCallParser": "hermes",
         },
-        quantization={"weights": "awq", "kvCacheDtype": "fp8"},
+        quantization={"weights": "awq", "kvCacheDtype": "fp8", "preQuantized": True},
     )
     args = real_engine.engine_args(parse_specmodel(specmodel), build, 9000)
     flags = dict(zip(args[1::2], args[2::2], strict=False))

@@ -89,7 +89,9 @@ def test_fp4_weights_need_a_gpu_the_engine_serves_them_on(
     engine: str, weights: str, product: str | None, ok: bool
 ) -> None:
     pod = {"gpu": {"product": product}} if product else {}
-    doc = specmodel_doc(engine={"name": engine}, quantization={"weights": weights}, pod=pod)
+    doc = specmodel_doc(
+        engine={"name": engine}, quantization={"weights": weights, "preQuantized": True}, pod=pod
+    )
     if ok:
         parse_specmodel(doc)
         return
@@ -103,7 +105,7 @@ def test_fp4_weights_need_a_gpu_the_engine_serves_them_on(
 def test_the_gpu_product_wins_over_the_node_selector() -> None:
     doc = specmodel_doc(
         engine={"name": "tensorrt-llm"},
-        quantization={"weights": "nvfp4"},
+        quantization={"weights": "nvfp4", "preQuantized": True},
         pod={
             "gpu": {"product": "NVIDIA-B200"},
             "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"},

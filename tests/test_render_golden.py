@@ -44,9 +44,9 @@ ENGINE_METHODS = {
 }
 QUANTIZATIONS: dict[str, dict[str, Any]] = {
     "bf16": {},
-    "fp8": {"weights": "fp8", "kvCacheDtype": "fp8"},
-    "awq": {"weights": "awq"},
-    "nvfp4": {"weights": "nvfp4", "kvCacheDtype": "fp8"},
+    "fp8": {"weights": "fp8", "kvCacheDtype": "fp8", "preQuantized": True},
+    "awq": {"weights": "awq", "preQuantized": True},
+    "nvfp4": {"weights": "nvfp4", "kvCacheDtype": "fp8", "preQuantized": True},
 }
 
 
@@ -141,7 +141,7 @@ EXPERIMENT = "vllm-experiment-four-arms"
 def test_golden_experiment() -> None:
     doc = specmodel_doc(
         model={"source": "org/model-awq"},
-        quantization={"weights": "awq"},
+        quantization={"weights": "awq", "preQuantized": True},
         speculative=METHODS["eagle3"],
     )
     doc["metadata"]["name"] = "golden"

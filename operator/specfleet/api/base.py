@@ -55,10 +55,15 @@ class ApiModel(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-def cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
+def cel(
+    rule: str, message: str, field_path: str | None = None, message_expression: str | None = None
+) -> JsonDict:
     """One `x-kubernetes-validations` entry: a CEL rule the API server (and `specfleet render`)
-    enforces, with the message a user sees and the field it names."""
+    enforces, with the message a user sees (or a CEL expression that builds it from the object,
+    `message` then being the fallback) and the field it names."""
     entry: JsonDict = {"rule": rule, "message": message}
+    if message_expression:
+        entry["messageExpression"] = message_expression
     if field_path:
         entry["fieldPath"] = field_path
     return entry

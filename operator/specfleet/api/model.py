@@ -65,10 +65,14 @@ class EngineConfig(ApiModel):
 
     def canonical(self) -> dict[str, Any]:
         """Wire form with defaults filled in, so omitted and explicit defaults compare equal.
-        The guard's speedup-model knobs are no engine settings: changing them must not roll pods."""
+        The guard's speedup-model knobs and the checkpoint's declaration are no engine settings:
+        changing them must not roll pods."""
         return self.model_dump(
             by_alias=True,
             exclude_none=True,
             mode="json",
-            exclude={"speculative": {"draft_cost", "step_overhead", "per_token_compute"}},
+            exclude={
+                "speculative": {"draft_cost", "step_overhead", "per_token_compute"},
+                "quantization": {"pre_quantized"},
+            },
         )

@@ -33,6 +33,8 @@ MAX_DURATION_SECONDS = 365 * 86400
 """The longest guard pause: longer is the guard turned off, and a deadline `now + duration`
 must stay a date Python can hold."""
 TRTLLM_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"
+ENGINE_VERSIONS = {"vllm": ("0.33.0",), "tensorrt-llm": ("1.2.1",)}
+"""The versions whose flags specfleet knows (api/flags/), the pinned one first."""
 
 FreeForm = dict[str, Any]
 """A Kubernetes object we pass through as it is (tolerations, affinity, env entries)."""
@@ -107,8 +109,10 @@ class EngineSpec(ApiModel):
     )
     version: str | None = Field(
         default=None,
-        description="Engine version the image runs, for display and flag checks. "
-        "Defaults to the pinned version (0.33.0 for vllm, 1.2.1 for tensorrt-llm).",
+        max_length=64,
+        description="Engine version the image runs: `extraArgs` are checked against its own "
+        "flags. Defaults to the pinned version (0.33.0 for vllm, 1.2.1 for tensorrt-llm), the "
+        "only ones whose flags specfleet knows.",
     )
     max_batch_size: int = Field(
         default=256,
@@ -133,7 +137,10 @@ class EngineSpec(ApiModel):
     )
     extra_args: list[str] = Field(
         default_factory=list,
-        description="Escape hatch: arguments appended to the engine command line as they are.",
+        description="Escape hatch: arguments appended to the engine command line as they are. "
+        "Every flag must be one the declared engine.version has, and none the operator sets "
+        "itself (speculation, port, host, served name, parallelism, batch and memory limits, "
+        "quantization, tool calls, stats, config files: the refusal names the field to use).",
     )
     extra_env: list[FreeForm] = Field(
         default_factory=list,
@@ -179,6 +186,7 @@ class ModelSpec(ApiModel):
 
     source: str = Field(
         min_length=1,
+        max_length=MAX_IMAGE_LENGTH,
         description="Hugging Face model id (`meta-llama/Llama-3.1-8B-Instruct`) or a path "
         "inside the container.",
     )
@@ -214,6 +222,36 @@ class ModelSpec(ApiModel):
     )
 
 
+WEIGHTS_HINTS = {
+    "fp8": "fp8",
+    "awq": "awq",
+    "gptq": "gptq",
+    "nvfp4": "nvfp4|fp4",
+    "mxfp4": "mxfp4|gpt-oss",
+    "int8": "int8|w8a8",
+}
+"""How a pre-quantized checkpoint's name says its format (`RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8`,
+`...-AWQ-INT4`, `nvidia/...-FP4`, `openai/gpt-oss-20b`), case aside."""
+
+
+def _weights_named_rule() -> JsonDict:
+    named = " || ".join(
+        f"(self.quantization.weights == '{weights}' && self.model.source.matches('(?i)({hint})'))"
+        for weights, hint in WEIGHTS_HINTS.items()
+    )
+    return cel(
+        "self.quantization.weights == 'none' || self.quantization.online || "
+        f"self.quantization.preQuantized || {named}",
+        "quantization.weights is declared but nothing makes it true",
+        ".quantization.weights",
+        "'quantization.weights is declared but nothing makes it true: model.source ' + "
+        "self.model.source + ' does not name ' + self.quantization.weights + ' weights and no "
+        "flag quantizes at load. Set quantization.online: true to quantize a BF16 checkpoint "
+        "(vllm, fp8), point model.source at a checkpoint in that format, or state that this "
+        "one is with quantization.preQuantized: true'",
+    )
+
+
 class QuantizationSpec(ApiModel):
     """How the weights and the KV cache are stored."""
 
@@ -226,6 +264,12 @@ class QuantizationSpec(ApiModel):
     online: bool = Field(
         default=False,
         description="Quantize a BF16 checkpoint to FP8 at load time (vLLM only, weights: fp8).",
+    )
+    pre_quantized: bool = Field(
+        default=False,
+        description="The checkpoint at model.source is already in the declared weights format "
+        "although its name does not say so (the engine reads the format from it). Without this, "
+        "online or a name that says the format, declared weights are refused.",
     )
     kv_cache_dtype: KvCacheDtype = Field(
         default=KvCacheDtype.AUTO,
@@ -367,7 +411,12 @@ class SpeculativeSpec(ApiModel):
     )
     engine_options: FreeForm | None = Field(
         default=None,
-        description="Escape hatch: keys merged as they are into the engine's speculative config. "
+        description="Escape hatch: keys merged as they are into the engine's speculative config; "
+        "none the operator sets from a typed field (vllm: method, model, "
+        "num_speculative_tokens, draft_tensor_parallel_size, prompt_lookup_min/max, "
+        "num_speculative_tokens_per_batch_size; tensorrt-llm: decoding_type, max_draft_len, "
+        "num_nextn_predict_layers, speculative_model_dir, max_concurrency, "
+        "max_matching_ngram_size, draft_len_schedule): the refusal names the field to use. "
         "tensorrt-llm 1.2.1: the acceptance gate (acceptance_window, acceptance_length_threshold; "
         "once tripped, speculation stays off until restart) acts only with a separate drafter "
         "(draft_model, ngram, eagle3 with eagle3_one_model: false, mtp with mtp_eagle_one_model: "
@@ -773,6 +822,10 @@ CLASS_RULES = [
         "self.classes.exists(c, c.name == self.defaultClass)",
         "defaultClass must name one of classes",
         ".defaultClass",
+        "'defaultClass must name one of classes: there is no class ' + self.defaultClass + "
+        "(self.defaultClass == 'default' ? ' (the default when defaultClass is not set)' : '') + "
+        "'; set spec.defaultClass to one of them (e.g. ' + self.classes[0].name + ') or add a "
+        "class named ' + self.defaultClass",
     ),
     cel(
         "self.classes.all(c, self.classes.filter(d, d.name == c.name).size() == 1)",
@@ -835,6 +888,31 @@ class SpecModelSpec(ApiModel):
                 ),
                 *CLASS_RULES,
                 cel(
+                    f"!has(self.engine.version) || "
+                    f"(self.engine.name == 'vllm' && self.engine.version in "
+                    f"{list(ENGINE_VERSIONS['vllm'])}) || "
+                    f"(self.engine.name == 'tensorrt-llm' && self.engine.version in "
+                    f"{list(ENGINE_VERSIONS['tensorrt-llm'])})",
+                    "engine.version must be one whose flags specfleet knows: "
+                    + "; ".join(f"{e} {', '.join(v)}" for e, v in ENGINE_VERSIONS.items())
+                    + " (omit it for the pinned version)",
+                    ".engine.version",
+                ),
+                _weights_named_rule(),
+                cel(
+                    "self.engine.name == 'vllm' || !has(self.model.toolCallParser)",
+                    "model.toolCallParser is a vllm setting: trtllm-serve has no tool-call "
+                    "parser flag, so it would be dropped; remove it",
+                    ".model.toolCallParser",
+                ),
+                cel(
+                    "has(self.speculative) || self.classes.all(c, !has(c.slo) || "
+                    "!has(c.slo.minAcceptanceRate))",
+                    "classes[].slo.minAcceptanceRate can never be judged without speculative "
+                    "decoding: nothing is drafted; remove it or declare speculative",
+                    ".classes",
+                ),
+                cel(
                     "self.engine.name != 'vllm' || !has(self.speculative) || "
                     "self.speculative.method != 'suffix' || (has(self.engine.image) && "
                     f"!self.engine.image.matches('{OFFICIAL_VLLM_IMAGE}'))",
@@ -887,7 +965,9 @@ class SpecModelSpec(ApiModel):
         description="Prompt classes, matched in order; acceptance and SLOs are per class.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
-    default_class: str = Field(default="default", description="Class of requests no rule matches.")
+    default_class: str = Field(
+        default="default", max_length=40, description="Class of requests no rule matches."
+    )
     guard: GuardSpec = Field(default_factory=GuardSpec, description="The guard's settings.")
     pod: PodSpec = Field(default_factory=PodSpec, description="Engine pods.")
     monitoring: MonitoringSpec = Field(

@@ -7,6 +7,7 @@ admission would, with the same messages, naming the field.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from celpy.adapter import json_to_cel
 from pydantic import ValidationError
 
 from specfleet.api.crd import RESOURCES, Schema, experiment_spec_schema, spec_schema
+from specfleet.api.escape_hatches import escape_hatch_errors
 from specfleet.api.experiment import SpecExperiment
 from specfleet.api.model import SpecModel
 from specfleet.api.trtllm import DECODING_TYPE, runs_a_drafter
@@ -44,17 +46,52 @@ class InvalidSpecModel(ValueError):
 
 
 def parse_specmodel(document: dict[str, Any]) -> SpecModel:
-    """A validated SpecModel, or InvalidSpecModel listing every problem."""
+    """A validated SpecModel, or InvalidSpecModel listing every problem at once: the fields'
+    own errors and the rules across fields that the fields without errors break."""
     try:
         specmodel = SpecModel.model_validate(document)
     except ValidationError as exc:
-        raise InvalidSpecModel([_pydantic_error(e) for e in exc.errors()]) from None
-    errors = list(_spec_cel_errors(json.dumps(specmodel.spec.to_wire(), sort_keys=True)))
-    errors += _name_cel_errors(specmodel.metadata.name, "specmodel")
-    errors += one_model_schedule_errors(specmodel)
+        field_errors = [_pydantic_error(e) for e in exc.errors()]
+        raise InvalidSpecModel(field_errors + _rules_beside(document, exc)) from None
+    errors = _rule_errors(specmodel)
     if errors:
         raise InvalidSpecModel(errors)
     return specmodel
+
+
+def _rule_errors(specmodel: SpecModel) -> list[FieldError]:
+    errors = list(_spec_cel_errors(json.dumps(specmodel.spec.to_wire(), sort_keys=True)))
+    errors += _name_cel_errors(specmodel.metadata.name, "specmodel")
+    errors += one_model_schedule_errors(specmodel)
+    errors += [FieldError(*error) for error in escape_hatch_errors(specmodel.spec)]
+    return errors
+
+
+def _rules_beside(document: dict[str, Any], exc: ValidationError) -> list[FieldError]:
+    """The rules the document breaks once the fields in error are left out (with their
+    defaults), so that one round of fixes is enough; none when leaving them out is not valid
+    either (a required field in error)."""
+    remainder = copy.deepcopy(document)
+    for error in reversed(exc.errors()):  # the later items of a list first
+        _drop(remainder, error["loc"])
+    try:
+        return _rule_errors(SpecModel.model_validate(remainder))
+    except (ValidationError, TypeError, KeyError, ValueError):
+        return []
+
+
+def _drop(document: Any, loc: tuple[Any, ...]) -> None:
+    """Removes the value at `loc` from `document`, if it is there."""
+    *parents, last = loc or (None,)
+    for part in parents:
+        try:
+            document = document[part]
+        except (KeyError, IndexError, TypeError):
+            return
+    if isinstance(document, dict):
+        document.pop(last, None)
+    elif isinstance(document, list) and isinstance(last, int) and last < len(document):
+        document.pop(last)
 
 
 class InvalidSpecExperiment(InvalidSpecModel):
@@ -159,7 +196,7 @@ def cel_errors(schema: Schema, value: Any, path: str) -> Iterator[FieldError]:
     activation = {"self": json_to_cel(value)} if rules else {}  # once: it copies the subtree
     for rule in rules:
         if not _holds(rule["rule"], activation):
-            yield FieldError(path + rule.get("fieldPath", ""), rule["message"])
+            yield FieldError(path + rule.get("fieldPath", ""), _message(rule, activation))
     if isinstance(value, dict):
         properties = schema.get("properties", {})
         for name, sub in properties.items():
@@ -178,6 +215,12 @@ def cel_errors(schema: Schema, value: Any, path: str) -> Iterator[FieldError]:
 def _holds(rule: str, activation: dict[str, Any]) -> bool:
     result = _program(rule).evaluate(activation)
     return result is True or (isinstance(result, celpy.celtypes.BoolType) and bool(result))
+
+
+def _message(rule: dict[str, Any], activation: dict[str, Any]) -> str:
+    if "messageExpression" not in rule:
+        return str(rule["message"])
+    return str(_program(rule["messageExpression"]).evaluate(activation))
 
 
 _COMPILING = threading.Lock()

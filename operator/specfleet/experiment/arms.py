@@ -77,6 +77,8 @@ def overlay_spec(spec: dict[str, Any], overlay: ArmOverlay) -> dict[str, Any]:
         out.pop("quantization", None)
     if overlay.speculative is False:
         out.pop("speculative", None)
+        for prompt_class in out.get("classes", []):
+            prompt_class.get("slo", {}).pop("minAcceptanceRate", None)  # nothing is drafted
     if overlay.model_source is not None:
         out["model"]["source"] = overlay.model_source
     return out
