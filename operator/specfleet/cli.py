@@ -89,8 +89,18 @@ def _plan(path: Path, specmodels: list[SpecModel]) -> ServingPlan:
 )
 @click.option("--alertmanager-url", default=None, help="Alertmanager for every SpecModel's alerts.")
 @click.option("--guard-tick-seconds", type=float, default=5.0, show_default=True)
+@click.option(
+    "--webhook-port",
+    type=int,
+    default=None,
+    help="Serve the SpecModel admission webhook (HTTPS) on this port.",
+)
+@click.option("--webhook-cert", default=None, help="The webhook's certificate (PEM file).")
+@click.option("--webhook-key", default=None, help="The webhook's private key (PEM file).")
 def run_command(namespaces: tuple[str, ...], **options: object) -> None:
     """Run the operator."""
+    if options["webhook_port"] and not (options["webhook_cert"] and options["webhook_key"]):
+        raise click.UsageError("--webhook-port needs --webhook-cert and --webhook-key")
     from specfleet.controller.run import (  # kopf and the kubernetes client
         RunOptions,
         run,

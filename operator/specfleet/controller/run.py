@@ -14,6 +14,7 @@ from prometheus_client import start_http_server
 
 from specfleet.alerts.receivers import Alertmanager, Receiver
 from specfleet.alerts.sender import AlertSender
+from specfleet.controller import admission
 from specfleet.controller.kube import Kube, api_client
 from specfleet.controller.metrics import REGISTRY
 from specfleet.controller.operator import Operator
@@ -36,6 +37,9 @@ class RunOptions:
     prometheus_url: str | None = None
     alertmanager_url: str | None = None
     guard_tick_seconds: float = 5.0
+    webhook_port: int | None = None
+    webhook_cert: str | None = None
+    webhook_key: str | None = None
 
 
 class NoEssence(kopf.AnnotationsDiffBaseStorage):
@@ -62,8 +66,12 @@ def tune_collector() -> None:
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
 
 
-def settings() -> kopf.OperatorSettings:
+def settings(options: RunOptions | None = None) -> kopf.OperatorSettings:
     result = kopf.OperatorSettings()
+    if options and options.webhook_port and options.webhook_cert and options.webhook_key:
+        result.admission.server = admission.server(
+            options.bind_address, options.webhook_port, options.webhook_cert, options.webhook_key
+        )
     result.persistence.diffbase_storage = NoEssence()
     result.peering.standalone = True  # one operator pod; no KopfPeering CRDs needed
     result.posting.enabled = False  # our own Events carry stable reasons; kopf's would be noise
@@ -106,8 +114,10 @@ def run(
     if options.metrics_port:
         start_http_server(options.metrics_port, addr=options.bind_address, registry=REGISTRY)
     operator = operator_for(options)
+    if options.webhook_port:
+        admission.register()
     kopf.run(
-        settings=settings(),
+        settings=settings(options),
         standalone=True,
         namespaces=options.namespaces,
         clusterwide=not options.namespaces,

@@ -1,7 +1,8 @@
 """What the operator owns on an engine's command line and in its speculative config, read off
 the renderer's own output: every flag or key that a typed field or the operator sets, with the
-field that sets it (`operator: why` where no field does). `make crd` writes it to api/flags/owned.json, where validation refuses the
-escape hatches (`engine.extraArgs`, `speculative.engineOptions`) that would carry one."""
+field that sets it (`operator: why` where no field does). `make crd` writes it to
+api/flags/owned.json, where validation refuses the escape hatches (`engine.extraArgs`,
+`speculative.engineOptions`) that would carry one."""
 
 from __future__ import annotations
 
