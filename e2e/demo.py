@@ -147,6 +147,9 @@ def install(cluster: LocalCluster, workdir: Path) -> Path:
             str(cluster.kubeconfig),
             "--set",
             f"watchNamespaces={{{FLEET.namespace},{REAL.namespace}}}",
+            # No Service network here: the API server could not reach the webhook's Service.
+            "--set",
+            "admissionWebhook.enabled=false",
         ],
         capture_output=True,
         text=True,

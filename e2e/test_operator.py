@@ -347,6 +347,8 @@ def test_operator_as_the_chart_installs_it(
                 "--wait=false",
                 "--set",
                 "watchNamespaces={" + namespace + "}",
+                "--set",
+                "admissionWebhook.enabled=false",  # no Service network to reach it here
             ],
             check=True,
             capture_output=True,

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from conftest import ROOT
+from specfleet.controller.admission import HANDLER_ID
 
 CHART = ROOT / "charts/specfleet"
 OPERATOR_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
@@ -170,3 +173,52 @@ def test_operator_may_run_the_load_tests_of_an_experiment() -> None:
     [deployment] = kinds(template("--set", "capacityImage.tag=v7"))["Deployment"]
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     assert "--capacity-image=ghcr.io/specfleet/specfleet-capacity:v7" in container["args"]
+
+
+def test_the_admission_webhook_reaches_the_operator_with_a_certificate_it_serves(
+    tmp_path: Path,
+) -> None:
+    objects = kinds(template())
+    [config] = objects["ValidatingWebhookConfiguration"]
+    [webhook] = config["webhooks"]
+    assert webhook["rules"][0]["resources"] == ["specmodels"]
+    assert webhook["failurePolicy"] == "Ignore" and webhook["sideEffects"] == "None"
+    client = webhook["clientConfig"]
+    assert client["service"]["path"] == f"/{HANDLER_ID}"
+    [secret] = [s for s in objects["Secret"] if s["metadata"]["name"] == client["service"]["name"]]
+    assert secret["data"]["ca.crt"] == client["caBundle"]
+    (tmp_path / "ca.pem").write_bytes(base64.b64decode(client["caBundle"]))
+    (tmp_path / "tls.pem").write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
+    openssl = ["openssl", "verify", "-CAfile", str(tmp_path / "ca.pem"), str(tmp_path / "tls.pem")]
+    assert subprocess.run(openssl, capture_output=True, text=True).returncode == 0
+    names = subprocess.run(
+        ["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", str(tmp_path / "tls.pem")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"DNS:{client['service']['name']}.specfleet-system.svc" in names
+    [service] = [
+        s for s in objects["Service"] if s["metadata"]["name"] == client["service"]["name"]
+    ]
+    [deployment] = objects["Deployment"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    port = next(
+        p for p in container["ports"] if p["name"] == service["spec"]["ports"][0]["targetPort"]
+    )
+    assert f"--webhook-port={port['containerPort']}" in container["args"]
+    mounted = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert "--webhook-cert=" + mounted["webhook-cert"] + "/tls.crt" in container["args"]
+
+
+def test_the_admission_webhook_can_be_turned_off_and_scoped_to_the_watched_namespaces() -> None:
+    objects = kinds(template("--set", "admissionWebhook.enabled=false"))
+    assert "ValidatingWebhookConfiguration" not in objects
+    [deployment] = objects["Deployment"]
+    assert not any(
+        "webhook" in a for a in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    scoped = kinds(template("--set", "watchNamespaces={a,b}"))
+    [webhook] = scoped["ValidatingWebhookConfiguration"][0]["webhooks"]
+    [expression] = webhook["namespaceSelector"]["matchExpressions"]
+    assert expression["values"] == ["a", "b"]

@@ -90,6 +90,12 @@ def _plan(path: Path, specmodels: list[SpecModel]) -> ServingPlan:
 @click.option("--alertmanager-url", default=None, help="Alertmanager for every SpecModel's alerts.")
 @click.option("--guard-tick-seconds", type=float, default=5.0, show_default=True)
 @click.option(
+    "--bind-address",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address the metrics, health and webhook servers listen on.",
+)
+@click.option(
     "--webhook-port",
     type=int,
     default=None,
