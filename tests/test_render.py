@@ -18,6 +18,9 @@ from specfleet_testbed.engine.args import parse_trtllm, vllm_known_flags
 
 # The real parser's option set, one copy in the repo (the simulator refuses the same flags).
 VLLM_FLAGS = vllm_known_flags()
+TRTLLM_FLAGS = set(
+    (ROOT / "operator/specfleet/api/flags/tensorrt-llm-1.2.1.txt").read_text().splitlines()
+)
 TRTLLM_KEYS = yaml.safe_load((ROOT / "tests/data/trtllm-1.2.1-llm-api-keys.yaml").read_text())
 
 
@@ -157,7 +160,7 @@ def test_trtllm_cli_flags_are_real() -> None:
             continue
         engine = container(render(specmodel), "engine")
         flags = {a for a in engine["args"] if a.startswith("--")}
-        assert flags <= set(TRTLLM_KEYS["serve_flags"]), flags - set(TRTLLM_KEYS["serve_flags"])
+        assert flags <= TRTLLM_FLAGS, flags - TRTLLM_FLAGS
 
 
 def _keys_allowed(options: dict[str, Any], allowed: dict[str, Any], path: str = "") -> None:
@@ -581,3 +584,10 @@ def test_a_canary_is_one_pod_beside_the_fleet_behind_the_same_service() -> None:
 def test_no_canary_without_a_speculative_config() -> None:
     specmodel = parse_specmodel(specmodel_doc())
     assert render(specmodel, ServingPlan(canary=True)) == render(specmodel)
+
+
+def test_trtllm_serves_the_declared_revision() -> None:
+    doc = specmodel_doc(engine={"name": "tensorrt-llm"}, model={"source": "m", "revision": "v2"})
+    args = container(render(parse_specmodel(doc)), "engine")["args"]
+    assert args[args.index("--revision") + 1] == "v2"
+    assert parse_trtllm(["trtllm-serve", *args], read_file=lambda _: "{}").model == "m"

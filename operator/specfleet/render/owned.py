@@ -39,6 +39,15 @@ RELIED_ON: dict[str, dict[str, str]] = {
 """Flags the renderer never writes but whose presence would undo what it wrote or what the
 gateway and telemetry rely on."""
 
+FLAG_ALIASES: dict[str, dict[str, str]] = {
+    "vllm": {},
+    "tensorrt-llm": {
+        "--tensor_parallel_size": "--tp_size",
+        "--free_gpu_memory_fraction": "--kv_cache_free_gpu_memory_fraction",
+    },
+}
+"""Other names of flags the renderer writes (trtllm-serve's click aliases)."""
+
 KEY_ALIASES: dict[str, dict[str, str]] = {
     "vllm": {},
     "tensorrt-llm": {
@@ -100,6 +109,7 @@ def _owned_by(engine: str) -> dict[str, dict[str, str]]:
         flags |= dict.fromkeys(base[0].keys() - flags.keys(), OPERATOR)
     keys |= dict.fromkeys(_naming_the_method(speculating) - keys.keys(), "speculative.method")
     keys |= {alias: keys[key] for alias, key in KEY_ALIASES[engine].items()}
+    flags |= {alias: flags[flag] for alias, flag in FLAG_ALIASES[engine].items()}
     return {
         "flags": dict(sorted((flags | RELIED_ON[engine]).items())),
         "speculativeConfig": dict(sorted(keys.items())),

@@ -41,6 +41,8 @@ def args(config: EngineConfig) -> list[str]:
     if model.max_model_len:
         argv += ["--max_seq_len", str(model.max_model_len)]
     argv += ["--kv_cache_free_gpu_memory_fraction", str(engine.gpu_memory_fraction)]
+    if model.revision:
+        argv += ["--revision", model.revision]
     if model.trust_remote_code:
         argv.append("--trust_remote_code")
     argv += ["--extra_llm_api_options", f"{ENGINE_CONFIG_PATH}/{OPTIONS_FILE}"]

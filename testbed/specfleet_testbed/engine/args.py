@@ -4,7 +4,7 @@
   model: `[<model>, --served-model-name, NAME, --speculative-config, JSON, ...]`.
   Flags that vLLM 0.33.0 does not know are rejected like the real engine does
   (exit 2, "unrecognized arguments") unless `lenient=True`; the known list is
-  the real parser's option set, `data/vllm-0.33.0-flags.txt` (with its `--no-X`
+  the real parser's option set, specfleet's `api/flags/vllm-0.33.0.txt` (with its `--no-X`
   and `--enable-X`/`--disable-X` pairs). Underscores in flag names are accepted
   (`--max_model_len`), as vLLM's FlexibleArgumentParser does. The startup check
   of the real engine is kept: `--per-request-spec-decode-metrics` other than
@@ -144,11 +144,7 @@ _VLLM_NEEDS_MODEL = {"draft_model", "eagle", "eagle3", "dflash"}
 @functools.cache
 def vllm_known_flags() -> frozenset[str]:
     """Every option string of vLLM 0.33.0's `vllm serve` parser."""
-    text = (
-        resources.files("specfleet_testbed.engine")
-        .joinpath("data/vllm-0.33.0-flags.txt")
-        .read_text()
-    )
+    text = resources.files("specfleet.api").joinpath("flags/vllm-0.33.0.txt").read_text()
     return frozenset(line for line in text.splitlines() if line.startswith("--"))
 
 
