@@ -25,18 +25,29 @@ def test_the_owned_list_is_what_the_renderer_emits_today() -> None:
     assert json.loads((FLAGS / "owned.json").read_text()) == owned()
 
 
-@pytest.mark.parametrize("engine", ENGINE_VERSIONS)
-def test_every_flag_the_renderer_emits_is_one_the_pinned_version_has(engine: str) -> None:
-    version = ENGINE_VERSIONS[engine][0]
+@pytest.mark.parametrize(
+    ("engine", "version"), [(e, v) for e, versions in ENGINE_VERSIONS.items() for v in versions]
+)
+def test_every_flag_the_renderer_emits_is_one_each_known_version_has(
+    engine: str, version: str
+) -> None:
     known = set((FLAGS / f"{engine}-{version}.txt").read_text().splitlines())
     assert set(owned()[engine]["flags"]) - known == set()
-    assert set(owned_flags(engine)) <= known
+    assert set(owned_flags(engine, version)) <= known
 
 
-def test_an_owned_switch_is_refused_in_either_direction() -> None:
-    vllm = owned_flags("vllm")
-    assert vllm["--enable-auto-tool-choice"] == vllm["--disable-auto-tool-choice"]
-    assert vllm["--trust-remote-code"] == vllm["--no-trust-remote-code"] == "model.trustRemoteCode"
+def test_an_owned_switch_is_refused_in_either_direction_each_version_spells() -> None:
+    pinned, cpu_build = owned_flags("vllm", "0.33.0"), owned_flags("vllm", "0.32.0")
+    assert pinned["--enable-auto-tool-choice"] == pinned["--disable-auto-tool-choice"]
+    assert cpu_build["--enable-auto-tool-choice"] == cpu_build["--no-enable-auto-tool-choice"]
+    assert "--no-enable-auto-tool-choice" not in pinned  # not a flag of 0.33.0
+
+
+def test_a_flag_is_checked_against_the_declared_version() -> None:
+    args = ["--no-enable-prefix-caching"]
+    parse_specmodel(specmodel_doc(engine={"name": "vllm", "version": "0.32.0", "extraArgs": args}))
+    [error] = errors_of(engine={"name": "vllm", "extraArgs": args})
+    assert "not a flag of vllm 0.33.0; did you mean --enable-prefix-caching?" in error
 
 
 def errors_of(**spec: Any) -> list[str]:

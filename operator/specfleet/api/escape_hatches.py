@@ -31,13 +31,13 @@ def escape_hatch_errors(spec: SpecModelSpec) -> list[tuple[str, str]]:
     return errors
 
 
-def owned_flags(engine: str) -> dict[str, str]:
-    """Flag -> what sets it instead: the renderer's flags, their on/off twins and the flags
-    whose presence would undo them."""
+def owned_flags(engine: str, version: str) -> dict[str, str]:
+    """Flag -> what sets it instead: the renderer's flags, their on/off twins that `version`
+    has and the flags whose presence would undo them."""
     flags = _owned()[engine]["flags"]
+    known = _known_flags(engine, version)
     twins = {twin: owner for flag, owner in flags.items() for twin in _twins(flag)}
-    known = _known_flags(engine, ENGINE_VERSIONS[engine][0])
-    return {flag: owner for flag, owner in (twins | flags).items() if flag in known}
+    return flags | {twin: owner for twin, owner in twins.items() if twin in known}
 
 
 def owned_options(engine: str) -> dict[str, str]:
@@ -46,7 +46,7 @@ def owned_options(engine: str) -> dict[str, str]:
 
 
 def _extra_args_errors(args: list[str], engine: str, version: str) -> Iterator[tuple[str, str]]:
-    owned = owned_flags(engine)
+    owned = owned_flags(engine, version)
     known = _known_flags(engine, version)
     for index, token in enumerate(args):
         flag = _flag_name(token, engine)

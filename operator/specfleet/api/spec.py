@@ -33,8 +33,9 @@ MAX_DURATION_SECONDS = 365 * 86400
 """The longest guard pause: longer is the guard turned off, and a deadline `now + duration`
 must stay a date Python can hold."""
 TRTLLM_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"
-ENGINE_VERSIONS = {"vllm": ("0.33.0",), "tensorrt-llm": ("1.2.1",)}
-"""The versions whose flags specfleet knows (api/flags/), the pinned one first."""
+ENGINE_VERSIONS = {"vllm": ("0.33.0", "0.32.0"), "tensorrt-llm": ("1.2.1",)}
+"""The versions whose flags specfleet knows (api/flags/), the pinned one first: vLLM 0.32.0 is
+the CPU build that runs here (its list printed by its own parser, hack/engine_flags.py)."""
 
 FreeForm = dict[str, Any]
 """A Kubernetes object we pass through as it is (tolerations, affinity, env entries)."""
@@ -111,8 +112,8 @@ class EngineSpec(ApiModel):
         default=None,
         max_length=64,
         description="Engine version the image runs: `extraArgs` are checked against its own "
-        "flags. Defaults to the pinned version (0.33.0 for vllm, 1.2.1 for tensorrt-llm), the "
-        "only ones whose flags specfleet knows.",
+        "flags. Defaults to the pinned version (0.33.0 for vllm, 1.2.1 for tensorrt-llm); "
+        "vllm 0.32.0 is known too.",
     )
     max_batch_size: int = Field(
         default=256,
