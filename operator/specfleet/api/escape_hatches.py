@@ -34,7 +34,7 @@ def escape_hatch_errors(spec: SpecModelSpec) -> list[tuple[str, str]]:
 def owned_flags(engine: str, version: str) -> dict[str, str]:
     """Flag -> what sets it instead: the renderer's flags, their on/off twins that `version`
     has and the flags whose presence would undo them."""
-    flags = _owned()[engine]["flags"]
+    flags: dict[str, str] = _owned()[engine]["flags"]
     known = _known_flags(engine, version)
     twins = {twin: owner for flag, owner in flags.items() for twin in _twins(flag)}
     return flags | {twin: owner for twin, owner in twins.items() if twin in known}
