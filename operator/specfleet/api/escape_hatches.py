@@ -1,9 +1,11 @@
-"""The escape hatches may not undo the contract: `engine.extraArgs` and
+"""The escape hatches may not undo the contract. `engine.extraArgs` and
 `speculative.engineOptions` are refused when they carry a flag or key the operator owns (read
-off the renderer's own output into flags/owned.json by `make crd`), and extraArgs when they carry
-a flag the declared engine version does not have (flags/<engine>-<version>.txt, the engine's
-own parser's option strings). CEL cannot read these lists cheaply, so `specfleet render`, the
-operator and the admission webhook refuse them; the API server alone does not."""
+off the renderer's own output into flags/owned.json by `make crd`); extraArgs when a flag is not
+one the declared engine version has (flags/<engine>-<version>.txt, its own parser's option
+strings); engineOptions when a key is not one of that version's speculative config for the
+method (flags/<engine>-<version>-speculative.yaml, where there is one). CEL cannot read these
+lists cheaply, so `specfleet render`, the operator and the admission webhook refuse them; the
+API server alone does not."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from collections.abc import Iterator
 from functools import cache
 from importlib import resources
 from typing import Any
+
+import yaml
 
 from specfleet.api.spec import ENGINE_VERSIONS, SpecModelSpec
 
@@ -26,8 +30,11 @@ def escape_hatch_errors(spec: SpecModelSpec) -> list[tuple[str, str]]:
     engine = spec.engine.name
     version = spec.engine.version or ENGINE_VERSIONS[engine][0]  # another is refused by CEL
     errors = list(_extra_args_errors(spec.engine.extra_args, engine, version))
-    if spec.speculative is not None and spec.speculative.engine_options:
-        errors += _engine_options_errors(spec.speculative.engine_options, engine)
+    speculative = spec.speculative
+    if speculative is not None and speculative.engine_options:
+        known = _known_options(engine, version, speculative.method)
+        where = f"{engine} {version}'s speculative config for method {speculative.method}"
+        errors += _engine_options_errors(speculative.engine_options, engine, where, known)
     return errors
 
 
@@ -59,7 +66,9 @@ def _extra_args_errors(args: list[str], engine: str, version: str) -> Iterator[t
             yield path, f"{flag} is not a flag of {engine} {version}; {_suggest(flag, known)}"
 
 
-def _engine_options_errors(options: dict[str, Any], engine: str) -> Iterator[tuple[str, str]]:
+def _engine_options_errors(
+    options: dict[str, Any], engine: str, where: str, known: frozenset[str]
+) -> Iterator[tuple[str, str]]:
     owned = owned_options(engine)
     for key in options:
         if key in owned:
@@ -67,6 +76,12 @@ def _engine_options_errors(options: dict[str, Any], engine: str) -> Iterator[tup
                 f"{OPTIONS}.{key}",
                 f"{key} is set from spec.{owned[key]}: remove it from engineOptions and set "
                 "that field instead (the gateway and the guard read the field, not the option)",
+            )
+        elif known and key not in known:
+            yield (
+                f"{OPTIONS}.{key}",
+                f"{key} is not a key of {where} (the engine refuses unknown keys at start); "
+                + _suggest(key, known),
             )
 
 
@@ -110,6 +125,16 @@ def _owned() -> dict[str, Any]:
         (resources.files("specfleet.api") / "flags/owned.json").read_text()
     )
     return owned
+
+
+@cache
+def _known_options(engine: str, version: str, method: str) -> frozenset[str]:
+    """The speculative config's keys for `method`, or none where specfleet has no list."""
+    listed = resources.files("specfleet.api") / f"flags/{engine}-{version}-speculative.yaml"
+    if not listed.is_file():
+        return frozenset()
+    keys = yaml.safe_load(listed.read_text())
+    return frozenset(keys["base"] + keys[method])
 
 
 @cache
