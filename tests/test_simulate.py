@@ -150,7 +150,7 @@ def test_a_slow_revision_rolls_back_and_never_engages_the_kill_switch() -> None:
     rollout, settle, breaches = 60, 60, 3 * 15
     assert promoted < 300 < rolled_back <= 300 + rollout + settle + breaches
     [rollback] = [d for d in result.run.decisions if d["action"] == "rolled_back"]
-    assert "code: p95TpotSeconds" in rollback["message"] and rollback["lastGood"] == 1
+    assert "code: p95TpotSeconds" in rollback["message"] and rollback["rollbackTarget"] == 1
     numbers = [result.world.revisions[s.config].number for s in result.run.serving]
     assert numbers[-1] == 1 and 2 in numbers
     assert all(s.speculation for s in result.run.serving)
@@ -162,7 +162,7 @@ def test_a_revision_broken_during_probation_rolls_back_to_the_one_before() -> No
     timeline = actions(result)
     assert [a for _, a in timeline] == ["rolled_back", "revision_promoted"]
     [rollback] = [d for d in result.run.decisions if d["action"] == "rolled_back"]
-    assert (rollback["revision"], rollback["lastGood"]) == (3, 2)
+    assert (rollback["revision"], rollback["rollbackTarget"]) == (3, 2)
     assert 540 < rollback["t"] <= 540 + 60 + 60 + 3 * 15
     numbers = [result.world.revisions[s.config].number for s in result.run.serving]
     assert numbers[-1] == 2 and 3 in numbers
@@ -223,6 +223,22 @@ def test_low_traffic_is_inconclusive_and_never_acts() -> None:
     [episode] = result.episodes
     assert not episode.detectable and episode.detected_at is None
     assert all(tick.speedup is None for tick in result.run.ticks)  # no conclusive class, ever
+
+
+def test_the_summary_names_the_rule_with_the_true_speedup_beside_it(collapse: Result) -> None:
+    """A critical class under its floor is not "speculation not paying" when it pays."""
+    [floor] = run("low-traffic").episodes
+    assert floor.rule == "criticalFloor" and floor.true_speedup and floor.true_speedup[0] > 1.3
+    text = report.text(run("low-traffic"))
+    assert "critical class under its acceptance floor (code acceptance" in text
+    assert "while speculation pays (true speedup 1." in text and "not paying" not in text
+    [both] = collapse.episodes
+    assert both.rule == "notPayingAndCriticalFloor"
+    [engaged] = [a for a in report.summary(collapse)["actions"] if "basis" in a][:1]
+    assert engaged["action"] == "kill_switch_engaged"
+    basis = engaged["basis"]
+    assert basis["rule"] == "criticalFloor" and basis["guardSpeedup"] >= basis["minSpeedup"]
+    assert basis["trueSpeedup"] < 1 and basis["breaches"][0].startswith("code: acceptance")
 
 
 def test_same_seed_same_decisions_other_seed_other_draws() -> None:

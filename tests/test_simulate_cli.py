@@ -70,6 +70,8 @@ def test_decisions_json_schema(written: tuple[Path, Result]) -> None:
         assert isinstance(decision["evidence"], dict)
         assert decision["evidence"]["windowSeconds"] == 60
         assert isinstance(decision["revision"], int)
+        assert "lastGood" not in decision  # renamed: it always meant the rollback target
+        assert decision["rollbackTarget"] is None or isinstance(decision["rollbackTarget"], int)
     assert [d["t"] for d in decisions] == sorted(d["t"] for d in decisions)
     engaged = next(d for d in decisions if d["action"] == "kill_switch_engaged")
     assert engaged["evidence"]["classes"]["code"]["acceptanceRate"] < 0.5

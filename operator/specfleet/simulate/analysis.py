@@ -38,10 +38,28 @@ class Episode:
     requests_per_window: dict[str, float]
     detectable: bool
     """Some class has at least minRequests per window in expectation."""
+    critical_breaches: tuple[str, ...] = ()
+    """Critical classes truly under their acceptance floor in the episode (`Truth`)."""
+    true_speedup: tuple[float, float] | None = None
+    """Min and max of the guard's speedup model at the true α and load, over the episode."""
+    true_tpot_speedup: tuple[float, float] | None = None
+    """Min and max of the simulator's TPOT speedup over the episode."""
+    threshold: float = 1.0
+    """minSpeedup, the speedup it was judged against."""
 
     @property
     def latency(self) -> float | None:
         return None if self.detected_at is None else self.detected_at - self.start
+
+    @property
+    def rule(self) -> str:
+        """What made speculation truly bad: `notPaying` (the true speedup under minSpeedup),
+        `criticalFloor` (a critical class under its acceptance floor while speculation pays),
+        or `notPayingAndCriticalFloor`."""
+        slow = self.true_speedup is not None and self.true_speedup[0] < self.threshold
+        if slow and self.critical_breaches:
+            return "notPayingAndCriticalFloor"
+        return "notPaying" if slow else "criticalFloor"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,7 +71,20 @@ class Episode:
             "latencySeconds": self.latency,
             "requestsPerWindow": {k: round(v, 1) for k, v in self.requests_per_window.items()},
             "detectable": self.detectable,
+            "rule": self.rule,
+            "criticalBreaches": list(self.critical_breaches),
+            "trueSpeedup": _span(self.true_speedup),
+            "trueTpotSpeedup": _span(self.true_tpot_speedup),
         }
+
+
+def _span(values: tuple[float, float] | None) -> dict[str, float] | None:
+    return None if values is None else {"min": round(values[0], 3), "max": round(values[1], 3)}
+
+
+def _range(values: list[float | None]) -> tuple[float, float] | None:
+    known = [v for v in values if v is not None]
+    return (min(known), max(known)) if known else None
 
 
 class TruthTable:
@@ -108,6 +139,7 @@ def _episode(table: TruthTable, guard: GuardSpec, first: int, end: int) -> Episo
     per_window = {
         n: scenario.rps(start) * p.share * guard.window_seconds for n, p in scenario.classes.items()
     }
+    truths = [table.at_slice(i) for i in range(first, end)]
     return Episode(
         start=start,
         end=stop,
@@ -116,7 +148,31 @@ def _episode(table: TruthTable, guard: GuardSpec, first: int, end: int) -> Episo
         action=detection["action"] if detection else None,
         requests_per_window=per_window,
         detectable=max(per_window.values(), default=0.0) >= guard.min_requests,
+        critical_breaches=tuple(dict.fromkeys(b for t in truths for b in t.critical_breaches)),
+        true_speedup=_range([t.speedup for t in truths]),
+        true_tpot_speedup=_range([t.tpot_speedup for t in truths]),
+        threshold=guard.min_speedup,
     )
+
+
+def describe(episode: Episode) -> str:
+    """The rule that made speculation truly bad, with the true speedup beside it."""
+    floor = f"critical class under its acceptance floor ({'; '.join(episode.critical_breaches)})"
+    speedup = f"{_speedups(episode)} {{}} minSpeedup {episode.threshold:g}"
+    if episode.rule == "criticalFloor":
+        return f"{floor} while speculation pays ({speedup.format('>=')})"
+    paying = f"speculation not paying ({speedup.format('<')})"
+    return paying if episode.rule == "notPaying" else f"{paying} and {floor}"
+
+
+def _speedups(episode: Episode) -> str:
+    def span(values: tuple[float, float] | None) -> str:
+        if values is None:
+            return "unknown"
+        low, high = values
+        return f"{low:.2f}" if round(low, 2) == round(high, 2) else f"{low:.2f}-{high:.2f}"
+
+    return f"true speedup {span(episode.true_speedup)}, TPOT {span(episode.true_tpot_speedup)}"
 
 
 def _rolled_back(decision: dict[str, Any], revision: int) -> bool:
@@ -157,19 +213,20 @@ def _why_false(table: TruthTable, guard: GuardSpec, decision: dict[str, Any]) ->
 def _canary(decision: dict[str, Any]) -> dict[str, Any]:
     """A rollout's decision as about its revision, with its control as the reference."""
     evidence = decision["evidence"]
-    return {**decision, "revision": evidence["revision"], "lastGood": evidence["control"]}
+    return {**decision, "revision": evidence["revision"], "rollbackTarget": evidence["control"]}
 
 
 def _revision_bad(table: TruthTable, decision: dict[str, Any]) -> bool:
     world = table.world
     config = world.by_number(decision["revision"]).config
-    reference = world.by_number(decision["lastGood"]).config if decision["lastGood"] else None
+    target = decision["rollbackTarget"]
+    reference = world.by_number(target).config if target else None
     return bool(revision_breaches(world, decision["t"], config, reference))
 
 
 def missed(table: TruthTable, found: list[Episode]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [
-        {"t": e.start, "what": "speculation did not pay and the guard did not act", **e.to_json()}
+        {"t": e.start, "what": f"{describe(e)}, and the guard did not act", **e.to_json()}
         for e in found
         if e.detected_at is None and e.speculation_at_start
     ]

@@ -85,6 +85,35 @@ class Goodput:
 
 
 @dataclass(frozen=True)
+class Seen:
+    """One side's per-class readings over a window, for the timeline."""
+
+    revision: int
+    speculation: bool
+    rates: dict[str, float | None]
+    tpot: dict[str, float | None]
+    """Mean TPOT."""
+    p95_tpot: dict[str, float | None]
+    validity: dict[str, float | None]
+    """The lower of tool-call and structured-output validity."""
+
+    @classmethod
+    def of(cls, observation: Observation) -> Seen:
+        classes = observation.classes
+        return cls(
+            revision=observation.revision,
+            speculation=observation.speculation,
+            rates={n: w.acceptance_rate for n, w in classes.items()},
+            tpot={n: w.mean_tpot_seconds for n, w in classes.items()},
+            p95_tpot={n: w.p95_tpot_seconds for n, w in classes.items()},
+            validity={
+                n: _validity(w.tool_call_validity, w.structured_output_validity)
+                for n, w in classes.items()
+            },
+        )
+
+
+@dataclass(frozen=True)
 class Tick:
     """What the guard saw and did at one evaluation, for the timeline."""
 
@@ -97,6 +126,11 @@ class Tick:
     observed_validity: dict[str, float | None]
     speedup: float | None
     threshold: float
+    fleet: Seen | None = None
+    """The fleet's replicas alone (the observed_* fields are what the guard judged: a trial's
+    canary once it is judged)."""
+    canary: Seen | None = None
+    """A trial's or a canary rollout's canary pods, when any served in the window."""
 
 
 @dataclass
@@ -258,7 +292,7 @@ def _tick(
 ) -> tuple[Operator, Fleet]:
     t, now = base.time(i), clock.at(base.time(i))
     observation = observe(world, run, i, fleet, base, now)
-    last_good = _last_good(operator, operator.plan.active.number)
+    target = _rollback_target(operator, operator.plan.active.number)
     operator, the_step = operator.ticked(observation, fleet, now)
     situation, decision = the_step.situation, the_step.decision
     assert situation is not None and decision is not None  # a guard tick always judges
@@ -266,7 +300,7 @@ def _tick(
     context = {
         "revision": situation.revision.number,
         "speculation": fleet.serving.speculation,
-        "lastGood": last_good,
+        "rollbackTarget": target,
     }
     run.decisions += [_decision(t, now, action, context) for action in decision.actions]
     return _follow(operator, fleet, t, now, base.rollout_seconds)
@@ -286,8 +320,9 @@ def _follow(
     return operator, moved
 
 
-def _last_good(operator: Operator, active: int) -> int | None:
-    """What a rollback would serve (`controller.plan.rollback_target`)."""
+def _rollback_target(operator: Operator, active: int) -> int | None:
+    """The revision a rollback would serve at this decision (`controller.plan.rollback_target`;
+    None: there is none, as while the first revision is the only one)."""
     target = rollback_target(operator.status.revisions, active)
     return target.number if target else None
 
@@ -351,7 +386,9 @@ def _window(
 def _record(
     t: float, fleet: Fleet, observation: Observation, decision: Decision, guard: GuardSpec
 ) -> Tick:
-    """What the guard judged: a trial's canary, once it is judged, else the fleet."""
+    """What the guard judged: a trial's canary, once it is judged, else the fleet; and the
+    fleet and its canary apart."""
+    fleet_seen = observation
     observation = decision.observation or observation
     tokens = {n: w.output_tokens or 0.0 for n, w in observation.classes.items()}
     speedups = {c.name: c.expected_speedup for c in decision.classes if c.expected_speedup}
@@ -369,6 +406,8 @@ def _record(
         },
         speedup=weighted({n: s for n, s in speedups.items() if s is not None}, tokens),
         threshold=guard.min_speedup + (guard.release_margin if trial else 0.0),
+        fleet=Seen.of(fleet_seen),
+        canary=Seen.of(fleet_seen.canary) if fleet_seen.canary is not None else None,
     )
 
 

@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from specfleet.guard.actions import ActionKind
+from specfleet.simulate.analysis import describe
 from specfleet.simulate.replay import Goodput
 from specfleet.simulate.simulation import Result
+from specfleet.simulate.truth import Truth
 
 GOODPUT_DEFINITION = (
     "valid output tokens per decode-second: output tokens of requests that neither failed nor "
@@ -32,10 +34,7 @@ def summary(result: Result) -> dict[str, Any]:
         "windowSeconds": guard.window_seconds,
         "sliceSeconds": result.base.slice_seconds,
         "rolloutSeconds": result.base.rollout_seconds,
-        "actions": [
-            {"t": d["t"], "action": d["action"], "reason": d["reason"]}
-            for d in result.run.decisions
-        ],
+        "actions": [_action(d, result) for d in result.run.decisions],
         "actingActions": len(result.acting),
         "canaryServedSeconds": result.base.slice_seconds
         * sum(1 for served in result.run.canary if served is not None),
@@ -55,6 +54,85 @@ def summary(result: Result) -> dict[str, Any]:
         ],
         "notes": list(world.notes),
     }
+
+
+SPECULATION_RULES = (
+    ActionKind.KILL_SWITCH_ENGAGED,
+    ActionKind.TRIAL_FAILED,
+    ActionKind.KILL_SWITCH_RELEASED,
+)
+"""Decisions about speculation itself: their summary names the rule that acted."""
+RULES = {
+    "criticalFloor": "a critical class under its acceptance floor",
+    "notPaying": "speedup under minSpeedup",
+    "notPayingAndCriticalFloor": "speedup under minSpeedup and a critical class under its floor",
+    "pays": "speedup over minSpeedup + releaseMargin, floors met",
+}
+
+
+def _action(decision: dict[str, Any], result: Result) -> dict[str, Any]:
+    out = {"t": decision["t"], "action": decision["action"], "reason": decision["reason"]}
+    found = basis(decision, result)
+    return out | {"basis": found} if found else out
+
+
+def basis(decision: dict[str, Any], result: Result) -> dict[str, Any] | None:
+    """For a kill switch or trial decision, the rule that acted (`RULES`), the guard's
+    breaches and speedup, and the true speedup at that tick beside them: the guard's reason
+    `SpeculationNotPaying` also covers a critical class under its acceptance floor while
+    speculation pays."""
+    if decision["action"] not in SPECULATION_RULES:
+        return None
+    evidence = decision["evidence"]
+    breaches = [b for b in evidence.get("breaches", []) if isinstance(b, str)]
+    floors = any(": acceptance " in b for b in breaches)
+    speedup, needed = evidence.get("speedup"), evidence.get("minSpeedup")
+    slow = any(": speedup " in b for b in breaches) or (
+        speedup is not None and needed is not None and speedup < needed
+    )
+    if decision["action"] == ActionKind.KILL_SWITCH_RELEASED:
+        rule = "pays"
+    elif floors:
+        rule = "notPayingAndCriticalFloor" if slow else "criticalFloor"
+    else:
+        rule = "notPaying"
+    truth = _truth_at(result, decision["t"])
+    return {
+        "rule": rule,
+        "breaches": breaches,
+        "guardSpeedup": speedup,
+        "minSpeedup": needed,
+        "trueSpeedup": _round(truth.speedup if truth else None),
+        "trueTpotSpeedup": _round(truth.tpot_speedup if truth else None),
+    }
+
+
+def _truth_at(result: Result, t: float) -> Truth | None:
+    return next(
+        (tr for tick, tr in zip(result.run.ticks, result.truths, strict=True) if tick.t == t), None
+    )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _basis_text(found: dict[str, Any]) -> str:
+    guard = found["guardSpeedup"]
+    judged = (
+        f"; guard's speedup {guard:.2f} vs {found['minSpeedup']:.2f} needed"
+        if guard is not None and found["minSpeedup"] is not None
+        else ""
+    )
+    true = found["trueSpeedup"]
+    tpot = found["trueTpotSpeedup"]
+    truly = (
+        f"; true speedup {true:.2f} (TPOT {tpot:.2f})"
+        if true is not None and tpot is not None
+        else ""
+    )
+    on = f" ({'; '.join(found['breaches'])})" if found["breaches"] else ""
+    return f"rule: {RULES[found['rule']]}{on}{judged}{truly}"
 
 
 def goodput(runs: dict[str, Goodput]) -> dict[str, Any]:
@@ -139,7 +217,10 @@ def text(result: Result) -> str:
         f"tick {data['tickSeconds']}s, window {data['windowSeconds']}s",
         "actions:" if data["actions"] else "actions: none",
     ]
-    lines += [f"  t={a['t']:>7.0f}s  {a['action']:<22} {a['reason']}" for a in data["actions"]]
+    for a in data["actions"]:
+        lines.append(f"  t={a['t']:>7.0f}s  {a['action']:<22} {a['reason']}")
+        if "basis" in a:
+            lines.append(f"  {'':>9}  {_basis_text(a['basis'])}")
     for e in result.episodes:
         if not e.speculation_at_start:
             found = "speculation already off"
@@ -153,7 +234,7 @@ def text(result: Result) -> str:
             found = "not acted on"
         else:
             found = f"detected at t={e.detected_at:.0f}s ({e.action}), latency {e.latency:.0f}s"
-        lines.append(f"speculation not paying t={e.start:.0f}-{e.end:.0f}s: {found}")
+        lines.append(f"t={e.start:.0f}-{e.end:.0f}s {describe(e)}: {found}")
     lines += [
         f"rollback of revision {r['revision']}: {r['latencySeconds']:.0f}s after it began serving"
         for r in data["rollbacks"]
