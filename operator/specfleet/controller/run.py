@@ -14,6 +14,7 @@ from prometheus_client import start_http_server
 
 from specfleet.alerts.receivers import Alertmanager, Receiver
 from specfleet.alerts.sender import AlertSender
+from specfleet.cluster_access import cluster_needed
 from specfleet.controller import admission
 from specfleet.controller.kube import Kube, api_client
 from specfleet.controller.metrics import REGISTRY
@@ -113,7 +114,8 @@ def run(
     logging.getLogger().setLevel(options.log_level.upper())
     if options.metrics_port:
         start_http_server(options.metrics_port, addr=options.bind_address, registry=REGISTRY)
-    operator = operator_for(options)
+    with cluster_needed("specfleet run"):  # a kubeconfig or a ServiceAccount, an API server
+        operator = operator_for(options)  # discovery: the API server's first request
     if options.webhook_port:
         admission.register()
     kopf.run(

@@ -14,6 +14,9 @@ from specfleet.yamlio import InputError
 
 EXIT_FAILED = 1
 VERDICT = "verdict.json"
+OFFLINE = "--verdict FILE (a verdict or a saved SpecExperiment) needs none"
+API_TIMEOUT = (10, 60)
+"""Seconds to connect to the API server and to read its answer: an unreachable one is named."""
 
 
 @click.group("experiment")
@@ -55,13 +58,19 @@ def _read_experiment(namespace: str, name: str) -> object:
 
     from specfleet.api import GROUP, VERSION
     from specfleet.api.experiment import EXPERIMENT_PLURAL
+    from specfleet.cluster_access import NOT_ALLOWED, cluster_needed
     from specfleet.controller.kube import api_client
 
-    api = client.CustomObjectsApi(api_client())
-    try:
-        return api.get_namespaced_custom_object(GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name)
-    except ApiException as exc:
-        refuse(f"specexperiments/{name} in {namespace}", "cannot be read", [str(exc.reason)])
+    with cluster_needed("specfleet experiment report NAME", offline=OFFLINE):
+        api = client.CustomObjectsApi(api_client())
+        try:
+            return api.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, EXPERIMENT_PLURAL, name, _request_timeout=API_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status in NOT_ALLOWED:
+                raise  # the kubeconfig's user, not this experiment: cluster_needed says so
+            refuse(f"specexperiments/{name} in {namespace}", "cannot be read", [str(exc.reason)])
 
 
 @experiment.command("simulate")
