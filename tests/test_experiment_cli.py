@@ -17,9 +17,10 @@ from specfleet.api.validation import parse_specexperiment
 from specfleet.api.verdict import ArmName, ExperimentVerdict, Outcome
 from specfleet.cli import main
 from specfleet.experiment.arms import arm_document, default_arms
+from specfleet.experiment.basis import BASIS, Source, basis_json
 from specfleet.experiment.cli import verdict_json
 from specfleet.experiment.report import markdown
-from specfleet.experiment.simulation import load_experiment, run
+from specfleet.experiment.simulation import basis, load_experiment, run
 from specfleet.experiment.workloads import InvalidArms, render_arms
 from specfleet.yamlio import InputError
 
@@ -53,8 +54,22 @@ def test_the_example_excludes_broken_tool_calls_and_recommends_speculation(
 
 def test_committed_example_outputs_are_current(verdict: ExperimentVerdict) -> None:
     """Regenerate with the command at the top of examples/experiments/four-arms.yaml."""
+    stands_on = basis(load_experiment(SPECMODEL, SCENARIO))
     assert (EXAMPLE / "four-arms/verdict.json").read_text() == verdict_json(verdict)
-    assert (EXAMPLE / "four-arms/report.md").read_text() == markdown(verdict)
+    assert (EXAMPLE / "four-arms" / BASIS).read_text() == basis_json(stands_on)
+    assert (EXAMPLE / "four-arms/report.md").read_text() == markdown(verdict, stands_on)
+    # the picture under docs/ is the example's, and its Markdown with it
+    assert (ROOT / "docs/experiment-report.md").read_text() == markdown(verdict, stands_on)
+    assert (ROOT / "docs/experiment-report.png").read_bytes() == (
+        EXAMPLE / "four-arms/report.png"
+    ).read_bytes()
+
+
+def test_the_simulated_basis_says_the_throughput_is_a_model_and_the_price_is_usd() -> None:
+    stands_on = basis(load_experiment(SPECMODEL, SCENARIO))
+    assert stands_on.sources() == {Source.MODEL}
+    assert (stands_on.currency, stands_on.price_source) == ("USD", "four-arms.yaml, gpu_hour_price")
+    assert stands_on.slos["code"].max_p95_tpot_seconds == 0.015
 
 
 def test_the_arms_are_overlays_of_the_spec() -> None:
@@ -74,7 +89,9 @@ def test_the_report_reads_like_a_design_review(verdict: ExperimentVerdict) -> No
     overall = text.split("## Overall")[1].split("## Class")[0]
     rows = [line.split("|")[1].strip() for line in overall.splitlines() if line.startswith("| ")]
     assert rows == ["arm", "---", "baseline", "quantized", "speculative", "both"]
-    assert "- quantized: tools toolCallValidity 0.8" in text
+    assert "- quantized, tools: tool-call validity 0.8" in text
+    assert "(`toolCallValidity`)" in text
+    assert "**recommended: speculative.** speculative is recommended because the rule" in text
 
 
 def test_report_command_writes_the_table_and_the_plot(
@@ -82,12 +99,22 @@ def test_report_command_writes_the_table_and_the_plot(
 ) -> None:
     path = tmp_path / "verdict.json"
     path.write_text(verdict_json(verdict))
-    result = CliRunner().invoke(
-        main, ["experiment", "report", "--verdict", str(path), "--out", str(tmp_path / "out")]
-    )
+    args = ["experiment", "report", "--verdict", str(path), "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "out/report.md").read_text() == markdown(verdict)
+    text = (tmp_path / "out/report.md").read_text()
+    assert text == markdown(verdict)
+    assert "Throughput at SLO (every arm's): not recorded" in text
+    assert "It names no currency" in text
     assert Image.open(tmp_path / "out/report.png").size[0] > 500
+    # the basis simulate writes beside the verdict is read, and --currency overrides its own
+    stands_on = basis(load_experiment(SPECMODEL, SCENARIO))
+    (tmp_path / BASIS).write_text(basis_json(stands_on))
+    result = CliRunner().invoke(main, [*args, "--currency", "EUR"])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "out/report.md").read_text()
+    assert text == markdown(verdict, stands_on.model_copy(update={"currency": "EUR"}))
+    assert "computed by the simulated fleet's model" in text and "4 EUR per GPU hour" in text
 
 
 def test_report_command_names_the_file_and_field_of_bad_input(
@@ -123,9 +150,27 @@ def test_report_command_reads_a_saved_specexperiment_and_says_when_it_has_no_ver
     path.write_text(yaml.safe_dump(saved))
     out = tmp_path / "out"
     args = ["experiment", "report", "--verdict", str(path), "--out", str(out)]
-    result = CliRunner().invoke(main, args)
+    result = CliRunner().invoke(main, [*args, "--specmodel", str(SPECMODEL)])
     assert result.exit_code == 0, result.output
-    assert (out / "report.md").read_text() == markdown(verdict)
+    text = (out / "report.md").read_text()
+    # no capacity phase: every arm's throughput is its own at concurrency one on the sample
+    assert "Throughput at SLO (every arm's): measured on the sample at concurrency one" in text
+    assert "Price: 4 per GPU hour (SpecExperiment x, spec.gpuHourPrice)" in text
+    assert "SLOs: code p95 TPOT <= 15 ms" in text
+    saved["status"]["capacity"] = {
+        "startedAt": "2026-01-01T00:00:00Z",
+        "arms": [
+            {"name": "speculative", "throughputAtSlo": 3.5, "concurrency": 16},
+            {"name": "both", "failed": "OOMKilled"},
+        ],
+    }
+    path.write_text(yaml.safe_dump(saved))
+    result = CliRunner().invoke(main, [*args, "--currency", "USD"])
+    assert result.exit_code == 0, result.output
+    text = (out / "report.md").read_text()
+    assert "speculative: load test (at concurrency 16)" in text
+    assert "both: concurrency one (its load test failed: OOMKilled)" in text
+    assert "4 USD per GPU hour" in text and "SLOs: not known here" in text
     del saved["status"]["verdict"]
     path.write_text(yaml.safe_dump(saved))
     result = CliRunner().invoke(main, args)

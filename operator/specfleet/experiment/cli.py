@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from specfleet.api.spec import ClassSlo
 from specfleet.api.verdict import ExperimentVerdict
+from specfleet.experiment.basis import Basis
 from specfleet.refusal import refuse
 from specfleet.yamlio import InputError
 
@@ -34,22 +36,86 @@ def experiment() -> None:
     help="Offline: a verdict (JSON) or a saved SpecExperiment (`kubectl get specexperiment NAME "
     "-o yaml`) instead of NAME.",
 )
+@click.option(
+    "--specmodel",
+    "specmodel_path",
+    type=click.Path(path_type=Path),
+    help="With a saved SpecExperiment: its SpecModel (YAML), for the SLOs the report draws "
+    "(NAME reads it from the cluster).",
+)
+@click.option(
+    "--currency",
+    help="The GPU-hour price's currency, e.g. USD (a SpecExperiment's price names none).",
+)
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Output directory.")
-def report_command(name: str | None, namespace: str, verdict_path: Path | None, out: Path) -> None:
+def report_command(
+    name: str | None,
+    namespace: str,
+    verdict_path: Path | None,
+    specmodel_path: Path | None,
+    currency: str | None,
+    out: Path,
+) -> None:
     """Write OUT/report.md and OUT/report.png from the SpecExperiment NAME's verdict (read from
-    the cluster, $KUBECONFIG) or from --verdict."""
-    from specfleet.experiment.report import load_verdict, verdict_of
+    the cluster, $KUBECONFIG) or from --verdict. A verdict file's basis (where its throughputs
+    came from, the price's source and currency, the SLOs) is read from basis.json beside it,
+    which `simulate` writes."""
+    from specfleet.experiment import basis as bases
+    from specfleet.experiment.report import is_specexperiment, load_document, verdict_of
 
     if (name is None) == (verdict_path is None):
         raise click.UsageError("give the SpecExperiment's NAME or --verdict FILE, one of them")
+    slos = _specmodel_slos(specmodel_path) if specmodel_path else None
     try:
         if verdict_path is not None:
-            verdict = load_verdict(verdict_path)
+            data = load_document(verdict_path)
+            source = str(verdict_path)
         else:
-            verdict = verdict_of(_read_experiment(namespace, str(name)), f"{namespace}/{name}")
+            data = _read_experiment(namespace, str(name))
+            source = f"{namespace}/{name}"
+            slos = _cluster_slos(namespace, data)
+        verdict = verdict_of(data, source)
+        if is_specexperiment(data):
+            basis = bases.of_specexperiment(data, slos, currency)
+        else:
+            beside = (verdict_path or Path()).parent / bases.BASIS
+            basis = bases.load_basis(beside) if beside.exists() else bases.unknown()
+            update = {k: v for k, v in (("currency", currency), ("slos", slos)) if v}
+            basis = basis.model_copy(update=update)
     except InputError as exc:
         refuse(exc.source, "holds no valid experiment verdict", exc.problems)
-    _write_report(verdict, out)
+    _write_report(verdict, out, basis)
+
+
+def _specmodel_slos(path: Path) -> dict[str, ClassSlo]:
+    from specfleet.experiment.arms import class_slos
+    from specfleet.simulate.inputs import load_specmodel_document, parse_document
+
+    try:
+        return class_slos(parse_document(load_specmodel_document(path), str(path)))
+    except InputError as exc:
+        refuse(exc.source, "is not a valid SpecModel", exc.problems)
+
+
+def _cluster_slos(namespace: str, experiment: Any) -> dict[str, ClassSlo] | None:
+    """The SLOs of the experiment's SpecModel; None when it cannot be read (the report then
+    says they are not known)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from specfleet.api import GROUP, PLURAL, VERSION, parse_specmodel
+    from specfleet.controller.kube import api_client
+    from specfleet.experiment.arms import class_slos
+
+    try:
+        ref = experiment["spec"]["specModelRef"]["name"]
+        api = client.CustomObjectsApi(api_client())
+        document = api.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, ref, _request_timeout=API_TIMEOUT
+        )
+        return class_slos(parse_specmodel(document)) if isinstance(document, dict) else None
+    except (ApiException, KeyError, TypeError, ValueError):
+        return None
 
 
 def _read_experiment(namespace: str, name: str) -> object:
@@ -96,18 +162,22 @@ def simulate_command(
     seed: int | None,
     unquantized_source: str | None,
 ) -> None:
-    """Simulate the four arms on the same traffic; write OUT/verdict.json, report.md and
-    report.png. An arm the operator would refuse is refused here, with its message."""
-    from specfleet.experiment.simulation import load_experiment, run
+    """Simulate the four arms on the same traffic; write OUT/verdict.json, basis.json (what
+    it stands on), report.md and report.png. An arm the operator would refuse is refused here,
+    with its message."""
+    from specfleet.experiment.basis import BASIS, basis_json
+    from specfleet.experiment.simulation import basis, load_experiment, run
 
     try:
         experiment = load_experiment(specmodel_path, scenario_path, unquantized_source)
     except InputError as exc:
         refuse(exc.source, "cannot be simulated", exc.problems)
     verdict = run(experiment, seed)
+    stands_on = basis(experiment)
     out.mkdir(parents=True, exist_ok=True)
     (out / VERDICT).write_text(verdict_json(verdict))
-    _write_report(verdict, out)
+    (out / BASIS).write_text(basis_json(stands_on))
+    _write_report(verdict, out, stands_on)
 
 
 @experiment.command("capacity")
@@ -218,11 +288,11 @@ def verdict_json(verdict: ExperimentVerdict) -> str:
     return verdict.model_dump_json(by_alias=True, indent=2) + "\n"
 
 
-def _write_report(verdict: ExperimentVerdict, out: Path) -> None:
-    from specfleet.experiment.report import draw, markdown
+def _write_report(verdict: ExperimentVerdict, out: Path, basis: Basis) -> None:
+    from specfleet.experiment.report import draw, markdown, why
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(markdown(verdict))
-    draw(verdict, out / "report.png")
-    click.echo(f"{verdict.outcome}: {verdict.recommendation or 'none'}. {verdict.reason}")
+    (out / "report.md").write_text(markdown(verdict, basis))
+    draw(verdict, out / "report.png", basis)
+    click.echo(f"{verdict.outcome}: {verdict.recommendation or 'none'}. {why(verdict, basis)}")
     click.echo(f"wrote {out}/")

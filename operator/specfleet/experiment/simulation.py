@@ -35,6 +35,7 @@ from specfleet.experiment.arms import (
     default_arms,
     gpus_per_replica,
 )
+from specfleet.experiment.basis import ArmThroughput, Basis, Source
 from specfleet.experiment.verdict import ArmMeasurement, ClassMeasurement, judge, latency_misses
 from specfleet.scenario import Effects, Scenario, ScenarioError, Schedule, load_scenario_as
 from specfleet.simulate import physics
@@ -79,6 +80,9 @@ class ExperimentScenario(Scenario):
 
     arms: Arms
     gpu_hour_price: float = Field(default=4.0, gt=0.0)
+    currency: str | None = Field(
+        default=None, min_length=1, description="the price's currency, e.g. USD; the report's"
+    )
     greedy_share: float = Field(
         default=0.2, ge=0.0, le=1.0, description="requests decoded greedily (temperature 0)"
     )
@@ -99,6 +103,7 @@ class Experiment:
     specmodel: dict[str, Any]
     scenario: ExperimentScenario
     worlds: dict[ArmName, World]
+    scenario_path: str = ""
 
 
 def load_experiment(
@@ -124,7 +129,7 @@ def load_experiment(
         )
         for arm in arms
     }
-    return Experiment(document, scenario, worlds)
+    return Experiment(document, scenario, worlds, str(scenario_path))
 
 
 def _arm_world(world: World, effects: Effects) -> World:
@@ -142,6 +147,21 @@ def run(experiment: Experiment, seed: int | None = None) -> ExperimentVerdict:
     slos = {c: slo for c, slo in class_slos(specmodel).items() if c in scenario.classes}
     arms = [measure(arm, experiment.worlds[arm], scenario, slos, draws, greedy) for arm in ArmName]
     return judge(arms, slos, scenario.gpu_hour_price, specmodel.spec.guard.min_requests)
+
+
+def basis(experiment: Experiment) -> Basis:
+    """What the simulated verdict stands on: every arm's throughput is the model's."""
+    specmodel = experiment.worlds[ArmName.BASELINE].changes[0].specmodel
+    classes = experiment.scenario.classes
+    name = Path(experiment.scenario_path).name or "the scenario"
+    return Basis(
+        throughput={arm: ArmThroughput(source=Source.MODEL) for arm in ArmName},
+        price_source=f"{name}, gpu_hour_price"
+        if "gpu_hour_price" in experiment.scenario.model_fields_set
+        else f"the simulator's default ({name} sets no gpu_hour_price)",
+        currency=experiment.scenario.currency,
+        slos={c: slo for c, slo in class_slos(specmodel).items() if c in classes},
+    )
 
 
 def _greedy_draws(

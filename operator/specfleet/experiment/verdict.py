@@ -424,6 +424,17 @@ def _cost(row: ArmRow, gpu_hour_price: float, gpus: int) -> _Cost:
     )
 
 
+def cost_bounds(row: ArmRow) -> tuple[float, float] | None:
+    """`_cost`'s 95% interval from the row alone (the cost is inversely proportional to the
+    accepted share); None without a cost."""
+    cost = row.cost_per_accepted_answer
+    if cost is None:
+        return None
+    low_share, high_share = wilson_interval(row.accepted_share * row.requests, row.requests)
+    high = cost * row.accepted_share / low_share if low_share > 0 else float("inf")
+    return cost * row.accepted_share / high_share, high
+
+
 def _recommend(
     costs: Mapping[ArmName, _Cost], excluded: set[ArmName]
 ) -> tuple[Outcome, ArmName | None, str]:
@@ -461,4 +472,17 @@ def _cheapest_words(arm: ArmName, costs: Mapping[ArmName, _Cost]) -> str:
 
 
 def _money(cost: _Cost) -> str:
-    return f"{cost.point * PER:.3f} (95% {cost.low * PER:.3f}-{cost.high * PER:.3f})"
+    return f"{cost.point * PER:.3f} ({interval_words(cost.low * PER, cost.high * PER)})"
+
+
+def interval_words(low: float, high: float, what: str = "95% ", only: bool = True) -> str:
+    """A cost's 95% interval, which covers the accepted share only (Wilson over the arm's
+    requests; no throughput's uncertainty is in it): with the digits that tell its bounds
+    apart. Thousands of requests answered nearly all alike make it far narrower than 0.001."""
+    tail = ", accepted share only" if only else ""
+    if high == float("inf"):
+        return f"{what}{low:.3f} to unbounded{tail}"
+    digits = next((d for d in range(3, 7) if f"{low:.{d}f}" != f"{high:.{d}f}"), None)
+    if digits is None:
+        return f"no interval: its bounds agree to 6 decimals{tail}"
+    return f"{what}{low:.{digits}f}-{high:.{digits}f}{tail}"
