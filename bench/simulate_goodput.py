@@ -9,7 +9,8 @@ Goodput: valid output tokens per decode-second (see `specfleet.simulate`).
 Run: `.venv/bin/python bench/simulate_goodput.py [--seeds 20] [--noisy-seeds 24]
 [--write-examples]` (about six minutes); writes bench/results/simulate_goodput.json.
 `--write-examples` also rewrites the committed decisions.json / summary.json / timeline.png under
-examples/scenarios/<name>/.
+examples/scenarios/<name>/ and the tables in examples/scenarios/README.md
+(hack/scenario_tables.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -94,6 +97,8 @@ def examples(write: bool) -> list[dict[str, Any]]:
 
             report.write(result, SCENARIOS / name)
             draw_timeline(result, SCENARIOS / name / "timeline.png")
+    if write:  # the README's tables from the outputs just written
+        subprocess.run([sys.executable, str(ROOT / "hack/scenario_tables.py")], check=True)
     return rows
 
 

@@ -1,0 +1,44 @@
+"""examples/scenarios/README.md's generated tables match the committed replay outputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tables() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "scenario_tables", ROOT / "hack/scenario_tables.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_tables_are_generated_from_the_committed_outputs() -> None:
+    """Fails when an output or the README changed without `hack/scenario_tables.py`."""
+    module = tables()
+    text = module.README.read_text()
+    assert text == module.rewrite(text), "stale: run .venv/bin/python hack/scenario_tables.py"
+
+
+def test_every_example_with_outputs_has_a_row() -> None:
+    module = tables()
+    block = module.results()
+    for name in module.scenarios():
+        summary = json.loads((module.SCENARIOS / name / "summary.json").read_text())
+        ratio = summary["goodput"]["ratios"]["guardedVsOracle"]
+        assert f"| {name} |" in block and f"| {ratio:.3f} |" in block
+    assert set(module.scenarios()) >= {"canary-rollouts", "acceptance-collapse"}
+
+
+def test_a_hand_edited_number_is_put_back() -> None:
+    module = tables()
+    text = module.README.read_text()
+    drifted = text.replace("| 0.917 |", "| 0.923 |", 1)
+    assert drifted != text and module.rewrite(drifted) == text
