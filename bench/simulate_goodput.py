@@ -9,14 +9,15 @@ Goodput: valid output tokens per decode-second (see `specfleet.simulate`).
 Run: `.venv/bin/python bench/simulate_goodput.py [--seeds 20] [--noisy-seeds 24]
 [--write-examples]` (about six minutes); writes bench/results/simulate_goodput.json.
 `--write-examples` also rewrites the committed decisions.json / summary.json / timeline.png under
-examples/scenarios/<name>/ and the tables in examples/scenarios/README.md
-(hack/scenario_tables.py).
+examples/scenarios/<name>/, the tables in examples/scenarios/README.md
+(hack/scenario_tables.py) and the README's replay pictures (docs/replay-*.png).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,6 +49,11 @@ EXAMPLES = {
     "broken-during-probation": SCENARIOS / "broken-during-probation.specmodel.yaml",
     "canary-rollouts": SCENARIOS / "canary-rollouts.specmodel.yaml",
 }
+DOCS_PICTURES = {
+    "acceptance-collapse": "docs/replay-collapse.png",
+    "canary-rollouts": "docs/replay-canary-rollouts.png",
+}
+"""The README's replay pictures: copies of these examples' timelines."""
 SCHEDULES = [{}, {"maxCooldownSeconds": 900}, {"maxCooldownSeconds": 120}]
 """Trial schedules the collapse sweeps run under: the default backoff (cooldown 60 s doubling
 to 1800 s), capped at 900 s, and capped at 120 s (the default until 2026-11-23), which gets
@@ -97,8 +103,10 @@ def examples(write: bool) -> list[dict[str, Any]]:
 
             report.write(result, SCENARIOS / name)
             draw_timeline(result, SCENARIOS / name / "timeline.png")
-    if write:  # the README's tables from the outputs just written
+    if write:  # the README's tables and pictures from the outputs just written
         subprocess.run([sys.executable, str(ROOT / "hack/scenario_tables.py")], check=True)
+        for name, picture in DOCS_PICTURES.items():
+            shutil.copyfile(SCENARIOS / name / "timeline.png", ROOT / picture)
     return rows
 
 

@@ -42,3 +42,15 @@ def test_a_hand_edited_number_is_put_back() -> None:
     text = module.README.read_text()
     drifted = text.replace("| 0.917 |", "| 0.923 |", 1)
     assert drifted != text and module.rewrite(drifted) == text
+
+
+def test_the_readmes_replay_pictures_are_the_examples_timelines() -> None:
+    """docs/replay-*.png are copied from the example outputs by --write-examples."""
+    bench = importlib.util.spec_from_file_location("goodput", ROOT / "bench/simulate_goodput.py")
+    assert bench and bench.loader
+    module = importlib.util.module_from_spec(bench)
+    bench.loader.exec_module(module)
+    for name, picture in module.DOCS_PICTURES.items():
+        timeline = ROOT / "examples/scenarios" / name / "timeline.png"
+        assert (ROOT / picture).read_bytes() == timeline.read_bytes(), picture
+        assert picture in (ROOT / "README.md").read_text()

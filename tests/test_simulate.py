@@ -260,3 +260,28 @@ def test_committed_example_outputs_are_current(collapse: Result) -> None:
     assert committed == report.decisions(collapse)
     summary = json.loads((SCENARIOS / "acceptance-collapse/summary.json").read_text())
     assert summary == json.loads(json.dumps(report.summary(collapse)))
+
+
+def test_the_canary_rollouts_picture_names_each_revision_and_why() -> None:
+    """What timeline.png draws: rollout canaries in the canary lane with their revisions,
+    aborts labelled with the signal that decided them, labels that never overlap."""
+    from specfleet.simulate import plot
+
+    result = run("canary-rollouts", SCENARIOS / "canary-rollouts.specmodel.yaml")
+    lanes = {plot._canary_lane(result, i) for i in range(len(result.run.serving))}
+    assert {("rollout", 2), ("rollout", 3), ("rollout", 4)} <= lanes
+    texts = [plot.describe(d) for d in result.run.decisions]
+    assert "rev 2 canary aborted: p95 TTFT, p95 TPOT (code, tools, chat)" in texts
+    assert "rev 3 canary aborted: tool-call validity (tools)" in texts
+    assert "rev 4 canary promoted" in texts
+    labels = plot._labels(result, 60.0)
+    xlim = (-0.4, 40.4)
+    rows = plot._rows(labels, xlim)
+    for i, a in enumerate(labels):
+        for j, b in enumerate(labels[:i]):
+            if rows[i] == rows[j]:
+                (a0, a1), (b0, b1) = plot._extent(a, xlim), plot._extent(b, xlim)
+                assert a0 > b1 or b0 > a1, (a.text, b.text)
+    view = plot.Points(result.run.ticks, result.truths, 60.0)
+    canary_tpot = [v for v in view.seen("canary", "p95_tpot", "code") if v == v]
+    assert max(canary_tpot) > 0.05  # the slow revision's canary is drawn, over the 50 ms SLO

@@ -1,4 +1,12 @@
-"""timeline.png: what the guard saw against the truth, what it did, and what the fleet served.
+"""timeline.png: one picture of a replay that explains itself.
+
+From the top: what the guard did (every decision a labelled marker, labels staggered so none
+overlaps, and the scenario's Git changes), then what it saw against the truth, per class:
+acceptance, speedup, p95 TPOT and validity, each with its floor or SLO; the fleet's readings as
+solid lines, its canary's (a trial's or a canary rollout's pods) as circles; a line never
+crosses a window without samples. Shaded bands: the kill switch engaged (red), a trial's canary
+(orange), a canary rollout's canary (blue). At the bottom, lanes: the fleet's revision, the
+canary and its revision, speculation on or off. The x axis is the scenario's own time.
 
 matplotlib is imported here, lazily: the operator image ships without it.
 """
@@ -6,33 +14,57 @@ matplotlib is imported here, lazily: the operator image ships without it.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specfleet.api.status import KillSwitchState
 from specfleet.guard.actions import ActionKind
-from specfleet.simulate.replay import Tick
+from specfleet.simulate.replay import Seen, Tick
 from specfleet.simulate.simulation import Result
 from specfleet.simulate.truth import Truth
 
-ACTION_COLORS: dict[str, str] = {
-    ActionKind.KILL_SWITCH_ENGAGED: "tab:red",
-    ActionKind.TRIAL_STARTED: "tab:orange",
-    ActionKind.TRIAL_FAILED: "darkred",
-    ActionKind.KILL_SWITCH_RELEASED: "tab:green",
-    ActionKind.ROLLED_BACK: "tab:purple",
-    ActionKind.REVISION_PROMOTED: "tab:blue",
-    ActionKind.CLASS_BREACH: "tab:pink",
-    ActionKind.CLASS_RECOVERED: "tab:olive",
+ACTION_STYLES: dict[str, tuple[str, str]] = {
+    ActionKind.KILL_SWITCH_ENGAGED: ("tab:red", "-"),
+    ActionKind.TRIAL_STARTED: ("tab:orange", ":"),
+    ActionKind.TRIAL_FAILED: ("darkred", "--"),
+    ActionKind.KILL_SWITCH_RELEASED: ("tab:green", "-"),
+    ActionKind.ROLLED_BACK: ("tab:purple", "-"),
+    ActionKind.REVISION_PROMOTED: ("tab:blue", ":"),
+    ActionKind.CLASS_BREACH: ("tab:pink", ":"),
+    ActionKind.CLASS_RECOVERED: ("tab:olive", ":"),
+    ActionKind.ROLLOUT_ABORTED: ("crimson", "-"),
+    ActionKind.ROLLOUT_STEP_PASSED: ("steelblue", "--"),
+    ActionKind.ROLLOUT_PROMOTED: ("navy", "-"),
+    ActionKind.QUALITY_BREACH: ("tab:purple", "--"),
 }
-STATE_COLORS: dict[str, str] = {
-    KillSwitchState.ENGAGED: "tab:red",
-    KillSwitchState.TRIAL: "tab:orange",
+"""Colour and line style of each decision's marker and line."""
+ACTION_COLORS: dict[str, str] = {kind: color for kind, (color, _) in ACTION_STYLES.items()}
+BANDS: dict[str, tuple[str, float, str]] = {
+    KillSwitchState.ENGAGED: ("tab:red", 0.08, "kill switch engaged"),
+    KillSwitchState.TRIAL: ("tab:orange", 0.18, "trial canary"),
+    "rollout": ("tab:blue", 0.12, "rollout canary"),
+}
+SIGNALS = {
+    "acceptanceRate": "acceptance",
+    "acceptance": "acceptance",
+    "speedup": "speedup",
+    "p95TtftSeconds": "p95 TTFT",
+    "p95TpotSeconds": "p95 TPOT",
+    "toolCallValidity": "tool-call validity",
+    "structuredOutputValidity": "JSON validity",
+    "truncationRate": "truncation",
+    "errorRate": "errors",
 }
 MAX_POINTS = 720
 """Longer runs draw block means (see `Points`)."""
+DPI = 72
+WIDTH_INCHES = 12.0
+LEFT, RIGHT = 0.085, 0.845
+LABEL_POINTS = 7.5
+ROW_INCHES = 0.2
 
 
 def draw_timeline(result: Result, path: Path) -> None:
@@ -41,32 +73,54 @@ def draw_timeline(result: Result, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scale, unit = (3600.0, "h") if result.world.scenario.duration_s > 3 * 3600 else (60.0, "min")
-    quality = any(v is not None for t in result.run.ticks for v in t.observed_validity.values())
-    ratios = [3, 3, 2, 2, 1.4] if quality else [3, 3, 2, 1.4]
-    figure, axes = plt.subplots(
-        len(ratios),
-        1,
-        figsize=(11, 8.5 + 1.5 * quality),
-        sharex=True,
-        gridspec_kw={"height_ratios": ratios},
-    )
+    duration = result.world.scenario.duration_s
+    scale, unit = (3600.0, "hours") if duration > 3 * 3600 else (60.0, "minutes")
     stride = max(1, len(result.run.ticks) // MAX_POINTS)
     view = Points(result.run.ticks, result.truths, scale, stride)
-    _acceptance(axes[0], result, view)
-    _speedup(axes[1], view)
-    _tpot(axes[2], result, view)
-    if quality:
-        _validity(axes[3], result, view)
-    _serving(axes[-1], result, scale)
-    for axis in axes[:-1]:
-        _kill_switch_bands(axis, result, scale)
-        _action_markers(axis, result, scale)
-    axes[-1].set_xlabel(f"scenario time ({unit})")
-    axes[0].set_title(
-        f"{result.world.changes[0].specmodel.metadata.name}: guard replay, seed {result.seed}"
+    xlim = (-0.01 * duration / scale, 1.01 * duration / scale)
+    labels = _labels(result, scale)
+    rows = _rows(labels, xlim)
+    quality = any(
+        v is not None
+        for t in result.run.ticks
+        for seen in (t.fleet, t.canary)
+        if seen is not None
+        for v in seen.validity.values()
     )
-    figure.tight_layout()
+    panels: list[tuple[float, Callable[[Any], None]]] = [
+        (0.35 + ROW_INCHES * max(rows.values(), default=0), lambda a: _decisions(a, labels, rows)),
+        (2.2, lambda a: _acceptance(a, result, view)),
+        (1.6, lambda a: _speedup(a, view)),
+        (1.8, lambda a: _tpot(a, result, view)),
+    ]
+    if quality:
+        panels.append((1.6, lambda a: _validity(a, result, view)))
+    panels.append((1.0, lambda a: _lanes(a, result, scale)))
+    heights = [h for h, _ in panels]
+    total = sum(heights) + 1.6
+    figure, axes = plt.subplots(
+        len(panels),
+        1,
+        figsize=(WIDTH_INCHES, total),
+        sharex=True,
+        gridspec_kw={"height_ratios": heights, "hspace": 0.12},
+    )
+    figure.subplots_adjust(left=LEFT, right=RIGHT, top=1 - 0.45 / total, bottom=0.9 / total)
+    for axis, (_, draw) in zip(axes, panels, strict=True):
+        axis.set_xlim(*xlim)
+        draw(axis)
+        axis.set_xlim(*xlim)
+    for axis in axes[1:-1]:
+        _bands(axis, result, scale)
+        _decision_lines(axis, result, scale)
+        axis.grid(axis="y", lw=0.3, alpha=0.5)
+    axes[-1].set_xlabel(f"{unit} from the scenario's start")
+    specmodel = result.world.changes[0].specmodel.metadata.name
+    axes[0].set_title(
+        f"{specmodel}: guard replay of {result.world.scenario.duration_s / scale:g} {unit}, "
+        f"seed {result.seed}",
+        fontsize=10,
+    )
     _save(figure, path)
     plt.close(figure)
 
@@ -76,7 +130,7 @@ def _save(figure: Any, path: Path) -> None:
     from PIL import Image
 
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=72)
+    figure.savefig(buffer, format="png", dpi=DPI)
     image = Image.open(buffer).convert("RGB").quantize(colors=128)
     image.save(path, format="PNG", optimize=True)
 
@@ -84,7 +138,7 @@ def _save(figure: Any, path: Path) -> None:
 @dataclass(frozen=True)
 class Points:
     """The ticks and their truths, drawn one point per tick or, for a long run, one per block
-    of `stride` ticks (the block's mean: bands and action markers stay exact)."""
+    of `stride` ticks (the block's mean: bands and decision markers stay exact)."""
 
     ticks: list[Tick]
     truths: list[Truth]
@@ -96,11 +150,217 @@ class Points:
         return [tick.t / self.scale for tick in self.ticks[:: self.stride]]
 
     def line(self, values: Sequence[float | None]) -> list[float]:
+        """Block means; NaN (a gap in the line) where a block has no sample."""
         out = []
         for start in range(0, len(values), self.stride):
             known = [v for v in values[start : start + self.stride] if v is not None]
             out.append(sum(known) / len(known) if known else float("nan"))
         return out
+
+    def seen(self, side: str, field: str, name: str, factor: float = 1.0) -> list[float]:
+        """A class's reading on one side (`fleet` or `canary`) per point."""
+        values = []
+        for tick in self.ticks:
+            seen: Seen | None = getattr(tick, side)
+            value = getattr(seen, field).get(name) if seen is not None else None
+            values.append(value * factor if value is not None else None)
+        return self.line(values)
+
+
+# -- what the guard did ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Label:
+    x: float
+    text: str
+    color: str
+    style: str
+    width: float
+    """In x-axis units."""
+
+
+def _labels(result: Result, scale: float) -> list[Label]:
+    """One per decision and per Git change of the scenario, in time order."""
+    from matplotlib.textpath import TextPath
+
+    duration = result.world.scenario.duration_s / scale
+    axis_points = WIDTH_INCHES * (RIGHT - LEFT) * DPI
+
+    def width(text: str) -> float:
+        points = TextPath((0, 0), text, size=LABEL_POINTS).get_extents().width + 14
+        return points / axis_points * duration * 1.02
+
+    found = []
+    for change in result.world.changes[1:]:
+        number = result.world.revisions[change.config].number
+        text = f"Git: spec → rev {number}"
+        found.append(Label(change.t / scale, text, "dimgray", "--", width(text)))
+    for decision in result.run.decisions:
+        color, style = ACTION_STYLES.get(decision["action"], ("gray", "-"))
+        text = describe(decision)
+        found.append(Label(decision["t"] / scale, text, color, style, width(text)))
+    return sorted(found, key=lambda label: label.x)
+
+
+def describe(decision: dict[str, Any]) -> str:
+    """A decision in a few words: what it did, to which revision or class, and why."""
+    action, evidence = decision["action"], decision.get("evidence") or {}
+    why = _signals(evidence.get("breaches") or [])
+    because = f": {why}" if why else ""
+    revision = evidence.get("revision", decision.get("revision"))
+    if action == ActionKind.KILL_SWITCH_ENGAGED:
+        return f"kill switch engaged{because}"
+    if action == ActionKind.TRIAL_STARTED:
+        return "trial"
+    if action == ActionKind.TRIAL_FAILED:
+        return "trial failed"
+    if action == ActionKind.KILL_SWITCH_RELEASED:
+        return "kill switch released"
+    if action == ActionKind.ROLLED_BACK:
+        return f"rev {decision['revision']} rolled back to {evidence.get('rollbackTo')}{because}"
+    if action == ActionKind.REVISION_PROMOTED:
+        return f"rev {decision['revision']} passed probation"
+    if action == ActionKind.ROLLOUT_ABORTED:
+        return f"rev {revision} canary aborted{because}"
+    if action == ActionKind.ROLLOUT_STEP_PASSED:
+        return f"rev {revision} canary step {evidence.get('step')}/{evidence.get('steps')} passed"
+    if action == ActionKind.ROLLOUT_PROMOTED:
+        return f"rev {revision} canary promoted"
+    if action in (ActionKind.CLASS_BREACH, ActionKind.CLASS_RECOVERED):
+        signal = SIGNALS.get(evidence.get("signal", ""), evidence.get("signal", ""))
+        state = "breach" if action == ActionKind.CLASS_BREACH else "recovered"
+        return f"{evidence.get('class')} {state} ({signal})"
+    return f"{action.replace('_', ' ')}{because}"
+
+
+def _signals(breaches: list[Any]) -> str:
+    """The breached signals, each named once, with the classes: `p95 TTFT, p95 TPOT (code,
+    chat)`."""
+    signals: dict[str, None] = {}
+    classes: dict[str, None] = {}
+    for breach in breaches:
+        if isinstance(breach, dict):
+            klass, signal = breach.get("class"), str(breach.get("signal", ""))
+        else:
+            klass, _, rest = str(breach).partition(": ")
+            signal = rest.split(" ")[0]
+        signals[SIGNALS.get(signal, signal)] = None
+        if klass:
+            classes[klass] = None
+    named = ", ".join(signals)
+    return f"{named} ({', '.join(classes)})" if classes else named
+
+
+def _rows(labels: list[Label], xlim: tuple[float, float]) -> dict[int, int]:
+    """Label index -> row (from 0, top), the first row where it overlaps no label before it.
+    A label that would run past the right edge is drawn to the left of its marker."""
+    ends: list[float] = []
+    rows = {}
+    for index, label in enumerate(labels):
+        left, right = _extent(label, xlim)
+        row = next((r for r, end in enumerate(ends) if end < left), len(ends))
+        if row == len(ends):
+            ends.append(right)
+        ends[row] = right
+        rows[index] = row
+    return {i: r + 1 for i, r in rows.items()}
+
+
+def _extent(label: Label, xlim: tuple[float, float]) -> tuple[float, float]:
+    if label.x + label.width > xlim[1]:
+        return label.x - label.width, label.x
+    return label.x, label.x + label.width
+
+
+def _decisions(axis: Any, labels: list[Label], rows: dict[int, int]) -> None:
+    count = max(rows.values(), default=0)
+    xlim = axis.get_xlim()
+    for index, label in enumerate(labels):
+        row = rows[index]
+        axis.plot([label.x, label.x], [row, count + 0.6], color=label.color, ls=label.style, lw=0.8)
+        axis.plot([label.x], [row], marker="v", color=label.color, ms=5)
+        right_aligned = label.x + label.width > xlim[1]
+        axis.text(
+            label.x + (-0.004 if right_aligned else 0.004) * (xlim[1] - xlim[0]),
+            row,
+            f" {label.text} " if not right_aligned else f"{label.text} ",
+            ha="right" if right_aligned else "left",
+            va="center",
+            fontsize=LABEL_POINTS,
+            color=label.color,
+            style="italic" if label.color == "dimgray" else "normal",
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5},
+            zorder=3,
+        )
+    axis.set_ylim(count + 0.6, 0.4)
+    axis.set_yticks([])
+    axis.set_ylabel("decisions", fontsize=8)
+    for side in ("top", "right", "left"):
+        axis.spines[side].set_visible(False)
+    if not labels:
+        axis.text(0.5, 0.5, "no decision", transform=axis.transAxes, ha="center", fontsize=8)
+
+
+def _decision_lines(axis: Any, result: Result, scale: float) -> None:
+    for decision in result.run.decisions:
+        color, style = ACTION_STYLES.get(decision["action"], ("gray", "-"))
+        axis.axvline(decision["t"] / scale, color=color, ls=style, lw=0.8, alpha=0.7)
+    for change in result.world.changes[1:]:
+        axis.axvline(change.t / scale, color="dimgray", lw=0.8, ls="--", alpha=0.7)
+
+
+# -- what it saw ---------------------------------------------------------------------------------
+
+
+def _series(axis: Any, times: list[float], values: list[float], **style: Any) -> None:
+    """A line broken wherever there is no sample; a sample with none beside it is a dot (a
+    line of one point would not show)."""
+    axis.plot(times, values, **style)
+    alone = [
+        i
+        for i, v in enumerate(values)
+        if not math.isnan(v)
+        and (i == 0 or math.isnan(values[i - 1]))
+        and (i == len(values) - 1 or math.isnan(values[i + 1]))
+    ]
+    if alone:
+        dot = {k: v for k, v in style.items() if k in ("color", "alpha")}
+        axis.plot([times[i] for i in alone], [values[i] for i in alone], ".", ms=4, **dot)
+
+
+def _width(index: int) -> float:
+    """The first class's line the widest: where two classes read the same (plain decoding's
+    TPOT), the one below still shows either side of the one above."""
+    return max(2.2 - 0.6 * index, 0.8)
+
+
+def _canary(axis: Any, times: list[float], values: list[float], color: str) -> None:
+    axis.plot(times, values, "o", ms=3.5, mfc="white", mec=color, mew=1)
+
+
+def _legend(axis: Any, result: Result, styles: list[tuple[str, dict[str, Any]]], **kw: Any) -> None:
+    from matplotlib.lines import Line2D
+
+    classes = [
+        Line2D([], [], color=f"C{i}", lw=2, label=name)
+        for i, name in enumerate(result.world.scenario.classes)
+    ]
+    extra = [Line2D([], [], color="dimgray", label=label, **style) for label, style in styles]
+    axis.legend(
+        handles=classes + extra,
+        loc=kw.pop("loc", "upper left"),
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=7,
+        frameon=False,
+        **kw,
+    )
+
+
+FLEET = ("fleet", {"lw": 1.2})
+CANARY = ("canary pods", {"ls": "", "marker": "o", "ms": 4, "mfc": "white"})
+TRUE = ("true", {"ls": "--", "lw": 1})
+FLOOR = ("floor / SLO", {"ls": ":", "lw": 1.2})
 
 
 def _acceptance(axis: Any, result: Result, view: Points) -> None:
@@ -112,52 +372,69 @@ def _acceptance(axis: Any, result: Result, view: Points) -> None:
     }
     for index, name in enumerate(result.world.scenario.classes):
         color = f"C{index}"
-        observed = [tick.observed_rates.get(name) for tick in view.ticks]
-        axis.plot(times, view.line(observed), color=color, lw=1, label=f"{name} observed")
-        truth = [truth.rates.get(name) for truth in view.truths]
-        axis.plot(
-            times, view.line(truth), color=color, lw=1, ls="--", alpha=0.7, label=f"{name} true"
-        )
+        _series(axis, times, view.seen("fleet", "rates", name), color=color, lw=_width(index))
+        _canary(axis, times, view.seen("canary", "rates", name), color)
+        truth = view.line([truth.rates.get(name) for truth in view.truths])
+        axis.plot(times, truth, color=color, lw=1, ls="--", alpha=0.6)
         if name in floors:
-            axis.axhline(floors[name], color=color, ls=":", lw=1, label=f"{name} floor")
-    axis.set_ylabel("acceptance rate\n(accepted / drafted)")
+            axis.axhline(floors[name], color=color, ls=":", lw=1.2)
+            axis.annotate(
+                f"{name} floor",
+                (1.0, floors[name]),
+                xycoords=("axes fraction", "data"),
+                xytext=(-2, 2),
+                textcoords="offset points",
+                ha="right",
+                fontsize=7,
+                color=color,
+            )
+    axis.set_ylabel("acceptance rate\n(accepted / drafted)", fontsize=8)
     axis.set_ylim(0, 1)
-    axis.legend(loc="upper right", fontsize=7, ncol=3)
+    _legend(axis, result, [FLEET, CANARY, TRUE, FLOOR])
 
 
 def _speedup(axis: Any, view: Points) -> None:
     ticks, truths, times = view.ticks, view.truths, view.times
-    axis.plot(
-        times, view.line([t.speedup for t in ticks]), color="k", lw=1, label="guard's speedup"
+    _series(axis, times, view.line([t.speedup for t in ticks]), color="k", lw=1.2)
+    axis.plot(times, view.line([t.speedup for t in truths]), "k--", lw=1, alpha=0.6)
+    axis.plot(times, view.line([t.tpot_speedup for t in truths]), color="tab:brown", lw=1, ls=":")
+    axis.step(times, view.line([t.threshold for t in ticks]), "r", lw=1, where="post")
+    from matplotlib.lines import Line2D
+
+    handles = [
+        Line2D([], [], color="k", lw=1.2, label="guard's estimate"),
+        Line2D([], [], color="k", ls="--", lw=1, label="its model at\ntrue α and load"),
+        Line2D([], [], color="tab:brown", ls=":", lw=1, label="true TPOT speedup"),
+        Line2D([], [], color="r", lw=1, label="needed (minSpeedup,\n+ margin in a trial)"),
+    ]
+    axis.legend(
+        handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False
     )
-    axis.plot(
-        times, view.line([t.speedup for t in truths]), "k--", lw=1, label="model at true α and load"
-    )
-    axis.plot(
-        times,
-        view.line([t.tpot_speedup for t in truths]),
-        color="tab:brown",
-        lw=1,
-        ls=":",
-        label="true TPOT speedup (load)",
-    )
-    axis.step(
-        times, view.line([t.threshold for t in ticks]), "r", lw=1, where="post", label="threshold"
-    )
-    axis.set_ylabel("speedup")
+    axis.set_ylabel("speedup\n(plain TPOT / spec TPOT)", fontsize=8)
     axis.set_ylim(bottom=0)
-    axis.legend(loc="upper right", fontsize=7, ncol=2)
 
 
 def _tpot(axis: Any, result: Result, view: Points) -> None:
     times = view.times
+    slos = {
+        c.name: c.slo.max_p95_tpot_seconds
+        for c in result.world.changes[0].specmodel.spec.classes
+        if c.slo and c.slo.max_p95_tpot_seconds is not None
+    }
+    top = 0.0
     for index, name in enumerate(result.world.scenario.classes):
-        tpot = [tick.observed_tpot.get(name) for tick in view.ticks]
-        ms = [v * 1000 if v is not None else None for v in tpot]
-        axis.plot(times, view.line(ms), color=f"C{index}", lw=1, label=f"{name} mean TPOT")
-    axis.set_ylabel("TPOT (ms)")
-    axis.set_ylim(bottom=0)
-    axis.legend(loc="upper right", fontsize=7)
+        color = f"C{index}"
+        fleet = view.seen("fleet", "p95_tpot", name, 1000)
+        canary = view.seen("canary", "p95_tpot", name, 1000)
+        _series(axis, times, fleet, color=color, lw=_width(index))
+        _canary(axis, times, canary, color)
+        top = max([top, *(v for v in fleet + canary if not math.isnan(v))])
+        if name in slos:
+            axis.axhline(slos[name] * 1000, color=color, ls=":", lw=1.2)
+            top = max(top, slos[name] * 1000)
+    axis.set_ylabel("p95 TPOT (ms)", fontsize=8)
+    axis.set_ylim(0, top * 1.1 or 1)
+    _legend(axis, result, [FLEET, CANARY, ("p95 TPOT SLO", FLOOR[1])])
 
 
 def _validity(axis: Any, result: Result, view: Points) -> None:
@@ -171,67 +448,101 @@ def _validity(axis: Any, result: Result, view: Points) -> None:
         for c in result.world.changes[0].specmodel.spec.classes
         if c.slo and (c.slo.min_tool_call_validity or c.slo.min_structured_output_validity)
     }
+    bottom = 1.0
     for index, name in enumerate(result.world.scenario.classes):
-        values = [tick.observed_validity.get(name) for tick in view.ticks]
-        if all(v is None for v in values):
+        fleet = view.seen("fleet", "validity", name)
+        canary = view.seen("canary", "validity", name)
+        if all(math.isnan(v) for v in fleet + canary):
             continue
-        axis.plot(times, view.line(values), color=f"C{index}", lw=1, label=f"{name} valid share")
+        color = f"C{index}"
+        _series(axis, times, fleet, color=color, lw=_width(index))
+        _canary(axis, times, canary, color)
+        bottom = min([bottom, *(v for v in fleet + canary if not math.isnan(v))])
         if name in floors:
-            axis.axhline(floors[name], color=f"C{index}", ls=":", lw=1, label=f"{name} floor")
-    axis.set_ylabel("tool-call / JSON\nvalidity")
-    axis.legend(loc="lower right", fontsize=7, ncol=2)
+            axis.axhline(floors[name], color=color, ls=":", lw=1.2)
+            bottom = min(bottom, floors[name])
+    axis.set_ylabel("valid share of tool\ncalls / JSON answers", fontsize=8)
+    axis.set_ylim(max(bottom - 0.02, 0), 1.005)
+    _legend(axis, result, [FLEET, CANARY, FLOOR])
 
 
-def _serving(axis: Any, result: Result, scale: float) -> None:
+# -- what ran ------------------------------------------------------------------------------------
+
+
+def _lanes(axis: Any, result: Result, scale: float) -> None:
+    from matplotlib.patches import Patch
+
     width = result.base.slice_seconds / scale
-    numbers = [result.world.revisions[s.config].number for s in result.run.serving]
-    for start, end, number in _segments(numbers):
+    world = result.world
+
+    def bar(start: int, end: int, lane: float, color: str, text: str, alpha: float = 1.0) -> None:
         span = (start * width, (end - start) * width)
-        axis.broken_barh([span], (0.5, 0.4), color=f"C{(number + 3) % 10}")
-        axis.text(span[0] + span[1] / 2, 0.7, f"rev {number}", ha="center", va="center", fontsize=7)
+        axis.broken_barh([span], (lane - 0.35, 0.7), color=color, alpha=alpha, lw=0)
+        if text:
+            axis.text(span[0] + span[1] / 2, lane, text, ha="center", va="center", fontsize=7)
+
+    numbers = [world.revisions[s.config].number for s in result.run.serving]
+    for start, end, number in _segments(numbers):
+        bar(start, end, 2, _revision_color(number), f"rev {number}")
+    canaries = [_canary_lane(result, i) for i in range(len(result.run.serving))]
+    for start, end, (kind, number) in _segments(canaries):
+        if kind == "trial":
+            bar(start, end, 1, BANDS[KillSwitchState.TRIAL][0], "", 0.8)
+        elif kind == "rollout":
+            bar(start, end, 1, _revision_color(number), f"rev {number}")
     flags = [s.speculation for s in result.run.serving]
     for start, end, on in _segments(flags):
-        span = (start * width, (end - start) * width)
-        axis.broken_barh([span], (0.0, 0.4), color="tab:green" if on else "lightgray")
-    canary = [served is not None for served in result.run.canary]
-    for start, end, on in _segments(canary):
-        if on:
-            span = (start * width, (end - start) * width)
-            axis.broken_barh([span], (-0.5, 0.4), color=STATE_COLORS[KillSwitchState.TRIAL])
-    axis.set_yticks([-0.3, 0.2, 0.7], ["canary", "speculation", "revision"], fontsize=7)
-    axis.set_ylim(-0.5, 1)
-    _action_legend(axis, result)
+        bar(start, end, 0, "tab:green" if on else "lightgray", "on" if on else "off")
+    axis.set_yticks([0, 1, 2], ["speculation", "canary", "fleet revision"], fontsize=7)
+    axis.set_ylim(-0.5, 2.5)
+    handles = [
+        Patch(color=color, alpha=min(alpha * 4, 1), label=text)
+        for color, alpha, text in BANDS.values()
+    ]
+    axis.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.1),
+        fontsize=7,
+        frameon=False,
+        title="bands above",
+        title_fontsize=7,
+        alignment="left",
+    )
 
 
-def _action_legend(axis: Any, result: Result) -> None:
-    from matplotlib.lines import Line2D
-
-    seen = dict.fromkeys(d["action"] for d in result.run.decisions)
-    handles = [Line2D([], [], color=ACTION_COLORS.get(a, "gray"), label=a) for a in seen]
-    if result.world.scenario.rollouts:
-        handles.append(Line2D([], [], color="gray", ls="--", label="spec rollout"))
-    if handles:
-        axis.legend(
-            handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=4, fontsize=7
-        )
+def _canary_lane(result: Result, index: int) -> tuple[str, int]:
+    """What served beside the fleet in slice `index`: a trial's canary, a canary rollout's
+    pods (and their revision), or nothing."""
+    rollout = result.run.rollout[index]
+    if rollout is not None:
+        return "rollout", result.world.revisions[rollout[0].config].number
+    if result.run.canary[index] is not None:
+        return "trial", result.world.revisions[result.run.serving[index].config].number
+    return "", 0
 
 
-def _kill_switch_bands(axis: Any, result: Result, scale: float) -> None:
+def _revision_color(number: int) -> str:
+    """Pale, and none the orange or blue of the canary bands."""
+    return ["#c5b0d5", "#9edae5", "#dbdb8d", "#f7b6d2", "#c49c94", "#c7c7c7"][(number - 1) % 6]
+
+
+def _bands(axis: Any, result: Result, scale: float) -> None:
     ticks = result.run.ticks
+    duration = result.world.scenario.duration_s
     states = [tick.kill_switch for tick in ticks]
     for start, end, state in _segments(states):
-        if state in STATE_COLORS:
+        if state in BANDS:
             left = ticks[start].t / scale
-            right = (ticks[end].t if end < len(ticks) else result.world.scenario.duration_s) / scale
-            axis.axvspan(left, right, color=STATE_COLORS[state], alpha=0.1, lw=0)
-
-
-def _action_markers(axis: Any, result: Result, scale: float) -> None:
-    for decision in result.run.decisions:
-        color = ACTION_COLORS.get(decision["action"], "gray")
-        axis.axvline(decision["t"] / scale, color=color, lw=1, alpha=0.8)
-    for rollout in result.world.scenario.rollouts:
-        axis.axvline(rollout.t / scale, color="gray", lw=1, ls="--")
+            right = (ticks[end].t if end < len(ticks) else duration) / scale
+            color, alpha, _ = BANDS[state]
+            axis.axvspan(left, right, color=color, alpha=alpha, lw=0)
+    width = result.base.slice_seconds / scale
+    rolled = [r is not None for r in result.run.rollout]
+    color, alpha, _ = BANDS["rollout"]
+    for start, end, on in _segments(rolled):
+        if on:
+            axis.axvspan(start * width, end * width, color=color, alpha=alpha, lw=0)
 
 
 def _segments(values: Sequence[Any]) -> Iterator[tuple[int, int, Any]]:
