@@ -41,7 +41,6 @@ ACTION_STYLES: dict[str, tuple[str, str]] = {
     ActionKind.QUALITY_BREACH: ("tab:purple", "--"),
 }
 """Colour and line style of each decision's marker and line."""
-ACTION_COLORS: dict[str, str] = {kind: color for kind, (color, _) in ACTION_STYLES.items()}
 BANDS: dict[str, tuple[str, float, str]] = {
     KillSwitchState.ENGAGED: ("tab:red", 0.08, "kill switch engaged"),
     KillSwitchState.TRIAL: ("tab:orange", 0.18, "trial canary"),
