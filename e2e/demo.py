@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import yaml
 
-from e2e import demo_real, demo_waits, real_engine
+from e2e import demo_picture, demo_real, demo_waits, real_engine
 from e2e.cluster import harness
 from e2e.cluster.harness import LocalCluster
 from e2e.demo_waits import Budgets
@@ -286,7 +286,8 @@ def story(
     times: tuple[float, float],
     short: bool,
     real: demo_real.Clients | None,
-) -> None:
+) -> float:
+    """Tells the story; returns when the AWQ revision was applied."""
     collapse, recover = times
     say("Step 1: revision 1 serves; the guard holds it on probation")
     budgets = Budgets(guard, wait_for_pods(cluster, FLEET, SIM_READY_TIMEOUT_S, fleet.epoch))
@@ -294,10 +295,9 @@ def story(
     wait_for(cluster, "revision_promoted", budgets.promotion())
     if real is not None:
         real_collapse(cluster, guard, real)
-    say(
-        f"Step 2{'b, on the simulated fleet' if real else ''}: at t={collapse:.0f}s the code "
-        "class's acceptance collapses from 0.85 to 0.10"
-    )
+    where = "b, on the simulated fleet" if real else ""
+    happens = "collapsed" if fleet.scenario_time() > collapse else "collapses"  # the real one ran
+    say(f"Step 2{where}: at t={collapse:.0f}s code acceptance {happens} from 0.85 to 0.10")
     until_collapse = max(0.0, collapse - fleet.scenario_time())
     engaged = wait_for(cluster, "kill_switch_engaged", until_collapse + budgets.kill_switch())
     code = engaged["evidence"]["classes"].get("code", {})
@@ -322,8 +322,10 @@ def story(
     bad["spec"]["model"]["source"] = AWQ
     bad["spec"]["quantization"] = {"weights": "awq", "preQuantized": True}
     apply(cluster, bad)
+    applied = time.time()
     aborted = wait_for(cluster, "rollout_aborted", budgets.abort())
     say(f"Aborted on its canary: {aborted['message']}")
+    return applied
 
 
 def real_collapse(cluster: LocalCluster, guard: GuardSpec, clients: demo_real.Clients) -> None:
@@ -357,52 +359,61 @@ def explain_stuck(workdir: Path) -> None:
         print(f"    {line}")
 
 
-def write_outputs(cluster: LocalCluster, started: float) -> None:
+def write_outputs(cluster: LocalCluster, origin: float, rollouts: list[float], real: bool) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     alerts = httpx.get(f"{cluster.alertmanager_url}/api/v2/alerts", timeout=10).json()
     mine = [a for a in alerts if a["labels"].get("namespace") in (FLEET.namespace, REAL.namespace)]
     (OUT / "alerts.json").write_text(json.dumps(mine, indent=2))
-    draw_timeline(cluster, started, OUT / "timeline.png")
-
-
-def draw_timeline(cluster: LocalCluster, started: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     end = time.time()
-    selector = f'namespace="{NAMESPACE}", specmodel="{NAME}"'
-    accepted = f"sum by (class) (rate(specfleet_spec_accepted_tokens_total{{{selector}}}[15s]))"
-    drafted = f"sum by (class) (rate(specfleet_spec_draft_tokens_total{{{selector}}}[15s]))"
-    acceptance = query_range(cluster, f"{accepted} / {drafted}", started, end)
-    buckets = f"sum by (le) (rate(specfleet_tpot_seconds_bucket{{{selector}}}[15s]))"
-    tpot = query_range(cluster, f"histogram_quantile(0.95, {buckets})", started, end)
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
-    for labels, points in acceptance:
-        top.plot(
-            [t - started for t, _ in points], [v for _, v in points], label=labels.get("class", "?")
-        )
-    top.set_ylabel("acceptance rate")
-    top.set_ylim(0, 1)
-    for _, points in tpot:
-        bottom.plot([t - started for t, _ in points], [v * 1000 for _, v in points], color="black")
-    bottom.set_ylabel("p95 TPOT (ms)")
-    bottom.set_xlabel("seconds since the demo started")
-    for decision in decisions(cluster):
-        when = at(decision) - started
-        for axis in (top, bottom):
-            axis.axvline(
-                when,
-                color="red" if decision["action"] != "revision_promoted" else "green",
-                linestyle="--",
-                linewidth=0.8,
-            )
-        top.annotate(decision["action"], (when, 0.95), rotation=90, fontsize=7, va="top")
-    top.legend(loc="lower left")
-    top.set_title(f"specfleet demo: {NAME} (live, from Prometheus)")
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
+    stories = [read_story(cluster, REAL, origin, end)] if real else []
+    stories.append(read_story(cluster, FLEET, origin, end, [t - origin for t in rollouts]))
+    demo_picture.draw(stories, end - origin, OUT / "timeline.png")
+
+
+def read_story(
+    cluster: LocalCluster, ref: Ref, origin: float, end: float, rollouts: list[float] | None = None
+) -> demo_picture.Story:
+    """One SpecModel's part of the picture, from Prometheus and its status."""
+    selector = f'namespace="{ref.namespace}", specmodel="{ref.name}"'
+
+    def rate(metric: str, by: str, match: str = "") -> str:
+        return f"sum by ({by}) (rate({metric}{{{selector}{match}}}[15s]))"
+
+    def series(query: str, label: str) -> dict[str, demo_picture.Points]:
+        found = query_range(cluster, query, origin, end)
+        return {labels.get(label, "?"): [(t - origin, v) for t, v in p] for labels, p in found}
+
+    accepted = rate("specfleet_spec_accepted_tokens_total", "class")
+    drafted = rate("specfleet_spec_draft_tokens_total", "class")
+    classes = status_spec(cluster, ref).get("classes", [])
+    slos = {c["name"]: c.get("slo", {}) for c in classes}
+    kind = "real vLLM, CPU build, tiny model drafting for itself" if ref == REAL else "simulated"
+    story = demo_picture.Story(
+        title=f"{ref} ({kind})",
+        decisions=[{**d, "t": at(d) - origin} for d in decisions(cluster, ref)],
+        acceptance=series(f"{accepted} / {drafted}", "class"),
+        floors={n: s["minAcceptanceRate"] for n, s in slos.items() if "minAcceptanceRate" in s},
+    )
+    if ref == REAL:
+        return story
+    tpot = f"histogram_quantile(0.95, {rate('specfleet_tpot_seconds_bucket', 'class, le')})"
+    valid = rate("specfleet_tool_calls_total", "revision", ', valid="true"')
+    calls = rate("specfleet_tool_calls_total", "revision")
+    floors = [s["minToolCallValidity"] for s in slos.values() if "minToolCallValidity" in s]
+    return replace(
+        story,
+        rollouts=rollouts or [],
+        tpot=series(tpot, "class"),
+        tpot_slos={n: s["maxP95TpotSeconds"] for n, s in slos.items() if "maxP95TpotSeconds" in s},
+        validity=series(f"{valid} / {calls}", "revision"),
+        validity_floor=min(floors, default=None),
+    )
+
+
+def status_spec(cluster: LocalCluster, ref: Ref) -> dict[str, Any]:
+    found = cluster.kubectl("get", "sm", ref.name, "-n", ref.namespace, "-o", "json")
+    spec: dict[str, Any] = json.loads(found)["spec"]
+    return spec
 
 
 def query_range(
@@ -487,13 +498,13 @@ def main() -> int:
             clients = stack.enter_context(demo_real.real_pod(cluster, workdir / "real"))
         watcher.start()
         try:
-            story(cluster, fleet, guard, (collapse, recover), args.short, clients)
+            rollout = story(cluster, fleet, guard, (collapse, recover), args.short, clients)
         except demo_waits.StepTimeout as stuck:
             say(f"Stuck: {stuck}")
             explain_stuck(workdir)
             return 1
         watcher.stop.set()
-        write_outputs(cluster, started)
+        write_outputs(cluster, fleet.epoch, [rollout], real)
     say("Done.")
     print(f"  timeline:           {OUT / 'timeline.png'}")
     print(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e import demo_picture
 from e2e.cluster.harness import LocalCluster
 from e2e.demo_waits import LOAD_FACTOR, Budgets, StepTimeout, story_times, wait
 from specfleet.api.spec import GuardSpec
@@ -80,3 +82,27 @@ def test_a_wait_says_what_it_waits_for_and_gives_up_with_the_status() -> None:
         "waiting for rolled_back" in line and "acceptance 0.81" in line for line in said
     )
     assert wait("x", 10, lambda: ("found", status), said.append) == "found"
+
+
+def test_the_picture_breaks_a_line_where_prometheus_had_no_samples() -> None:
+    times, values = demo_picture._broken([(0, 1.0), (5, 1.0), (60, 0.1), (65, 0.1)])
+    assert times[:2] == [0, 5] and times[3:] == [60, 65]
+    assert math.isnan(values[2])
+
+
+def test_the_picture_shades_each_kill_switch_trial_and_canary_until_it_ended() -> None:
+    decisions = [
+        {"action": "kill_switch_engaged", "t": 10},
+        {"action": "trial_started", "t": 40},
+        {"action": "trial_failed", "t": 55},
+        {"action": "kill_switch_released", "t": 90},
+        {"action": "rollout_aborted", "t": 130},
+    ]
+    story = demo_picture.Story("s", decisions, {}, {}, rollouts=[100])
+    assert [(a, b, color) for a, b, color, _ in demo_picture.spans(story, 200)] == [
+        (10, 90, "tab:red"),
+        (40, 55, "tab:orange"),
+        (100, 130, "tab:blue"),
+    ]
+    unfinished = demo_picture.Story("s", decisions[:1], {}, {})
+    assert [(a, b) for a, b, _, _ in demo_picture.spans(unfinished, 200)] == [(10, 200)]

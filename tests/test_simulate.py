@@ -276,7 +276,7 @@ def test_the_canary_rollouts_picture_names_each_revision_and_why() -> None:
     assert "rev 4 canary promoted" in texts
     labels = plot._labels(result, 60.0)
     xlim = (-0.4, 40.4)
-    rows = plot._rows(labels, xlim)
+    rows = plot.label_rows(labels, xlim)
     for i, a in enumerate(labels):
         for j, b in enumerate(labels[:i]):
             if rows[i] == rows[j]:

@@ -78,7 +78,7 @@ def draw_timeline(result: Result, path: Path) -> None:
     view = Points(result.run.ticks, result.truths, scale, stride)
     xlim = (-0.01 * duration / scale, 1.01 * duration / scale)
     labels = _labels(result, scale)
-    rows = _rows(labels, xlim)
+    rows = label_rows(labels, xlim)
     quality = any(
         v is not None
         for t in result.run.ticks
@@ -87,7 +87,10 @@ def draw_timeline(result: Result, path: Path) -> None:
         for v in seen.validity.values()
     )
     panels: list[tuple[float, Callable[[Any], None]]] = [
-        (0.35 + ROW_INCHES * max(rows.values(), default=0), lambda a: _decisions(a, labels, rows)),
+        (
+            0.35 + ROW_INCHES * max(rows.values(), default=0),
+            lambda a: draw_decision_lane(a, labels, rows),
+        ),
         (2.2, lambda a: _acceptance(a, result, view)),
         (1.6, lambda a: _speedup(a, view)),
         (1.8, lambda a: _tpot(a, result, view)),
@@ -181,14 +184,10 @@ class Label:
 
 def _labels(result: Result, scale: float) -> list[Label]:
     """One per decision and per Git change of the scenario, in time order."""
-    from matplotlib.textpath import TextPath
-
     duration = result.world.scenario.duration_s / scale
-    axis_points = WIDTH_INCHES * (RIGHT - LEFT) * DPI
 
     def width(text: str) -> float:
-        points = TextPath((0, 0), text, size=LABEL_POINTS).get_extents().width + 14
-        return points / axis_points * duration * 1.02
+        return label_width(text, duration, WIDTH_INCHES * (RIGHT - LEFT))
 
     found = []
     for change in result.world.changes[1:]:
@@ -200,6 +199,14 @@ def _labels(result: Result, scale: float) -> list[Label]:
         text = describe(decision)
         found.append(Label(decision["t"] / scale, text, color, style, width(text)))
     return sorted(found, key=lambda label: label.x)
+
+
+def label_width(text: str, span: float, axis_inches: float) -> float:
+    """How much of an axis `span` wide and `axis_inches` long a decision's label takes."""
+    from matplotlib.textpath import TextPath
+
+    points = TextPath((0, 0), text, size=LABEL_POINTS).get_extents().width + 14
+    return points / (axis_inches * DPI) * span * 1.02
 
 
 def describe(decision: dict[str, Any]) -> str:
@@ -251,7 +258,7 @@ def _signals(breaches: list[Any]) -> str:
     return f"{named} ({', '.join(classes)})" if classes else named
 
 
-def _rows(labels: list[Label], xlim: tuple[float, float]) -> dict[int, int]:
+def label_rows(labels: list[Label], xlim: tuple[float, float]) -> dict[int, int]:
     """Label index -> row (from 0, top), the first row where it overlaps no label before it.
     A label that would run past the right edge is drawn to the left of its marker."""
     ends: list[float] = []
@@ -272,7 +279,7 @@ def _extent(label: Label, xlim: tuple[float, float]) -> tuple[float, float]:
     return label.x, label.x + label.width
 
 
-def _decisions(axis: Any, labels: list[Label], rows: dict[int, int]) -> None:
+def draw_decision_lane(axis: Any, labels: list[Label], rows: dict[int, int]) -> None:
     count = max(rows.values(), default=0)
     xlim = axis.get_xlim()
     for index, label in enumerate(labels):
@@ -312,7 +319,7 @@ def _decision_lines(axis: Any, result: Result, scale: float) -> None:
 # -- what it saw ---------------------------------------------------------------------------------
 
 
-def _series(axis: Any, times: list[float], values: list[float], **style: Any) -> None:
+def broken_line(axis: Any, times: list[float], values: list[float], **style: Any) -> None:
     """A line broken wherever there is no sample; a sample with none beside it is a dot (a
     line of one point would not show)."""
     axis.plot(times, values, **style)
@@ -371,7 +378,7 @@ def _acceptance(axis: Any, result: Result, view: Points) -> None:
     }
     for index, name in enumerate(result.world.scenario.classes):
         color = f"C{index}"
-        _series(axis, times, view.seen("fleet", "rates", name), color=color, lw=_width(index))
+        broken_line(axis, times, view.seen("fleet", "rates", name), color=color, lw=_width(index))
         _canary(axis, times, view.seen("canary", "rates", name), color)
         truth = view.line([truth.rates.get(name) for truth in view.truths])
         axis.plot(times, truth, color=color, lw=1, ls="--", alpha=0.6)
@@ -394,7 +401,7 @@ def _acceptance(axis: Any, result: Result, view: Points) -> None:
 
 def _speedup(axis: Any, view: Points) -> None:
     ticks, truths, times = view.ticks, view.truths, view.times
-    _series(axis, times, view.line([t.speedup for t in ticks]), color="k", lw=1.2)
+    broken_line(axis, times, view.line([t.speedup for t in ticks]), color="k", lw=1.2)
     axis.plot(times, view.line([t.speedup for t in truths]), "k--", lw=1, alpha=0.6)
     axis.plot(times, view.line([t.tpot_speedup for t in truths]), color="tab:brown", lw=1, ls=":")
     axis.step(times, view.line([t.threshold for t in ticks]), "r", lw=1, where="post")
@@ -425,7 +432,7 @@ def _tpot(axis: Any, result: Result, view: Points) -> None:
         color = f"C{index}"
         fleet = view.seen("fleet", "p95_tpot", name, 1000)
         canary = view.seen("canary", "p95_tpot", name, 1000)
-        _series(axis, times, fleet, color=color, lw=_width(index))
+        broken_line(axis, times, fleet, color=color, lw=_width(index))
         _canary(axis, times, canary, color)
         top = max([top, *(v for v in fleet + canary if not math.isnan(v))])
         if name in slos:
@@ -454,7 +461,7 @@ def _validity(axis: Any, result: Result, view: Points) -> None:
         if all(math.isnan(v) for v in fleet + canary):
             continue
         color = f"C{index}"
-        _series(axis, times, fleet, color=color, lw=_width(index))
+        broken_line(axis, times, fleet, color=color, lw=_width(index))
         _canary(axis, times, canary, color)
         bottom = min([bottom, *(v for v in fleet + canary if not math.isnan(v))])
         if name in floors:
