@@ -10,5 +10,5 @@ cluster-up: ## start the local e2e cluster (idempotent); prints the kubeconfig p
 cluster-down: ## stop the local e2e cluster and delete its state
 	@e2e/cluster/down
 
-cluster-status:
+cluster-status: ## say whether the local cluster runs, and its kubeconfig
 	@$(PY) -m e2e.cluster.harness status
