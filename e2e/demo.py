@@ -36,6 +36,7 @@ import yaml
 from e2e import demo_picture, demo_real, demo_waits, real_engine
 from e2e.cluster import harness
 from e2e.cluster.harness import LocalCluster
+from e2e.cluster.pod_ranges import PodRangeTaken
 from e2e.demo_waits import Budgets
 from e2e.fleet import Fleet, simulated_pods
 from e2e.operator_runner import as_process, service_account_kubeconfig
@@ -460,7 +461,11 @@ def main() -> int:
     collapse, recover = demo_waits.story_times(guard)
     started = time.time()
     say("Starting the local cluster (first run builds Kubernetes from the Go module proxy)")
-    cluster = harness.running() or harness.up()
+    try:
+        cluster = harness.running() or harness.up()
+    except PodRangeTaken as refused:  # another local cluster runs on this range
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     workdir = ROOT / "e2e/.state/demo"
     workdir.mkdir(parents=True, exist_ok=True)
     say("Installing the chart and starting the operator with its ServiceAccount")

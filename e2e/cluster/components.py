@@ -11,14 +11,13 @@ from string import Template
 
 import yaml
 
-from e2e.cluster import pki
+from e2e.cluster import pki, pod_ranges
 from e2e.cluster.procs import Daemon
 from specfleet.experiment.capacity_job import CAPACITY_APP
 
 TEMPLATES = Path(__file__).parent / "templates"
 # No kube-proxy runs: ClusterIPs route nowhere, so keep them on loopback like everything else.
 SERVICE_CIDR = "127.96.0.0/16"
-POD_CIDR_PREFIX = "127.10"  # node i gets 127.10.i.0/24: pod IPs a local process can bind to
 GPU_PRODUCTS = (("NVIDIA-H100-80GB-HBM3", 81559), ("NVIDIA-A100-SXM4-80GB", 81920))
 MONITORING = ("webhook", "alertmanager", "prometheus")
 
@@ -43,6 +42,13 @@ class Layout:
     state: Path
     bin_dir: Path
     ports: Ports
+    pod_range: int = pod_ranges.LEGACY
+    """N of the loopback range 127.N.0.0/16 this cluster's pods get, one per running cluster on
+    the host (pod_ranges): node i has podCIDR 127.N.i.0/24, addresses a local process can bind."""
+
+    @property
+    def pod_prefix(self) -> str:
+        return pod_ranges.prefix(self.pod_range)
 
     @property
     def pki_dir(self) -> Path:
@@ -175,7 +181,7 @@ def kwok(layout: Layout) -> Daemon:
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--node-ip=127.0.0.1",
             f"--server-address=127.0.0.1:{layout.ports.kwok}",
-            f"--cidr={POD_CIDR_PREFIX}.255.0/24",
+            f"--cidr={layout.pod_prefix}.255.0/24",
         ],
     )
 
@@ -275,7 +281,7 @@ def nodes_manifest(layout: Layout, count: int) -> Path:
                 name=f"kwok-gpu-{index}",
                 gpu_product=product,
                 gpu_memory_mib=memory_mib,
-                pod_cidr=f"{POD_CIDR_PREFIX}.{index}.0/24",
+                pod_cidr=f"{layout.pod_prefix}.{index}.0/24",
             )
         )
     return layout.write_config("nodes.yaml", "---\n".join(docs))

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import components, health, pki, procs
+from e2e.cluster import components, health, pki, pod_ranges, procs
 from e2e.cluster.components import Layout, Ports
 from e2e.cluster.webhook import read_notifications
 
@@ -160,9 +160,12 @@ def up(state: Path | None = None, nodes: int | None = None) -> LocalCluster:
         _wipe(state, keep_logs=False)
         ports = Ports(*_free_ports(len(Ports.__dataclass_fields__)))
         node_count = nodes or int(os.environ.get("SPECFLEET_E2E_NODES", DEFAULT_NODES))
+        pod_range = pod_ranges.claim(state, any_running)
     else:
         ports, node_count = saved.layout.ports, nodes or saved.nodes
-    cluster = _local(Layout(state, bin_dir, ports), node_count)
+        pod_range = saved.layout.pod_range
+        pod_ranges.keep(state, pod_range, any_running)
+    cluster = _local(Layout(state, bin_dir, ports, pod_range), node_count)
     _save(cluster)
     _start_all(cluster)
     return cluster
@@ -174,6 +177,7 @@ def down(state: Path | None = None) -> None:
     for name in reversed(PROCESSES):
         procs.stop(state, name)
     _wipe(state, keep_logs=True)
+    pod_ranges.release(state)
 
 
 def _start_all(cluster: LocalCluster) -> None:
@@ -243,6 +247,7 @@ def _save(cluster: LocalCluster) -> None:
         "bin_dir": str(cluster.layout.bin_dir),
         "nodes": cluster.nodes,
         "ports": asdict(cluster.layout.ports),
+        "pod_range": cluster.layout.pod_range,
     }
     (cluster.layout.state / "cluster.json").write_text(json.dumps(saved, indent=2) + "\n")
 
@@ -252,7 +257,9 @@ def _load(state: Path) -> LocalCluster | None:
     if not path.exists():
         return None
     saved = json.loads(path.read_text())
-    layout = Layout(state, Path(saved["bin_dir"]), Ports(**saved["ports"]))
+    # Saved before pod ranges were claimed: 127.10, the one range there was.
+    pod_range = saved.get("pod_range", pod_ranges.LEGACY)
+    layout = Layout(state, Path(saved["bin_dir"]), Ports(**saved["ports"]), pod_range)
     return _local(layout, saved["nodes"])
 
 
@@ -272,13 +279,17 @@ def _cli_up() -> int:
     started = time.monotonic()
     try:
         cluster = up()
+    except pod_ranges.PodRangeTaken as refused:  # nothing started; its state stays as it was
+        print(f"cluster-up refused: {refused}", file=sys.stderr)
+        return 1
     except Exception as error:
         print(f"cluster-up failed: {error}\nlogs: {state_dir() / 'logs'}", file=sys.stderr)
         down()
         return 1
     print(
         f"cluster ready in {time.monotonic() - started:.1f}s: {cluster.api_server_url}, "
-        f"prometheus {cluster.prometheus_url}, alertmanager {cluster.alertmanager_url}",
+        f"prometheus {cluster.prometheus_url}, alertmanager {cluster.alertmanager_url}, "
+        f"pods {cluster.layout.pod_prefix}.0.0/16",
         file=sys.stderr,
     )
     print(cluster.kubeconfig)
