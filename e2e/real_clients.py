@@ -25,6 +25,8 @@ NAME = real_engine.SERVED_NAME
 PROMPTS = {"code": "def add(a, b):", "chat": "Tell me about the weather."}
 SAMPLED = 0.7
 """The temperature of a class's clients once they sample."""
+FLOOR = 0.5
+"""The `code` class's acceptance floor: sampled clients' acceptance collapses under it."""
 
 
 def specmodel(source: str = real_engine.TINY_SOURCE, **spec: Any) -> dict[str, Any]:
@@ -35,7 +37,7 @@ def specmodel(source: str = real_engine.TINY_SOURCE, **spec: Any) -> dict[str, A
         {"method": "draft_model", "draftModel": source, "numSpeculativeTokens": 3},
         source,
         classes=[
-            {"name": "code", "critical": True, "slo": {"minAcceptanceRate": 0.5}},
+            {"name": "code", "critical": True, "slo": {"minAcceptanceRate": FLOOR}},
             {"name": "chat"},
         ],
         defaultClass="chat",
