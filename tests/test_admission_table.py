@@ -169,3 +169,10 @@ def test_plain_anchors_and_aliases_still_work(tmp_path: Path) -> None:
     result = render(tmp_path, text)
     assert result.exit_code == 0, result.output
     assert "org/model" in result.output
+
+
+def test_the_readme_counts_the_tables_as_they_are() -> None:
+    readme = (ROOT / "README.md").read_text()
+    refused = len(INVALID_CASES)
+    assert f"{refused} of {refused}; and {len(CARELESS)} careless or hostile ones" in readme
+    assert f"{len(WRONGLY_REFUSED)} valid FP4 placements accepted" in readme

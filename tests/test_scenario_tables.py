@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -54,3 +55,15 @@ def test_the_readmes_replay_pictures_are_the_examples_timelines() -> None:
         timeline = ROOT / "examples/scenarios" / name / "timeline.png"
         assert (ROOT / picture).read_bytes() == timeline.read_bytes(), picture
         assert picture in (ROOT / "README.md").read_text()
+
+
+def test_the_main_readme_quotes_the_sets_goodput_as_the_outputs_give_it() -> None:
+    """README.md's Benchmarks row and its reading quote the set's mean and worst by hand (a
+    table row cannot hold marker comments): they must be the outputs' numbers."""
+    line = tables().results().splitlines()[-1]
+    means = re.findall(r"guarded / oracle mean (\d\.\d{3}), worst (\d\.\d{3})", line)
+    [(mean, worst), (rest_mean, rest_worst)] = means
+    readme = (ROOT / "README.md").read_text()
+    assert f"mean {mean}, worst {worst}" in readme
+    assert f"the other ten mean {rest_mean}, worst {rest_worst}" in readme
+    assert f"(mean {rest_mean})" in readme and f"set of eleven ({mean})" in readme
