@@ -176,8 +176,10 @@ def _validity(axis: Any, story: Story) -> None:
 
 
 def _line(axis: Any, points: Points, **style: Any) -> None:
-    times, values = _broken(points)
-    plot.broken_line(axis, times, values, **style)
+    """A series without a sample (a class nothing drafted for) draws nothing, not even in the
+    legend."""
+    if points:
+        plot.broken_line(axis, *_broken(points), **style)
 
 
 def _broken(points: Points) -> tuple[list[float], list[float]]:

@@ -215,6 +215,9 @@ def describe(decision: dict[str, Any]) -> str:
     why = _signals(evidence.get("breaches") or [])
     because = f": {why}" if why else ""
     revision = evidence.get("revision", decision.get("revision"))
+    rev = (
+        f"rev {revision} " if revision is not None else "revision "
+    )  # a status decision may not say
     if action == ActionKind.KILL_SWITCH_ENGAGED:
         return f"kill switch engaged{because}"
     if action == ActionKind.TRIAL_STARTED:
@@ -224,15 +227,15 @@ def describe(decision: dict[str, Any]) -> str:
     if action == ActionKind.KILL_SWITCH_RELEASED:
         return "kill switch released"
     if action == ActionKind.ROLLED_BACK:
-        return f"rev {decision['revision']} rolled back to {evidence.get('rollbackTo')}{because}"
+        return f"{rev}rolled back to {evidence.get('rollbackTo')}{because}"
     if action == ActionKind.REVISION_PROMOTED:
-        return f"rev {decision['revision']} passed probation"
+        return f"{rev}passed probation"
     if action == ActionKind.ROLLOUT_ABORTED:
-        return f"rev {revision} canary aborted{because}"
+        return f"{rev}canary aborted{because}"
     if action == ActionKind.ROLLOUT_STEP_PASSED:
-        return f"rev {revision} canary step {evidence.get('step')}/{evidence.get('steps')} passed"
+        return f"{rev}canary step {evidence.get('step')}/{evidence.get('steps')} passed"
     if action == ActionKind.ROLLOUT_PROMOTED:
-        return f"rev {revision} canary promoted"
+        return f"{rev}canary promoted"
     if action in (ActionKind.CLASS_BREACH, ActionKind.CLASS_RECOVERED):
         signal = SIGNALS.get(evidence.get("signal", ""), evidence.get("signal", ""))
         state = "breach" if action == ActionKind.CLASS_BREACH else "recovered"
