@@ -413,11 +413,10 @@ class SpeculativeSpec(ApiModel):
     engine_options: FreeForm | None = Field(
         default=None,
         description="Escape hatch: keys merged as they are into the engine's speculative config; "
-        "none the operator sets from a typed field (vllm: method, model, "
-        "num_speculative_tokens, draft_tensor_parallel_size, prompt_lookup_min/max, "
-        "num_speculative_tokens_per_batch_size; tensorrt-llm: decoding_type, max_draft_len, "
-        "num_nextn_predict_layers, speculative_model_dir, max_concurrency, "
-        "max_matching_ngram_size, draft_len_schedule): the refusal names the field to use. "
+        "none the operator sets from a typed field (the method, the draft model, k, the draft's "
+        "parallelism, n-gram sizes, the depth schedule, maxConcurrency: the refusal names the "
+        "field to use), and on tensorrt-llm only keys its decoding config for the method has "
+        "(it refuses others at start). "
         "tensorrt-llm 1.2.1: the acceptance gate (acceptance_window, acceptance_length_threshold; "
         "once tripped, speculation stays off until restart) acts only with a separate drafter "
         "(draft_model, ngram, eagle3 with eagle3_one_model: false, mtp with mtp_eagle_one_model: "
