@@ -12,6 +12,7 @@ from typing import Any
 
 from specfleet.api.model import EngineConfig
 from specfleet.api.spec import DRAFT_MODEL_METHODS, TRTLLM_METHODS, SpeculativeMethod
+from specfleet.documents import merge
 from specfleet.render import trtllm, vllm
 
 OPERATOR = "operator: the gateway, the probes and telemetry rely on it"
@@ -103,7 +104,7 @@ def _owned_by(engine: str) -> dict[str, dict[str, str]]:
         plain = _launch(engine, _base(engine, method), speculation=False)
         flags |= dict.fromkeys(_differing(plain[0], base[0]) - flags.keys(), SPECULATION)
         for field, change in FIELD_CHANGES:
-            changed = _launch(engine, _merge(_base(engine, method), change), speculation=True)
+            changed = _launch(engine, merge(_base(engine, method), change), speculation=True)
             flags |= dict.fromkeys(_differing(base[0], changed[0]) - flags.keys(), field)
             keys |= dict.fromkeys(_differing(base[1], changed[1]) - keys.keys(), field)
         flags |= dict.fromkeys(base[0].keys() - flags.keys(), OPERATOR)
@@ -166,14 +167,6 @@ def _flags(argv: list[str]) -> Iterator[tuple[str, str]]:
 
 def _differing(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
     return {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
-
-
-def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in patch.items():
-        both = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = _merge(out[key], value) if both else value
-    return out
 
 
 if __name__ == "__main__":

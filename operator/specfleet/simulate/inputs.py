@@ -6,12 +6,12 @@ like `specfleet render` would; a patch that changes the engine config makes a ne
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
 from specfleet.api import InvalidSpecModel, SpecModel, parse_specmodel
 from specfleet.api.manifests import load_manifests
+from specfleet.documents import merge
 from specfleet.render import revision_hash
 from specfleet.scenario import Effects, Scenario, ScenarioError, load_scenario
 from specfleet.scenario.timing import TimingModel
@@ -119,17 +119,6 @@ def _next_generation(document: dict[str, Any], spec_patch: dict[str, Any]) -> di
     metadata = merged.setdefault("metadata", {})
     metadata["generation"] = int(metadata.get("generation") or 1) + 1
     return merged
-
-
-def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """Deep merge: mappings merge key by key, anything else replaces."""
-    out = copy.deepcopy(base)
-    for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def _timing(scenario: Scenario) -> TimingModel:
