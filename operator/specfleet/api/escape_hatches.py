@@ -42,7 +42,7 @@ def owned_flags(engine: str, version: str) -> dict[str, str]:
     """Flag -> what sets it instead: the renderer's flags, their on/off twins that `version`
     has and the flags whose presence would undo them."""
     flags: dict[str, str] = _owned()[engine]["flags"]
-    known = _known_flags(engine, version)
+    known = known_flags(engine, version)
     twins = {twin: owner for flag, owner in flags.items() for twin in _twins(flag)}
     return flags | {twin: owner for twin, owner in twins.items() if twin in known}
 
@@ -54,7 +54,7 @@ def owned_options(engine: str) -> dict[str, str]:
 
 def _extra_args_errors(args: list[str], engine: str, version: str) -> Iterator[tuple[str, str]]:
     owned = owned_flags(engine, version)
-    known = _known_flags(engine, version)
+    known = known_flags(engine, version)
     for index, token in enumerate(args):
         flag = _flag_name(token, engine)
         if flag is None:
@@ -138,7 +138,7 @@ def _known_options(engine: str, version: str, method: str) -> frozenset[str]:
 
 
 @cache
-def _known_flags(engine: str, version: str) -> frozenset[str]:
+def known_flags(engine: str, version: str) -> frozenset[str]:
     """The flags of that version, or none for a version without a list."""
     if version not in ENGINE_VERSIONS[engine]:
         return frozenset()

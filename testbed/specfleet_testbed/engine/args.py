@@ -19,18 +19,17 @@ Speculation off means: no speculative config at all.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from specfleet.api.escape_hatches import known_flags
 from specfleet.api.trtllm import runs_a_drafter
 from specfleet.scenario.drafting import PROMPT_LOOKUP
 
@@ -141,11 +140,9 @@ _VLLM_METHODS = {
 _VLLM_NEEDS_MODEL = {"draft_model", "eagle", "eagle3", "dflash"}
 
 
-@functools.cache
 def vllm_known_flags() -> frozenset[str]:
     """Every option string of vLLM 0.33.0's `vllm serve` parser."""
-    text = resources.files("specfleet.api").joinpath("flags/vllm-0.33.0.txt").read_text()
-    return frozenset(line for line in text.splitlines() if line.startswith("--"))
+    return known_flags("vllm", "0.33.0")
 
 
 class _Parser(argparse.ArgumentParser):
