@@ -67,12 +67,9 @@ def tune_collector() -> None:
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
 
 
-def settings(options: RunOptions | None = None) -> kopf.OperatorSettings:
+def settings(webhook: kopf.WebhookServer | None = None) -> kopf.OperatorSettings:
     result = kopf.OperatorSettings()
-    if options and options.webhook_port and options.webhook_cert and options.webhook_key:
-        result.admission.server = admission.server(
-            options.bind_address, options.webhook_port, options.webhook_cert, options.webhook_key
-        )
+    result.admission.server = webhook
     result.persistence.diffbase_storage = NoEssence()
     result.peering.standalone = True  # one operator pod; no KopfPeering CRDs needed
     result.posting.enabled = False  # our own Events carry stable reasons; kopf's would be noise
@@ -81,6 +78,15 @@ def settings(options: RunOptions | None = None) -> kopf.OperatorSettings:
     result.execution.max_workers = 8
     result.networking.request_timeout = 60
     return result
+
+
+def webhook_server(options: RunOptions) -> kopf.WebhookServer | None:
+    """The admission webhook's server, when `specfleet run` serves one."""
+    if not (options.webhook_port and options.webhook_cert and options.webhook_key):
+        return None
+    return admission.server(
+        options.bind_address, options.webhook_port, options.webhook_cert, options.webhook_key
+    )
 
 
 def operator_for(options: RunOptions) -> Operator:
@@ -116,10 +122,11 @@ def run(
         start_http_server(options.metrics_port, addr=options.bind_address, registry=REGISTRY)
     with cluster_needed("specfleet run"):  # a kubeconfig or a ServiceAccount, an API server
         operator = operator_for(options)  # discovery: the API server's first request
-    if options.webhook_port:
-        admission.register()
+    webhook = webhook_server(options)
+    if webhook is not None:
+        admission.register()  # kopf refuses an admission handler without a server
     kopf.run(
-        settings=settings(options),
+        settings=settings(webhook),
         standalone=True,
         namespaces=options.namespaces,
         clusterwide=not options.namespaces,
