@@ -76,7 +76,7 @@ def _rules_beside(document: dict[str, Any], exc: ValidationError) -> list[FieldE
         _drop(remainder, error["loc"])
     try:
         return _rule_errors(SpecModel.model_validate(remainder))
-    except (ValidationError, TypeError, KeyError, ValueError):
+    except ValidationError:
         return []
 
 
