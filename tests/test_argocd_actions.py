@@ -19,9 +19,9 @@ from specfleet.api import (
     ROLLOUT_ANNOTATION,
     parse_specmodel,
 )
-from specfleet.controller.rollouts import OVERRIDES
 from specfleet.guard.killswitch import ANNOTATION_SPECULATION
-from test_controller_rollout import started, window
+from specfleet.tick.rollouts import OVERRIDES
+from test_tick_rollout import started, window
 from test_guard import observe
 from test_guard_loop import Loop
 from test_guard_loop import specmodel as guarded

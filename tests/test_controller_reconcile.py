@@ -10,14 +10,14 @@ from typing import Any, cast
 from conftest import specmodel_doc
 from specfleet.api import SpecModelStatus, parse_specmodel
 from specfleet.api.status import CanaryState, CanaryStatus, KillSwitchStatus
-from specfleet.controller.children import with_applied_hash
 from specfleet.controller.kube import Kube
-from specfleet.controller.plan import plan
 from specfleet.controller.reconcile import Live, reconcile
-from specfleet.controller.status import Observed, next_status
-from specfleet.controller.step import GuardTick
 from specfleet.render import RenderSettings, ServingPlan, render
 from specfleet.telemetry.model import ClassWindow, Observation
+from specfleet.tick.children import with_applied_hash
+from specfleet.tick.plan import plan
+from specfleet.tick.status import Observed, next_status
+from specfleet.tick.step import GuardTick
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 SPEC = {

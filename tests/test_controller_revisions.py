@@ -12,8 +12,9 @@ from conftest import specmodel_doc
 from specfleet.api import SpecModel, parse_specmodel
 from specfleet.api.status import RevisionRecord
 from specfleet.controller.kube import Kube
-from specfleet.controller.revisions import RevisionConfigs, controller_revision
+from specfleet.controller.revisions import RevisionConfigs
 from specfleet.render import revision_hash
+from specfleet.render.revision import controller_revision
 
 
 def specmodel(k: int) -> SpecModel:

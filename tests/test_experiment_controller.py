@@ -19,7 +19,6 @@ import yaml
 from conftest import experiment_doc, merge, specmodel_doc
 from specfleet.api import parse_specmodel
 from specfleet.api.validation import parse_specexperiment
-from specfleet.controller.children import ChildKey, summary
 from specfleet.controller.experiments import CapacityLive, reconcile_experiment
 from specfleet.controller.handlers import CHILD_INDEXES, _guard_forever
 from specfleet.controller.kube import Kube
@@ -30,6 +29,7 @@ from specfleet.experiment.mirror import mirror_of, sample_token
 from specfleet.experiment.sample import SampleUnavailable
 from specfleet.render import RenderSettings
 from specfleet.telemetry.reader import TelemetryReader
+from specfleet.tick.children import ChildKey, summary
 from test_controller_reconcile import FakeKube, complete
 from test_experiment_workloads import FOUR_ARMS_SPEC
 

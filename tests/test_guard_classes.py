@@ -7,11 +7,11 @@ from datetime import timedelta
 from typing import Any
 
 from specfleet.api.status import ClassGuardStatus
-from specfleet.controller import events
 from specfleet.controller.metrics import REGISTRY, forget_classes, record_classes
 from specfleet.guard import Decision, Situation, decide
 from specfleet.guard.actions import Action, ActionKind
 from specfleet.telemetry.model import ClassWindow, Observation
+from specfleet.tick import events
 from test_guard import FLOORS, T0, policy, situation, window
 
 CLASSES = [

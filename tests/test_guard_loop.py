@@ -1,4 +1,4 @@
-"""The guard in the production tick (`controller.step`), window after window: the decision, the
+"""The guard in the production tick (`tick.step`), window after window: the decision, the
 plan that follows it, the status the operator writes, and what the children become. The pods
 roll out the moment they are planned; `tests/test_guard.py` judges `decide` alone."""
 
@@ -11,12 +11,12 @@ from typing import Any
 from conftest import specmodel_doc
 from specfleet.api import KILL_SWITCH_ANNOTATION, EngineConfig, SpecModel, parse_specmodel
 from specfleet.api.status import SpecModelStatus
-from specfleet.controller.status import Observed
-from specfleet.controller.step import GuardTick, Step, step
 from specfleet.guard.actions import PER_CLASS, Action
 from specfleet.render import RenderSettings, revision_hash
 from specfleet.render.workload import SPECULATION_LABEL
 from specfleet.telemetry.model import Observation
+from specfleet.tick.status import Observed
+from specfleet.tick.step import GuardTick, Step, step
 from test_guard import observe
 
 T0 = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)

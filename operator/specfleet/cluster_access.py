@@ -15,7 +15,7 @@ from contextlib import contextmanager, suppress
 from typing import NoReturn
 
 import urllib3
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 
@@ -85,3 +85,12 @@ def _not_allowed(exc: ApiException) -> str:
 
 def _one_line(exc: BaseException | None) -> str:
     return " ".join(str(exc).split())
+
+
+def api_client() -> client.ApiClient:
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        # The client reads $KUBECONFIG at import time; read it now.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+    return client.ApiClient()

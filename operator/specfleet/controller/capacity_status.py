@@ -13,7 +13,6 @@ from typing import Any
 from specfleet.api.experiment import ArmCapacity, SpecExperiment, SpecExperimentStatus
 from specfleet.api.verdict import ArmName
 from specfleet.controller.experiment_status import replace_condition
-from specfleet.controller.status import condition
 from specfleet.experiment.arms import arms_of
 from specfleet.experiment.capacity import Capacity
 from specfleet.experiment.capacity_job import (
@@ -25,6 +24,7 @@ from specfleet.experiment.capacity_job import (
 from specfleet.experiment.replay import ReplayRequest
 from specfleet.experiment.sample import SampleUnavailable
 from specfleet.render.workload import ARM_LABEL
+from specfleet.tick.status import condition
 
 Body = dict[str, Any]
 Result = Capacity | CapacityFailed | None

@@ -21,12 +21,12 @@ from specfleet.api.experiment import (
 )
 from specfleet.api.status import Condition
 from specfleet.api.verdict import ArmName
-from specfleet.controller.status import condition, rollout
 from specfleet.experiment.arms import arms_of, class_slos, gpus_per_replica
 from specfleet.experiment.measure import arm_measurements, progress, recommended_patch
 from specfleet.experiment.verdict import ArmMeasurement, judge
 from specfleet.experiment.workloads import arm_name, arm_specmodel
 from specfleet.telemetry.arms import ArmsObservation
+from specfleet.tick.status import condition, rollout
 
 Body = dict[str, Any]
 READY = "Ready"

@@ -28,7 +28,6 @@ from specfleet.api.experiment import (
 )
 from specfleet.api.validation import InvalidSpecExperiment, parse_specexperiment
 from specfleet.api.verdict import ArmName
-from specfleet.controller import children, events
 from specfleet.controller.capacity_status import (
     Result,
     arm_results,
@@ -36,7 +35,6 @@ from specfleet.controller.capacity_status import (
     tested,
     tested_status,
 )
-from specfleet.controller.children import ChildKey
 from specfleet.controller.experiment_status import (
     arms_status,
     concluded,
@@ -54,6 +52,8 @@ from specfleet.experiment.workloads import InvalidArms, render_arms
 from specfleet.render import Manifest, RenderSettings
 from specfleet.telemetry.arms import ArmsTarget, read_arms
 from specfleet.telemetry.reader import TelemetryReader
+from specfleet.tick import children, events
+from specfleet.tick.children import ChildKey
 
 Body = dict[str, Any]
 log = logging.getLogger(__name__)

@@ -18,12 +18,12 @@ import kopf
 
 from specfleet.api import GROUP, PLURAL, VERSION
 from specfleet.api.experiment import EXPERIMENT_PLURAL
-from specfleet.controller.children import summary
 from specfleet.controller.operator import Index, Key, Operator, experiments_of
 from specfleet.controller.queue import WorkQueue
 from specfleet.experiment.capacity_job import CAPACITY_APP
 from specfleet.render.labels import INSTANCE, MANAGED
 from specfleet.render.workload import EXPERIMENT_LABEL
+from specfleet.tick.children import summary
 
 CHILD_RESOURCES = [
     ("apps", "v1", "deployments"),

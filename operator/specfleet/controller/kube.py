@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from tenacity import (
@@ -57,15 +56,6 @@ def _discard(response: urllib3.BaseHTTPResponse) -> None:
     (an unread one is dropped, and the next request pays a new TLS handshake)."""
     response.drain_conn()
     response.release_conn()
-
-
-def api_client() -> client.ApiClient:
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        # The client reads $KUBECONFIG at import time; read it now.
-        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
-    return client.ApiClient()
 
 
 class Kube:

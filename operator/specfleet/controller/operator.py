@@ -22,7 +22,6 @@ from specfleet.api import InvalidSpecModel, SpecModel, SpecModelStatus, parse_sp
 from specfleet.api.experiment import SpecExperiment, SpecExperimentStatus
 from specfleet.api.status import RolloutPhase
 from specfleet.api.validation import InvalidSpecExperiment, parse_specexperiment
-from specfleet.controller import children
 from specfleet.controller.experiments import CapacityLive, reconcile_experiment
 from specfleet.controller.kube import Kube
 from specfleet.controller.last_written import LastWritten, uid_of
@@ -44,12 +43,13 @@ from specfleet.controller.metrics import (
 from specfleet.controller.receivers import ReceiverCache
 from specfleet.controller.reconcile import Live, Outcome, reconcile
 from specfleet.controller.revisions import RevisionConfigs
-from specfleet.controller.step import GuardTick
 from specfleet.experiment.mirror import mirror_of
 from specfleet.experiment.sample import get_sample
 from specfleet.guard.actions import ActionKind
 from specfleet.render import RenderSettings
 from specfleet.telemetry.reader import Target, TelemetryReader
+from specfleet.tick import children
+from specfleet.tick.step import GuardTick
 
 ROLLED_BACK = (ActionKind.ROLLED_BACK, ActionKind.ROLLOUT_ABORTED)
 """What counts as a rollback: the fleet's, and a canary rollout's abort."""

@@ -1,4 +1,4 @@
-"""One SpecModel, level-based: read, step (`controller.step`), apply what differs, prune, write
+"""One SpecModel, level-based: read, step (`tick.step`), apply what differs, prune, write
 status.
 
 Sync; runs in a worker thread. Children come from the operator's watches (no reads); writes go
@@ -17,15 +17,15 @@ from pydantic import ValidationError
 
 from specfleet.api import InvalidSpecModel, SpecModel, SpecModelStatus
 from specfleet.api.gateway import Mirror
-from specfleet.controller import children, events
-from specfleet.controller.children import ChildKey
 from specfleet.controller.kube import Kube
 from specfleet.controller.revisions import RevisionConfigs
-from specfleet.controller.status import Observed, invalid_status
-from specfleet.controller.step import GuardTick, step
 from specfleet.guard import Action
 from specfleet.render import RenderSettings
 from specfleet.render.workload import canary_name, rollout_name
+from specfleet.tick import children, events
+from specfleet.tick.children import ChildKey
+from specfleet.tick.status import Observed, invalid_status
+from specfleet.tick.step import GuardTick, step
 
 Body = dict[str, Any]
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
-"""Revisions kept for rollbacks: each distinct engine config is a ControllerRevision owned by
-its SpecModel, named by the config's hash, so its content never changes."""
+"""The engine configs of the revisions kept for rollbacks, read back from their ControllerRevisions
+(`render.revision`)."""
 
 from __future__ import annotations
 
@@ -12,33 +12,12 @@ from pydantic import ValidationError
 from specfleet.api import EngineConfig, SpecModel
 from specfleet.api.status import RevisionRecord
 from specfleet.controller.kube import Kube
-from specfleet.controller.plan import served_well
 from specfleet.render import revision_hash
-from specfleet.render.labels import managed_labels, owner_reference
+from specfleet.render.revision import revision_name
+from specfleet.tick.plan import served_well
 
 Body = dict[str, Any]
 log = logging.getLogger(__name__)
-
-
-def revision_name(specmodel: SpecModel, record: RevisionRecord) -> str:
-    return f"{specmodel.metadata.name}-{record.hash}"
-
-
-def controller_revision(specmodel: SpecModel, record: RevisionRecord) -> Body:
-    """The full engine config of a revision, owned by the SpecModel."""
-    meta = specmodel.metadata
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ControllerRevision",
-        "metadata": {
-            "name": revision_name(specmodel, record),
-            "namespace": meta.namespace,
-            "labels": managed_labels(meta.name),
-            "ownerReferences": [owner_reference(specmodel)],
-        },
-        "revision": record.number,
-        "data": specmodel.engine_config().canonical(),
-    }
 
 
 class RevisionConfigs:

@@ -14,9 +14,9 @@ from prometheus_client import start_http_server
 
 from specfleet.alerts.receivers import Alertmanager, Receiver
 from specfleet.alerts.sender import AlertSender
-from specfleet.cluster_access import cluster_needed
+from specfleet.cluster_access import api_client, cluster_needed
 from specfleet.controller import admission
-from specfleet.controller.kube import Kube, api_client
+from specfleet.controller.kube import Kube
 from specfleet.controller.metrics import REGISTRY
 from specfleet.controller.operator import Operator
 from specfleet.render import RenderSettings

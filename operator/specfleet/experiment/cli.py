@@ -104,7 +104,7 @@ def _cluster_slos(namespace: str, experiment: Any) -> dict[str, ClassSlo] | None
     from kubernetes.client.exceptions import ApiException
 
     from specfleet.api import GROUP, PLURAL, VERSION, parse_specmodel
-    from specfleet.controller.kube import api_client
+    from specfleet.cluster_access import api_client
     from specfleet.experiment.arms import class_slos
 
     try:
@@ -124,8 +124,7 @@ def _read_experiment(namespace: str, name: str) -> object:
 
     from specfleet.api import GROUP, VERSION
     from specfleet.api.experiment import EXPERIMENT_PLURAL
-    from specfleet.cluster_access import NOT_ALLOWED, cluster_needed
-    from specfleet.controller.kube import api_client
+    from specfleet.cluster_access import NOT_ALLOWED, api_client, cluster_needed
 
     with cluster_needed("specfleet experiment report NAME", offline=OFFLINE):
         api = client.CustomObjectsApi(api_client())

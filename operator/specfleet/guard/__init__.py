@@ -3,6 +3,6 @@
 from specfleet.guard.actions import Action
 from specfleet.guard.decide import Decision, decide
 from specfleet.guard.policy import Policy
-from specfleet.guard.tick import Situation
+from specfleet.guard.situation import Situation
 
 __all__ = ["Action", "Decision", "Policy", "Situation", "decide"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from specfleet.guard.actions import ActionKind
-from specfleet.guard.tick import Tick
+from specfleet.guard.situation import Tick
 
 
 def blind(tick: Tick) -> None:

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 from specfleet.api.status import ClassGuardStatus, ClassState
 from specfleet.guard.actions import ActionKind
+from specfleet.guard.situation import Tick
 from specfleet.guard.speedup import wilson_interval
-from specfleet.guard.tick import Tick
 from specfleet.guard.verdict import ClassVerdict, Evaluation
 from specfleet.telemetry.model import ClassWindow
 

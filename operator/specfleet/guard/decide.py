@@ -24,8 +24,8 @@ from specfleet.api.status import ClassObservation, GuardStatus, KillSwitchStatus
 from specfleet.guard import blindness, classes, killswitch, probation, ratelimit, rollout
 from specfleet.guard.actions import Action
 from specfleet.guard.policy import Policy
+from specfleet.guard.situation import Situation, Tick
 from specfleet.guard.speedup import weighted
-from specfleet.guard.tick import Situation, Tick
 from specfleet.guard.verdict import Evaluation, evaluate
 from specfleet.telemetry.model import ClassWindow, Observation
 

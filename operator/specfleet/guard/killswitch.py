@@ -34,8 +34,8 @@ from specfleet.api.spec import GuardMode, GuardSpec
 from specfleet.api.status import KillSwitchState, KillSwitchStatus, SpeculationSource
 from specfleet.guard.actions import ActionKind, named
 from specfleet.guard.policy import TPOT_MEMORY_SECONDS
+from specfleet.guard.situation import Situation, Tick
 from specfleet.guard.speedup import paying_batch
-from specfleet.guard.tick import Situation, Tick
 from specfleet.guard.verdict import Evaluation
 from specfleet.telemetry.model import Observation
 

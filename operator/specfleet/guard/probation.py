@@ -15,7 +15,7 @@ from datetime import datetime
 
 from specfleet.api.status import LatencyBaseline, QualityBaseline, RevisionVerdict
 from specfleet.guard.actions import ActionKind, named
-from specfleet.guard.tick import Tick
+from specfleet.guard.situation import Tick
 from specfleet.guard.verdict import Evaluation
 from specfleet.telemetry.model import Observation
 

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from specfleet.api.status import KillSwitchState, KillSwitchStatus, SpeculationSource
 from specfleet.guard.actions import Action, ActionKind
-from specfleet.guard.tick import Tick
+from specfleet.guard.situation import Tick
 
 HOUR = timedelta(hours=1)
 

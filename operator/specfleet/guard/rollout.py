@@ -15,7 +15,7 @@ from specfleet.api.status import RolloutAnalysis, RolloutPhase, RolloutStatus
 from specfleet.guard.actions import ActionKind
 from specfleet.guard.analysis import Analysis, analyse
 from specfleet.guard.probation import baseline
-from specfleet.guard.tick import Tick
+from specfleet.guard.situation import Tick
 
 
 def judge_step(tick: Tick) -> None:

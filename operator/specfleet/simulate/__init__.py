@@ -4,8 +4,8 @@
         [--rollout-seconds 60] [--no-plot]
 
 On a virtual clock the fleet serves the scenario (the format `specfleet-testbed engine` reads) in
-slices; every tick the operator's own path (`controller.guarding.situation`, `guard.decide`,
-`controller.guarding.apply_decision`, `controller.plan`, `controller.status.next_status`) judges
+slices; every tick the operator's own path (`tick.guarding.situation`, `guard.decide`,
+`tick.guarding.apply_decision`, `tick.plan`, `tick.status.next_status`) judges
 the last window, built per class the way telemetry builds it; a plan change (kill switch,
 trial, rollback, new revision) reaches the fleet after `rollout_seconds`, and the guard judges
 again only a whole window after the rollout completed (`settled`). What the fleet serves follows

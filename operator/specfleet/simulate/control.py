@@ -1,4 +1,4 @@
-"""The operator's half of the loop: the production tick (`controller.step`) over the Deployment
+"""The operator's half of the loop: the production tick (`tick.step`) over the Deployment
 as the controller's watch would see it (synthesized from the simulated fleet). So the guard
 judges a window only when the operator would: rollout complete and Ready for a whole window.
 """
@@ -10,14 +10,14 @@ from datetime import datetime
 from typing import Any
 
 from specfleet.api import EngineConfig, SpecModel, SpecModelStatus
-from specfleet.controller.plan import Plan, plan
-from specfleet.controller.status import Observed
-from specfleet.controller.step import GuardTick, Step, step
 from specfleet.render import revision_hash
 from specfleet.render.workload import SPECULATION_LABEL
 from specfleet.simulate.fleet import Fleet
 from specfleet.simulate.world import Setting
 from specfleet.telemetry.model import Observation
+from specfleet.tick.plan import Plan, plan
+from specfleet.tick.status import Observed
+from specfleet.tick.step import GuardTick, Step, step
 
 Body = dict[str, Any]
 

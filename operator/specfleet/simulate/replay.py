@@ -17,7 +17,6 @@ from typing import Any
 
 from specfleet.api.spec import GuardSpec
 from specfleet.api.status import KillSwitchState
-from specfleet.controller.plan import rollback_target
 from specfleet.guard import Action, Decision
 from specfleet.guard.speedup import weighted
 from specfleet.simulate.control import Operator, initial_setting
@@ -26,6 +25,7 @@ from specfleet.simulate.fleet import Fleet
 from specfleet.simulate.outcome import ClassSlice, realize, window
 from specfleet.simulate.world import Conditions, Setting, World
 from specfleet.telemetry.model import Observation
+from specfleet.tick.plan import rollback_target
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 RUNNING_BEFORE = 3600.0
@@ -321,7 +321,7 @@ def _follow(
 
 
 def _rollback_target(operator: Operator, active: int) -> int | None:
-    """The revision a rollback would serve at this decision (`controller.plan.rollback_target`;
+    """The revision a rollback would serve at this decision (`tick.plan.rollback_target`;
     None: there is none, as while the first revision is the only one)."""
     target = rollback_target(operator.status.revisions, active)
     return target.number if target else None

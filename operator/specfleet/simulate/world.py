@@ -33,7 +33,7 @@ class Setting:
 class Revision:
     config: str
     number: int
-    """In order of first appearance, as `controller.plan` numbers them."""
+    """In order of first appearance, as `tick.plan` numbers them."""
     since: float
     """Scenario time the spec first asked for it."""
     k: int

@@ -1,4 +1,4 @@
-"""A canary rollout through the whole tick (`controller.step`), window after window: the fleet
+"""A canary rollout through the whole tick (`tick.step`), window after window: the fleet
 stays on the control while the new revision serves on the rollout's pods, then the whole fleet
 (promoted) or none of it (aborted)."""
 
@@ -11,10 +11,10 @@ from argocd_lua import health
 from conftest import specmodel_doc
 from specfleet.alerts.model import firing
 from specfleet.api import ROLLOUT_ANNOTATION, SpecModel, parse_specmodel
-from specfleet.controller.events import action_type, transitions
 from specfleet.controller.metrics import REGISTRY, record_rollout
 from specfleet.render import RenderSettings
 from specfleet.telemetry.model import Observation
+from specfleet.tick.events import action_type, transitions
 from test_guard import observe
 from test_guard_loop import CLASSES, Loop, deployment
 

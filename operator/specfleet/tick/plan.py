@@ -5,7 +5,7 @@ judged bad (then the rollback target, until the spec's engine config or the retr
 changes), with speculation on unless an override or the guard's kill switch says off
 (`guard.killswitch` says which, and why). While the guard tries speculation again (a trial),
 the fleet stays without it and a canary pod runs it. While a new revision rolls out as a canary
-(`controller.rollouts`), the fleet serves the control and the canary the new revision; after an
+(`tick.rollouts`), the fleet serves the control and the canary the new revision; after an
 abort the fleet stays on the control.
 """
 
@@ -25,9 +25,9 @@ from specfleet.api.status import (
     SpecModelStatus,
     SpeculationSource,
 )
-from specfleet.controller import rollouts
 from specfleet.guard import killswitch
 from specfleet.render import revision_hash
+from specfleet.tick import rollouts
 
 
 @dataclass(frozen=True)

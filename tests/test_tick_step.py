@@ -1,4 +1,4 @@
-"""The one tick (`controller.step`) that reconcile runs and `specfleet simulate` replays: the
+"""The one tick (`tick.step`) that reconcile runs and `specfleet simulate` replays: the
 guard's decision and the plan that follows it come from one planning of the revisions."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from conftest import specmodel_doc
 from specfleet.api import SpecModel, SpecModelStatus, parse_specmodel
 from specfleet.api.status import RevisionRecord
-from specfleet.controller.status import Observed
-from specfleet.controller.step import GuardTick, step
 from specfleet.render import RenderSettings, revision_hash
+from specfleet.tick.status import Observed
+from specfleet.tick.step import GuardTick, step
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 

@@ -17,14 +17,14 @@ from datetime import datetime
 from specfleet.api import EngineConfig, SpecModel, SpecModelStatus
 from specfleet.api.spec import SpeculativeSpec
 from specfleet.api.status import RevisionRecord
-from specfleet.controller import children, guarding, rollouts
-from specfleet.controller.plan import Plan, plan, replan
-from specfleet.controller.revisions import controller_revision
-from specfleet.controller.status import Observed, next_status, rollout
 from specfleet.guard import Action, Decision, Situation, decide
 from specfleet.render import Manifest, RenderSettings, ServingPlan, render
 from specfleet.render.plan import RolloutCanary
+from specfleet.render.revision import controller_revision
 from specfleet.telemetry.model import Observation
+from specfleet.tick import children, guarding, rollouts
+from specfleet.tick.plan import Plan, plan, replan
+from specfleet.tick.status import Observed, next_status, rollout
 
 Configs = Mapping[str, EngineConfig]
 """Engine configs by revision hash: at least every revision the plan may serve (the spec's own

@@ -23,10 +23,10 @@ from specfleet.api.status import (
     ServingPlanStatus,
     SpeculationSource,
 )
-from specfleet.controller.plan import Plan
-from specfleet.controller.rollouts import RUNNING
 from specfleet.guard import killswitch
 from specfleet.render.workload import SPECULATION_LABEL, canary_name
+from specfleet.tick.plan import Plan
+from specfleet.tick.rollouts import RUNNING
 
 Body = dict[str, Any]
 

@@ -10,8 +10,8 @@ import pytest
 from conftest import specmodel_doc
 from specfleet.api import SpecModelStatus, parse_specmodel
 from specfleet.api.status import KillSwitchStatus, RevisionRecord
-from specfleet.controller.plan import plan, rollback_target
 from specfleet.render import revision_hash
+from specfleet.tick.plan import plan, rollback_target
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 EAGLE = {"method": "eagle3", "draftModel": "d"}

@@ -16,11 +16,11 @@ from specfleet.api.status import (
     RevisionRecord,
     RevisionVerdict,
 )
-from specfleet.controller import rollouts
-from specfleet.controller.plan import Plan, rollback_target
-from specfleet.controller.status import Rollout
 from specfleet.guard import Action, Decision, Policy, Situation, killswitch
 from specfleet.telemetry.model import Observation
+from specfleet.tick import rollouts
+from specfleet.tick.plan import Plan, rollback_target
+from specfleet.tick.status import Rollout
 
 
 def situation(

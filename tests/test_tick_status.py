@@ -8,11 +8,11 @@ from typing import Any
 from conftest import specmodel_doc
 from specfleet.api import SpecModelStatus, parse_specmodel
 from specfleet.api.status import KillSwitchStatus
-from specfleet.controller.children import APPLIED_HASH, changes, summary, with_applied_hash
-from specfleet.controller.events import transitions
-from specfleet.controller.plan import plan
-from specfleet.controller.status import Observed, invalid_status, next_status, rollout
 from specfleet.render import render
+from specfleet.tick.children import APPLIED_HASH, changes, summary, with_applied_hash
+from specfleet.tick.events import transitions
+from specfleet.tick.plan import plan
+from specfleet.tick.status import Observed, invalid_status, next_status, rollout
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(minutes=5)

@@ -26,7 +26,7 @@ class Situation:
     """The active revision."""
     has_last_good: bool
     """A rollback target exists: a good revision, or one that served clean
-    (`controller.plan.rollback_target`)."""
+    (`tick.plan.rollback_target`)."""
     speculation: bool
     """Whether the running pods use speculation."""
     settled: bool
