@@ -1,6 +1,6 @@
-"""The native pump against the Python reader's own test of a plain token chunk: for any read of
-chunks, the pump relays exactly the longest run of whole plain chunks at its front, framed as
-one chunk, and hands back the rest from a chunk's start."""
+"""The native pump against the Python definition of a plain token chunk (`exchange.is_plain`):
+for any read of chunks, the pump relays exactly the longest run of whole plain chunks at its
+front, framed as one chunk, and hands back the rest from a chunk's start."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specfleet.gateway.exchange import worth_parsing
-from specfleet.gateway.sse import DONE
+from specfleet.gateway.exchange import is_plain
+from specfleet.gateway.sse import SseSplitter
 from specfleet.gateway.upstream import Pump
 
 SEPARATOR = b"\n\n"
@@ -35,13 +35,11 @@ def chunk(payload: bytes) -> bytes:
 
 
 def plain(payload: bytes) -> bool:
-    """The Python relay's test (`StreamReader.skims`, for one chunk's payload)."""
-    return (
-        payload.startswith(b"data:")
-        and payload.endswith(SEPARATOR)
-        and DONE not in payload
-        and not worth_parsing(payload)
-    )
+    """What the Python relay decides for a read of one chunk's payload past the first token
+    (`ClientStream.feed`): whole events (`SseSplitter.ends_whole`) that are plain."""
+    splitter = SseSplitter()
+    splitter.feed(SEPARATOR)  # the stream's separator, known from its first event
+    return splitter.ends_whole(payload) and is_plain(payload)
 
 
 @contextmanager

@@ -5,8 +5,9 @@
 //! that cannot take a write ends the pump's turn: what it did not relay goes back to the
 //! gateway's Python relay, which goes on from there.
 //!
-//! "Plain" is the Python reader's own test (`gateway/exchange.py`: `worth_parsing`, the skim):
-//! whole `data:` events, no `[DONE]`, no usage, no error, no finish reason that is not null.
+//! "Plain" is defined in Python, by `gateway/exchange.py: is_plain` (a chunk's payload also ends
+//! in the stream's separator: whole events, as the Python relay's splitter requires); this is its
+//! port, which `tests/test_relay_pump.py` checks against that function.
 
 use std::cell::RefCell;
 
@@ -189,6 +190,7 @@ fn next_chunk(data: &[u8], at: usize) -> Option<(usize, usize)> {
     Some((start, end))
 }
 
+/// `gateway/exchange.py: is_plain`, for a chunk's payload of whole events (ending in `separator`).
 fn is_plain(payload: &[u8], separator: &[u8]) -> bool {
     payload.starts_with(b"data:")
         && payload.ends_with(separator)

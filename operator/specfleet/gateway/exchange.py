@@ -68,6 +68,14 @@ def worth_parsing(payload: bytes) -> bool:
     return finishes > nulls
 
 
+def is_plain(events: bytes) -> bool:
+    """Whether `events` (whole ones, joined) are only plain token chunks: ones the gateway may
+    relay without parsing once the first token is read. `data:` events, no `[DONE]`, nothing
+    `worth_parsing`. The one definition: the reader's skim and the native pump (`relay/`, a
+    port tested against this function) decide with it."""
+    return events.startswith(b"data:") and DONE not in events and not worth_parsing(events)
+
+
 class StreamReader:
     """Reads a relayed stream's events on the side: times, usage, speculative stats, outputs.
     Drops the usage chunk the gateway asked for on the client's behalf; relays everything
@@ -101,16 +109,14 @@ class StreamReader:
         return bool(self.held) or b'"usage"' in data or worth_parsing(data)
 
     def skims(self, events: bytes, now: float) -> bool:
-        """Whether `events` (whole ones, joined) are only plain token chunks, which `take` would
-        relay as they are and `relayed` skim past: then they are read here, at once."""
+        """Whether `events` (whole ones, joined) are plain (`is_plain`) past the first token,
+        which `take` would relay as they are without parsing: then they are read here, at once."""
         if (
             self.skim
             and self.reading
             and self.first_token_t is not None
             and not self.held
-            and events.startswith(b"data:")
-            and DONE not in events
-            and not worth_parsing(events)
+            and is_plain(events)
         ):
             self.last_token_t = now
             return True
@@ -123,22 +129,10 @@ class StreamReader:
         return b"".join(self._relayed(event, now) for event in events)
 
     def relayed(self, events: list[bytes], out: bytes, now: float) -> None:
-        """Reads events already relayed unchanged (`out` is them joined)."""
-        if self._plain_tokens(out):
-            self.last_token_t = now
-        else:
+        """Reads events already relayed unchanged (`out` is them joined; none is held, or
+        `may_drop` would have sent them to `take`)."""
+        if not self.skims(out, now):
             self.take(events, now)
-
-    def _plain_tokens(self, out: bytes) -> bool:
-        """Whether `out` is only token chunks that `take` would skim past without parsing."""
-        return (
-            self.skim
-            and self.reading
-            and self.first_token_t is not None
-            and out.startswith(b"data:")
-            and DONE not in out
-            and not worth_parsing(out)
-        )
 
     def release(self) -> bytes:
         """Held finish chunks, as they came (the stream ended without a usage chunk)."""
