@@ -16,16 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import httptools
 from multidict import CIMultiDict
 
 from specfleet.gateway.request import Request, response_head
 from specfleet.gateway.wire import Reply, openai_error
-
-if TYPE_CHECKING:
-    from specfleet.gateway.listener import Listener
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +42,19 @@ class Handler(Protocol):
 
     def refused(self, status: int) -> None:
         """The server answered a request at its head, with `status`: counted, never handled."""
+
+
+class Connections(Protocol):
+    """What a connection needs of the port that accepted it (`listener.Listener`)."""
+
+    handler: Handler
+    loop: asyncio.AbstractEventLoop
+    client_timeout: float
+    keepalive: float
+    draining: bool
+    connections: set[ClientConnection]
+
+    def forget(self, connection: ClientConnection) -> None: ...
 
 
 class HeadRefused(Exception):
@@ -69,7 +79,7 @@ FAILED = openai_error(500, "the gateway failed", "InternalServerError", close=Tr
 
 
 class ClientConnection(asyncio.Protocol):
-    def __init__(self, listener: Listener) -> None:
+    def __init__(self, listener: Connections) -> None:
         self.listener = listener
         self.loop = listener.loop
         self.parser = httptools.HttpRequestParser(self)

@@ -8,15 +8,28 @@ import asyncio
 import zlib
 from collections.abc import Iterable, Mapping
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import unquote
 
 from multidict import CIMultiDict
 
 from specfleet.gateway.wire import BadRequest, Reply, bad_request, too_large
 
-if TYPE_CHECKING:
-    from specfleet.gateway.connection import ClientConnection
+
+class Conversation(Protocol):
+    """What a request needs of its client connection (`connection.ClientConnection`)."""
+
+    transport: asyncio.Transport | None
+
+    @property
+    def draining(self) -> bool: ...
+
+    def stop_reading(self) -> None: ...
+
+    def answered(self, request: Request) -> None: ...
+
+    async def drained(self) -> None: ...
+
 
 # zlib's window bits for each content coding the gateway decodes.
 DECODED = {"gzip": 31, "x-gzip": 31, "deflate": 15}
@@ -38,7 +51,7 @@ class Request:
 
     def __init__(
         self,
-        connection: ClientConnection,
+        connection: Conversation,
         method: str,
         target: str,
         version: str,
