@@ -1,5 +1,7 @@
 """The series the gateway exports and telemetry reads: their names, their labels, and the label
-values telemetry selects on. A contract between the two.
+values telemetry selects on. A contract between the two. Also the names of the series the
+operator exports about itself (`controller.metrics`, `alerts.metrics`): with the gateway's,
+the only names the chart's dashboard and alert rules may select (tests/test_series_names.py).
 
 Prometheus adds `_total` to counters and `_bucket`/`_sum`/`_count` to histograms. The gateway
 labels each series by class (and outcome, validity, ...); the scrape adds `namespace`, and the
@@ -32,6 +34,22 @@ MIRROR_EXACT_MATCHES = "specfleet_mirror_exact_matches"
 MIRROR_AGREEMENT = "specfleet_mirror_agreement"
 VLLM_KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 """The engine's own gauge (0..1), scraped from its pods: an experiment's memory headroom."""
+
+# The operator's own series, served on its --metrics-port.
+RECONCILES = "specfleet_reconcile"
+RECONCILE_SECONDS = "specfleet_reconcile_duration_seconds"
+API_WRITES = "specfleet_api_writes"
+SPECMODELS = "specfleet_specmodels"
+KILL_SWITCH_ENGAGED = "specfleet_kill_switch_engaged"
+GUARD_DECISIONS = "specfleet_guard_decisions"
+ROLLBACKS = "specfleet_rollbacks"
+GUARD_BLIND = "specfleet_guard_blind"
+ACTIVE_REVISION = "specfleet_active_revision"
+ALERT_RECEIVERS_UNREADABLE = "specfleet_alert_receivers_unreadable"
+ROLLOUT_CANARY_PODS = "specfleet_rollout_canary_pods"
+ROLLOUT_STEP = "specfleet_rollout_step"
+CLASS_BREACHING = "specfleet_class_breaching"
+ALERT_DELIVERIES = "specfleet_alert_deliveries"
 
 # Labels the gateway sets.
 CLASS = "class"

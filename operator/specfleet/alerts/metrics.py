@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from prometheus_client import Counter
 
+from specfleet import series
+
 ALERT_DELIVERIES = Counter(
-    "specfleet_alert_deliveries_total",
+    series.ALERT_DELIVERIES,
     "Alert deliveries by receiver and result (ok, failed, dropped).",
     ["receiver", "result"],
     registry=None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from specfleet import series
 from specfleet.alerts.metrics import ALERT_DELIVERIES
 from specfleet.api.status import ClassGuardStatus, ClassState, RolloutPhase, RolloutStatus
 
@@ -11,79 +12,79 @@ REGISTRY = CollectorRegistry()
 REGISTRY.register(ALERT_DELIVERIES)
 
 RECONCILES = Counter(
-    "specfleet_reconcile_total",
+    series.RECONCILES,
     "SpecModel reconciles by namespace and result (ok, error, invalid).",
     ["namespace", "result"],
     registry=REGISTRY,
 )
 RECONCILE_SECONDS = Histogram(
-    "specfleet_reconcile_duration_seconds",
+    series.RECONCILE_SECONDS,
     "Time to reconcile one SpecModel.",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
     registry=REGISTRY,
 )
 API_WRITES = Counter(
-    "specfleet_api_writes_total",
+    series.API_WRITES,
     "Requests that change the cluster, by namespace and verb (apply, delete, status, event).",
     ["namespace", "verb"],
     registry=REGISTRY,
 )
 SPECMODELS = Gauge(
-    "specfleet_specmodels",
+    series.SPECMODELS,
     "SpecModels by namespace and phase, as last reconciled.",
     ["namespace", "phase"],
     registry=REGISTRY,
 )
 KILL_SWITCH_ENGAGED = Gauge(
-    "specfleet_kill_switch_engaged",
+    series.KILL_SWITCH_ENGAGED,
     "1 while speculation is switched off for the SpecModel by the guard or an override.",
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )
 GUARD_DECISIONS = Counter(
-    "specfleet_guard_decisions_total",
+    series.GUARD_DECISIONS,
     "Guard decisions by action (kill_switch_engaged, rolled_back, ...).",
     ["namespace", "action"],
     registry=REGISTRY,
 )
 ROLLBACKS = Counter(
-    "specfleet_rollbacks_total",
+    series.ROLLBACKS,
     "Rollbacks to the last good revision, and canary rollouts aborted.",
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )
 GUARD_BLIND = Gauge(
-    "specfleet_guard_blind",
+    series.GUARD_BLIND,
     "1 while the guard of a SpecModel has no metrics.",
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )
 ACTIVE_REVISION = Gauge(
-    "specfleet_active_revision",
+    series.ACTIVE_REVISION,
     "The revision a SpecModel serves (differs from the desired one after a rollback).",
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )
 ALERT_RECEIVERS_UNREADABLE = Gauge(
-    "specfleet_alert_receivers_unreadable",
+    series.ALERT_RECEIVERS_UNREADABLE,
     "1 while a SpecModel's alert receivers cannot be read from its Secrets.",
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )
 ROLLOUT_CANARY_PODS = Gauge(
-    "specfleet_rollout_canary_pods",
+    series.ROLLOUT_CANARY_PODS,
     "Pods of a canary rollout's new revision beside the fleet (0 when no rollout runs).",
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )
 ROLLOUT_STEP = Gauge(
-    "specfleet_rollout_step",
+    series.ROLLOUT_STEP,
     "The step a canary rollout runs, from 1 (0 when no rollout runs).",
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )
 CLASS_BREACHING = Gauge(
-    "specfleet_class_breaching",
+    series.CLASS_BREACHING,
     "1 while a class breaches the signal (speculation not paying, or an SLO), 0 once it is back.",
     ["namespace", "specmodel", "class", "signal"],
     registry=REGISTRY,
