@@ -21,10 +21,10 @@ from specfleet.api import (
 )
 from specfleet.guard.killswitch import ANNOTATION_SPECULATION
 from specfleet.tick.rollouts import OVERRIDES
-from test_tick_rollout import started, window
 from test_guard import observe
 from test_guard_loop import Loop
 from test_guard_loop import specmodel as guarded
+from test_tick_rollout import started, window
 
 KILL = ("kill-switch-engage", "kill-switch-release", "kill-switch-auto")
 ROLLOUT = ("promote", "abort", "clear-rollout-override")
