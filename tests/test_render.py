@@ -596,3 +596,27 @@ def test_trtllm_serves_the_declared_revision() -> None:
     args = container(render(parse_specmodel(doc)), "engine")["args"]
     assert args[args.index("--revision") + 1] == "v2"
     assert parse_trtllm(["trtllm-serve", *args], read_file=lambda _: "{}").model == "m"
+
+
+@pytest.mark.parametrize(("grace", "drain"), [(120, 105), (600, 585), (12, 0)])
+def test_gateway_and_vllm_drain_for_what_the_pod_grace_leaves_after_the_prestop(
+    grace: int, drain: int
+) -> None:
+    """Streams survive a restart only if both the gateway and the engine keep them after
+    SIGTERM for as long as the kubelet lets the pod live: its grace less the preStop."""
+    specmodel = parse_specmodel(specmodel_doc(pod={"terminationGracePeriodSeconds": grace}))
+    manifests = render(specmodel)
+    pod = by_kind(manifests, "Deployment")[0]["spec"]["template"]["spec"]
+    gateway, engine = container(manifests, "gateway"), container(manifests, "engine")
+    pre_stop = int(gateway["lifecycle"]["preStop"]["exec"]["command"][1])
+    assert pod["terminationGracePeriodSeconds"] == grace
+    assert gateway["args"][gateway["args"].index("--shutdown-grace") + 1] == str(drain)
+    assert engine["args"][engine["args"].index("--shutdown-timeout") + 1] == str(drain)
+    assert drain == 0 or pre_stop + drain < grace
+
+
+def test_trtllm_has_no_drain_flag_but_the_gateway_still_drains() -> None:
+    specmodel = parse_specmodel(specmodel_doc(engine={"name": "tensorrt-llm"}))
+    manifests = render(specmodel)
+    assert not any("shutdown" in a for a in container(manifests, "engine")["args"])
+    assert "--shutdown-grace" in container(manifests, "gateway")["args"]

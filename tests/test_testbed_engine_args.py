@@ -61,6 +61,13 @@ def test_vllm_speculation_off_and_defaults() -> None:
     assert cfg.served_model_names == ("Qwen/Qwen3-8B",)
     assert cfg.max_model_len == 32000 and cfg.max_num_seqs == 64
     assert cfg.per_request_spec_decode_metrics == "none"
+    assert cfg.shutdown_timeout is None
+
+
+def test_vllm_shutdown_timeout_is_simulated_not_ignored() -> None:
+    cfg = parse_vllm(["m", "--shutdown-timeout", "105"], env={})
+    assert cfg.shutdown_timeout == 105.0
+    assert not cfg.ignored_flags
 
 
 @pytest.mark.parametrize(

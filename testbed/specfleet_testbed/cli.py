@@ -98,7 +98,8 @@ def _listen(value: str | None, host: str | None, port: int | None, engine: str) 
     type=click.FloatRange(min=0),
     default=5.0,
     show_default=True,
-    help="On SIGTERM, seconds in-flight requests get to finish.",
+    help="On SIGTERM, seconds in-flight requests get to finish "
+    "(a vLLM command line's own --shutdown-timeout wins).",
 )
 @click.argument("engine_args", nargs=-1, type=click.UNPROCESSED)
 def engine_cmd(
@@ -147,7 +148,9 @@ def engine_cmd(
         startup_delay=startup_delay,
         epoch=epoch,
         effects=override,
-        shutdown_timeout=shutdown_timeout,
+        shutdown_timeout=config.shutdown_timeout
+        if config.shutdown_timeout is not None
+        else shutdown_timeout,
     )
     asyncio.run(_run(EngineSimulator(config, options), host, port))
 

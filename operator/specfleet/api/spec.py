@@ -805,7 +805,11 @@ class PodSpec(ApiModel):
         default=120,
         ge=0,
         le=MAX_EXACT_INTEGER,
-        description="Time in-flight requests get to finish on shutdown.",
+        description=(
+            "How long a stopping pod lives. It keeps serving for its preStop while endpoints "
+            "drop it; then the gateway and the engine (vLLM) let in-flight requests, streams "
+            "included, finish for what is left, less a few seconds to close connections."
+        ),
     )
 
 

@@ -24,4 +24,7 @@ class EngineLaunch:
     /health, which an engine saturated with work still answers at once."""
     metrics_path: str = "/metrics"
     drafting: Drafting | None = None
+    drain_flag: str | None = None
+    """The engine's flag for how long in-flight requests may finish after SIGTERM (rendered from
+    the pod's grace, as the gateway's drain is); None where the engine has no such flag."""
     """How the engine drafts, when the gateway must know it to count drafts (TensorRT-LLM)."""

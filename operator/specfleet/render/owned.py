@@ -32,6 +32,7 @@ RELIED_ON: dict[str, dict[str, str]] = {
         "--disable-log-stats": "operator: it removes the vllm:* series the guard reads",
         "--config": CONFIG_FILE,
         "--quantization-config": "quantization.weights",
+        "--shutdown-timeout": "pod.terminationGracePeriodSeconds",
     },
     "tensorrt-llm": {
         "--config": CONFIG_FILE,

@@ -16,6 +16,7 @@ def launch(config: EngineConfig, served_name: str, speculation: bool) -> EngineL
         command=None,
         args=args(config, served_name, speculation),
         env=env(config),
+        drain_flag="--shutdown-timeout",
     )
 
 

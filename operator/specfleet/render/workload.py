@@ -39,6 +39,9 @@ GATEWAY_PORT = 8080
 GATEWAY_METRICS_PORT = 9090
 GATEWAY_CONFIG_PATH = "/etc/specfleet/gateway"
 STARTUP_BUDGET_SECONDS = 1800
+PRE_STOP_SECONDS = 10
+"""How long a stopping pod keeps serving before SIGTERM, while endpoints drop it."""
+DRAIN_MARGIN_SECONDS = 5
 REVISION_LABEL = "specfleet.dev/revision"
 SPECULATION_LABEL = "specfleet.dev/speculation"
 ENGINE_METRICS_PATH_ANNOTATION = "specfleet.dev/engine-metrics-path"
@@ -277,8 +280,9 @@ def engine_container(workload: Workload) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "engine", "image": launch.image}
     if launch.command:
         container["command"] = launch.command
+    drain = [launch.drain_flag, str(drain_seconds(workload))] if launch.drain_flag else []
     container |= {
-        "args": launch.args,
+        "args": launch.args + drain,
         "env": engine_env(workload),
         "ports": [{"name": "engine", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
         "resources": engine_resources(workload),
@@ -289,7 +293,7 @@ def engine_container(workload: Workload) -> dict[str, Any]:
         "readinessProbe": http_probe("/health", period=5, failures=3, timeout=5),
         "livenessProbe": http_probe("/health", period=15, failures=4, timeout=5),
         # Give endpoints time to drop the pod before the engine stops taking requests.
-        "lifecycle": {"preStop": {"exec": {"command": ["sleep", "10"]}}},
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SECONDS)]}}},
         # The engine images run as root and write caches under $HOME and /tmp: no
         # runAsNonRoot and no read-only root filesystem, but root without capabilities.
         "securityContext": {
@@ -359,6 +363,13 @@ def volumes(workload: Workload) -> list[dict[str, Any]]:
     return result
 
 
+def drain_seconds(workload: Workload) -> int:
+    """How long the gateway lets streams finish after SIGTERM: what the pod's grace leaves after
+    the preStop, less a margin to close its connections before the kubelet kills it."""
+    grace = workload.specmodel.spec.pod.termination_grace_period_seconds
+    return max(0, grace - PRE_STOP_SECONDS - DRAIN_MARGIN_SECONDS)
+
+
 def gateway_container(workload: Workload) -> dict[str, Any]:
     return {
         "name": "gateway",
@@ -373,6 +384,8 @@ def gateway_container(workload: Workload) -> dict[str, Any]:
             f"0.0.0.0:{GATEWAY_METRICS_PORT}",
             "--config",
             f"{GATEWAY_CONFIG_PATH}/gateway.yaml",
+            "--shutdown-grace",
+            str(drain_seconds(workload)),
         ],
         "ports": [
             {"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"},
@@ -388,7 +401,7 @@ def gateway_container(workload: Workload) -> dict[str, Any]:
             "failureThreshold": 4,
         },
         # Keep proxying while endpoints drop the pod; in-flight streams then drain on SIGTERM.
-        "lifecycle": {"preStop": {"exec": {"command": ["sleep", "10"]}}},
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SECONDS)]}}},
         "resources": {
             "requests": {"cpu": "250m", "memory": "128Mi"},
             "limits": {"memory": "512Mi"},

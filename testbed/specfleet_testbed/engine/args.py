@@ -98,6 +98,7 @@ class EngineConfig:
     enable_auto_tool_choice: bool = False
     tool_call_parser: str | None = None
     enable_server_load_tracking: bool = False  # GET /load counts requests in flight
+    shutdown_timeout: float | None = None  # on SIGTERM, seconds in-flight requests may finish
     # TensorRT-LLM
     backend: str = "pytorch"
     tp_size: int = 1
@@ -279,6 +280,7 @@ def parse_vllm(
         p.add_argument(f"--enable-{name}", dest=dest, action="store_true", default=False)
         p.add_argument(f"--disable-{name}", dest=dest, action="store_false")
     p.add_argument("--tool-call-parser")
+    p.add_argument("--shutdown-timeout", type=float)
     p.add_argument("--max-model-len", type=_int_with_suffix)
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--tensor-parallel-size", type=int, default=1)
@@ -327,6 +329,7 @@ def parse_vllm(
         enable_auto_tool_choice=ns.enable_auto_tool_choice,
         tool_call_parser=ns.tool_call_parser,
         enable_server_load_tracking=ns.enable_server_load_tracking,
+        shutdown_timeout=ns.shutdown_timeout,
         tp_size=ns.tensor_parallel_size,
         ignored_flags=tuple(flags),
     )
