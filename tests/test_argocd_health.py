@@ -14,8 +14,9 @@ from argocd_lua import SCRIPT, health
 from conftest import ROOT, specmodel_doc
 from specfleet.api import SpecModelStatus, parse_specmodel
 from specfleet.api.status import KillSwitchStatus
+from specfleet.tick.observed import Observed
 from specfleet.tick.plan import plan
-from specfleet.tick.status import Observed, next_status
+from specfleet.tick.status import next_status
 
 FILES = ROOT / "charts/specfleet/files"
 CASES = yaml.safe_load((FILES / "argocd-health/health_test.yaml").read_text())["tests"]

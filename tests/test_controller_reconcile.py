@@ -15,8 +15,9 @@ from specfleet.controller.reconcile import Live, reconcile
 from specfleet.render import RenderSettings, ServingPlan, render
 from specfleet.telemetry.model import ClassWindow, Observation
 from specfleet.tick.children import with_applied_hash
+from specfleet.tick.observed import observe
 from specfleet.tick.plan import plan
-from specfleet.tick.status import Observed, next_status
+from specfleet.tick.status import next_status
 from specfleet.tick.step import GuardTick
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -64,13 +65,11 @@ def live(specmodel: Any, serving: ServingPlan) -> Live:
 def state(specmodel: Any, kill_switch: str, children: Live, **extra: Any) -> SpecModelStatus:
     """The status a reconcile of the same world wrote a while ago."""
     before = SpecModelStatus(kill_switch=KillSwitchStatus(state=kill_switch, source="guard"))
-    deployment = children.children[("Deployment", "m")]
-    canary = children.children.get(("Deployment", "m-canary"))
     earlier = NOW - timedelta(minutes=10)
     status = next_status(
         specmodel,
         plan(specmodel, before, earlier),
-        Observed(deployment, [], None, canary),
+        observe("m", children.children, []),
         before,
         earlier,
     )

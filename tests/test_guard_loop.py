@@ -10,12 +10,11 @@ from typing import Any
 
 from conftest import specmodel_doc
 from specfleet.api import KILL_SWITCH_ANNOTATION, EngineConfig, SpecModel, parse_specmodel
-from specfleet.api.status import SpecModelStatus
+from specfleet.api.status import ReplicaStatus, SpecModelStatus
 from specfleet.guard.actions import PER_CLASS, Action
 from specfleet.render import RenderSettings, revision_hash
-from specfleet.render.workload import SPECULATION_LABEL
 from specfleet.telemetry.model import Observation
-from specfleet.tick.status import Observed
+from specfleet.tick.observed import Observed, Rollout
 from specfleet.tick.step import GuardTick, Step, step
 from test_guard import observe
 
@@ -43,15 +42,10 @@ def specmodel(
     return parse_specmodel(doc)
 
 
-def deployment(replicas: int, speculation: bool) -> dict[str, Any]:
+def deployment(replicas: int, speculation: bool) -> Rollout:
     """A Deployment whose rollout is complete."""
-    labels = {SPECULATION_LABEL: "on" if speculation else "off"}
-    counts = ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas")
-    return {
-        "metadata": {"generation": 1},
-        "spec": {"replicas": replicas, "template": {"metadata": {"labels": labels}}},
-        "status": {"observedGeneration": 1, **dict.fromkeys(counts, replicas)},
-    }
+    counts = ReplicaStatus(desired=replicas, updated=replicas, ready=replicas, available=replicas)
+    return Rollout(counts, complete=True, speculation_running=speculation)
 
 
 @dataclass
@@ -101,11 +95,11 @@ class Loop:
             return Observed()
         the_plan = self.last.plan
         replicas = self.specmodel.spec.pod.replicas - the_plan.rollout_pods
-        canary = deployment(1, True) if the_plan.canary else None
+        canary = deployment(1, True) if the_plan.canary else Rollout()
         pods = the_plan.rollout_pods
-        rollout = deployment(pods, the_plan.speculation) if pods else None
+        rollout = deployment(pods, the_plan.speculation) if pods else Rollout()
         return Observed(
-            deployment=deployment(replicas, the_plan.speculation), canary=canary, rollout=rollout
+            fleet=deployment(replicas, the_plan.speculation), canary=canary, rollout=rollout
         )
 
     def condition(self, kind: str) -> tuple[str, str]:

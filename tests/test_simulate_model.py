@@ -147,15 +147,14 @@ def test_fleet_rollouts_move_one_pod_at_a_time_and_the_latest_target_wins() -> N
     fleet = Fleet(serving=on).request(off, 100.0, 60.0, replicas=2)
     assert [fleet.moved(t) for t in (100.0, 129.0, 130.0, 159.0)] == [0, 0, 1, 1]
     assert not fleet.settled and fleet.advance(159.0).serving == on
-    assert fleet.advance(160.0) == Fleet(serving=off, switched_at=160.0, generation=2)
+    assert fleet.advance(160.0) == Fleet(serving=off, switched_at=160.0)
     restarted = fleet.request(other, 130.0, 60.0, replicas=2)
     assert restarted.rollout and restarted.rollout.ready_at == 190.0
     assert restarted.pending == other and restarted.moved(130.0) == 0
-    assert restarted.generation == 3  # every plan change is a new Deployment generation
     assert fleet.request(on, 120.0, 60.0, replicas=2).settled  # no pod moved yet: cancelled
     back = fleet.request(on, 140.0, 60.0, replicas=2)  # one pod moved: it moves back
     assert back.pending == on and back.moved(140.0) == 1 and back.moved(170.0) == 2
-    assert back.advance(170.0) == Fleet(serving=on, switched_at=170.0, generation=3)
+    assert back.advance(170.0) == Fleet(serving=on, switched_at=170.0)
     assert fleet.request(off, 120.0, 60.0, replicas=2) is fleet  # the same target: nothing to do
 
 
@@ -217,7 +216,7 @@ def test_a_trial_runs_a_canary_judged_one_interval_after_it_serves() -> None:
     assert operator.canary == Setting(config, True)
     starting = fleet.request(operator.target, 0.0, 60.0, replicas=2)
     starting = starting.request_canary(operator.canary, 0.0, 60.0, replicas=2)
-    assert starting.generation == fleet.generation  # the fleet's Deployment is not touched
+    assert starting.settled and starting.serving == fleet.serving  # the fleet is not touched
     operator = operator.reconciled(starting, start)
     assert operator.status.canary and operator.status.canary.state == "Starting"
     canary = Observation(at=start, window_seconds=60, revision=1, speculation=True)

@@ -11,12 +11,14 @@ from argocd_lua import health
 from conftest import specmodel_doc
 from specfleet.alerts.model import firing
 from specfleet.api import ROLLOUT_ANNOTATION, SpecModel, parse_specmodel
+from specfleet.api.status import ReplicaStatus
 from specfleet.controller.metrics import REGISTRY, record_rollout
 from specfleet.render import RenderSettings
 from specfleet.telemetry.model import Observation
 from specfleet.tick.events import action_type, transitions
+from specfleet.tick.observed import Rollout
 from test_guard import observe
-from test_guard_loop import CLASSES, Loop, deployment
+from test_guard_loop import CLASSES, Loop
 
 GOOD = {"tool_calls_valid": 98.0, "tool_calls_invalid": 2.0, "p95_tpot_seconds": 0.02}
 
@@ -130,19 +132,10 @@ def test_a_class_too_thin_on_the_canary_holds_the_step_and_is_named() -> None:
 
 def test_a_canary_whose_pods_never_become_available_is_aborted_on_its_deadline() -> None:
     loop = started()
-    stuck = deployment(1, True)
-    stuck["status"] |= {
-        "availableReplicas": 0,
-        "readyReplicas": 0,
-        "conditions": [
-            {
-                "type": "Progressing",
-                "status": "False",
-                "reason": "ProgressDeadlineExceeded",
-                "message": 'ReplicaSet "m-rollout-5d8f" has timed out progressing.',
-            }
-        ],
-    }
+    counts = ReplicaStatus(desired=1, updated=1)
+    stuck = Rollout(
+        counts, deadline_exceeded='ReplicaSet "m-rollout-5d8f" has timed out progressing.'
+    )
     watched = loop._observed
     loop._observed = lambda: replace(watched(), rollout=stuck)  # type: ignore[method-assign]
     loop.tick(observe(0.8, 0.8, **GOOD))  # the canary never served: no window of its own

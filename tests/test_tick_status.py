@@ -11,8 +11,9 @@ from specfleet.api.status import KillSwitchStatus
 from specfleet.render import render
 from specfleet.tick.children import APPLIED_HASH, changes, summary, with_applied_hash
 from specfleet.tick.events import transitions
+from specfleet.tick.observed import Observed, Rollout, observe, rollout, unschedulable
 from specfleet.tick.plan import plan
-from specfleet.tick.status import Observed, invalid_status, next_status, rollout
+from specfleet.tick.status import invalid_status, next_status
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(minutes=5)
@@ -54,7 +55,7 @@ def conditions(status: Any) -> dict[str, tuple[str, str]]:
 
 
 def test_complete_rollout_is_ready() -> None:
-    status = status_for(Observed(deployment=deployment()), speculative={"method": "ngram"})
+    status = status_for(Observed(fleet=rollout(deployment())), speculative={"method": "ngram"})
     assert status.phase == "Ready"
     assert conditions(status)["Ready"] == ("True", "Available")
     assert conditions(status)["SpeculationActive"] == ("True", "Enabled")
@@ -63,7 +64,7 @@ def test_complete_rollout_is_ready() -> None:
 
 
 def test_partial_rollout_is_progressing() -> None:
-    status = status_for(Observed(deployment=deployment(updated=1, available=2)))
+    status = status_for(Observed(fleet=rollout(deployment(updated=1, available=2))))
     assert status.phase == "Progressing"
     assert conditions(status)["Progressing"] == ("True", "RollingOut")
 
@@ -85,7 +86,7 @@ def test_progress_deadline_is_degraded_with_the_deployments_message() -> None:
             }
         ],
     )
-    status = status_for(Observed(deployment=stuck))
+    status = status_for(Observed(fleet=rollout(stuck)))
     assert status.phase == "Degraded"
     degraded = next(c for c in status.conditions if c.type == "Degraded")
     assert degraded.reason == "ProgressDeadlineExceeded" and "timed out" in degraded.message
@@ -105,9 +106,39 @@ def test_unschedulable_pod_says_why() -> None:
             ]
         },
     }
-    status = status_for(Observed(deployment=deployment(available=0, updated=2), pods=[pod]))
+    watched = {("Deployment", "m"): deployment(available=0, updated=2)}
+    status = status_for(observe("m", watched, [pod]))
     degraded = next(c for c in status.conditions if c.type == "Degraded")
     assert degraded.reason == "Unschedulable" and "Insufficient nvidia.com/gpu" in degraded.message
+    assert degraded.message == unschedulable([pod]) and degraded.message.startswith("pod m-1 ")
+
+
+def test_the_watched_deployments_are_observed_by_name() -> None:
+    """`observe`, the operator's one reader of the watched JSON: the engine Deployment, a
+    trial's canary and a canary rollout's, each typed; what is not there is not seen."""
+    canary = deployment(replicas=1, updated=1, available=1)
+    stuck = deployment(replicas=1, updated=1, available=0, speculation="off")
+    service = {"kind": "Service", "metadata": {"name": "m"}}
+    watched = {
+        ("Deployment", "m"): deployment(),
+        ("Deployment", "m-canary"): canary,
+        ("Deployment", "m-rollout"): stuck,
+        ("Service", "m"): service,
+    }
+    seen = observe("m", watched, [])
+    assert seen == Observed(
+        fleet=rollout(deployment()), canary=rollout(canary), rollout=rollout(stuck)
+    )
+    assert seen.fleet.complete and seen.canary.complete and seen.canary.speculation_running
+    assert not seen.rollout.complete and seen.rollout.speculation_running is False
+    assert seen.rollout.replicas.model_dump() == {
+        "desired": 1,
+        "updated": 1,
+        "ready": 0,
+        "available": 0,
+    }
+    assert observe("m", {("Service", "m"): service}, []) == Observed()
+    assert Observed().fleet == Rollout() and Rollout().speculation_running is None
 
 
 def test_apply_error_is_degraded() -> None:
@@ -126,7 +157,7 @@ def test_annotation_kill_switch_shows_in_status() -> None:
 
 
 def test_unchanged_world_gives_an_identical_status() -> None:
-    observed = Observed(deployment=deployment())
+    observed = Observed(fleet=rollout(deployment()))
     first = status_for(observed)
     sm = parse_specmodel(specmodel_doc())
     again = next_status(sm, plan(sm, first, LATER), observed, first, LATER)
@@ -134,16 +165,17 @@ def test_unchanged_world_gives_an_identical_status() -> None:
 
 
 def test_transition_time_moves_only_when_status_changes() -> None:
-    first = status_for(Observed(deployment=deployment(updated=1)))
+    first = status_for(Observed(fleet=rollout(deployment(updated=1))))
     sm = parse_specmodel(specmodel_doc())
-    later = next_status(sm, plan(sm, first, LATER), Observed(deployment=deployment()), first, LATER)
+    seen = Observed(fleet=rollout(deployment()))
+    later = next_status(sm, plan(sm, first, LATER), seen, first, LATER)
     times = {c.type: c.last_transition_time for c in later.conditions}
     assert times["Ready"] == LATER.isoformat()
     assert times["Degraded"] == NOW.isoformat()
 
 
 def test_invalid_status_names_fields_and_keeps_other_conditions() -> None:
-    good = status_for(Observed(deployment=deployment()))
+    good = status_for(Observed(fleet=rollout(deployment())))
     invalid = invalid_status(2, ["spec.x: bad"], good, LATER)
     assert invalid.phase == "Invalid"
     assert conditions(invalid)["Degraded"] == ("True", "InvalidSpec")
@@ -152,7 +184,7 @@ def test_invalid_status_names_fields_and_keeps_other_conditions() -> None:
 
 
 def test_events_for_new_revision_plan_flip_and_degradation() -> None:
-    before = status_for(Observed(deployment=deployment()), speculative={"method": "ngram"})
+    before = status_for(Observed(fleet=rollout(deployment())), speculative={"method": "ngram"})
     doc = specmodel_doc(speculative={"method": "ngram"})
     doc["metadata"]["annotations"] = {"specfleet.dev/kill-switch": "engage"}
     sm = parse_specmodel(doc)
@@ -213,7 +245,7 @@ def test_child_summaries_decide_like_the_whole_objects() -> None:
 def test_a_trial_shows_its_canary_in_status_conditions_and_events() -> None:
     sm = parse_specmodel(specmodel_doc(speculative={"method": "ngram"}, pod={"replicas": 2}))
     engaged = status_for(
-        Observed(deployment=deployment(speculation="off")),
+        Observed(fleet=rollout(deployment(speculation="off"))),
         SpecModelStatus(kill_switch=KillSwitchStatus(state="engaged", source="guard")),
         speculative={"method": "ngram"},
         pod={"replicas": 2},
@@ -222,7 +254,7 @@ def test_a_trial_shows_its_canary_in_status_conditions_and_events() -> None:
         update={"kill_switch": KillSwitchStatus(state="trial", source="guard")}
     )
     fleet = deployment(speculation="off")
-    starting = next_status(sm, plan(sm, trial, NOW), Observed(deployment=fleet), trial, NOW)
+    starting = next_status(sm, plan(sm, trial, NOW), Observed(fleet=rollout(fleet)), trial, NOW)
     assert starting.canary is not None and starting.canary.state == "Starting"
     assert (starting.canary.deployment, starting.canary.ready_since) == ("m-canary", None)
     assert conditions(starting)["SpeculationActive"] == ("False", "CanaryTrial")
@@ -230,7 +262,7 @@ def test_a_trial_shows_its_canary_in_status_conditions_and_events() -> None:
     assert starting.phase == "Ready"  # the fleet serves; the canary is extra
     assert [e.reason for e in transitions(engaged, starting)] == ["CanaryCreated"]
     canary = deployment(replicas=1, updated=1, available=1)
-    seen = Observed(deployment=fleet, canary=canary)
+    seen = Observed(fleet=rollout(fleet), canary=rollout(canary))
     serving = next_status(sm, plan(sm, starting, LATER), seen, starting, LATER)
     assert serving.canary is not None and serving.canary.state == "Serving"
     assert serving.canary.ready_since == LATER.isoformat()

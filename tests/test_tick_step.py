@@ -11,7 +11,7 @@ from conftest import specmodel_doc
 from specfleet.api import SpecModel, SpecModelStatus, parse_specmodel
 from specfleet.api.status import RevisionRecord
 from specfleet.render import RenderSettings, revision_hash
-from specfleet.tick.status import Observed
+from specfleet.tick.observed import Observed
 from specfleet.tick.step import GuardTick, step
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)

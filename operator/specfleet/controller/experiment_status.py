@@ -26,7 +26,8 @@ from specfleet.experiment.measure import arm_measurements, progress, recommended
 from specfleet.experiment.verdict import ArmMeasurement, judge
 from specfleet.experiment.workloads import arm_name, arm_specmodel
 from specfleet.telemetry.arms import ArmsObservation
-from specfleet.tick.status import condition, rollout
+from specfleet.tick.observed import rollout
+from specfleet.tick.status import condition
 
 Body = dict[str, Any]
 READY = "Ready"

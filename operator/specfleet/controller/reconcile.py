@@ -21,10 +21,10 @@ from specfleet.controller.kube import Kube
 from specfleet.controller.revisions import RevisionConfigs
 from specfleet.guard import Action
 from specfleet.render import RenderSettings
-from specfleet.render.workload import canary_name, rollout_name
 from specfleet.tick import children, events
 from specfleet.tick.children import ChildKey
-from specfleet.tick.status import Observed, invalid_status
+from specfleet.tick.observed import observe
+from specfleet.tick.status import invalid_status
 from specfleet.tick.step import GuardTick, step
 
 Body = dict[str, Any]
@@ -81,13 +81,7 @@ def reconcile(
         _write_status(kube, body, previous, status)
         return Outcome(status, 0, 0, str(specmodel))
     name = specmodel.metadata.name
-    observed = Observed(
-        deployment=live.children.get(("Deployment", name)),
-        pods=live.pods,
-        canary=live.children.get(("Deployment", canary_name(name))),
-        rollout=live.children.get(("Deployment", rollout_name(name))),
-        mirror=live.mirror,
-    )
+    observed = observe(name, live.children, live.pods, live.mirror)
     known = (configs or RevisionConfigs(kube)).of(
         specmodel, previous.revisions, previous.active_revision
     )

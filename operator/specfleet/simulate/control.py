@@ -1,5 +1,5 @@
-"""The operator's half of the loop: the production tick (`tick.step`) over the Deployment
-as the controller's watch would see it (synthesized from the simulated fleet). So the guard
+"""The operator's half of the loop: the production tick (`tick.step`) over the Deployments as
+the controller's watch would see them (`tick.observed`, from the simulated fleet). So the guard
 judges a window only when the operator would: rollout complete and Ready for a whole window.
 """
 
@@ -7,19 +7,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
 from specfleet.api import EngineConfig, SpecModel, SpecModelStatus
+from specfleet.api.status import ReplicaStatus
 from specfleet.render import revision_hash
-from specfleet.render.workload import SPECULATION_LABEL
 from specfleet.simulate.fleet import Fleet
 from specfleet.simulate.world import Setting
 from specfleet.telemetry.model import Observation
+from specfleet.tick.observed import Observed, Rollout
 from specfleet.tick.plan import Plan, plan
-from specfleet.tick.status import Observed
 from specfleet.tick.step import GuardTick, Step, step
-
-Body = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -73,9 +70,9 @@ class Operator:
         self, fleet: Fleet, tick: GuardTick | None, now: datetime
     ) -> tuple[Operator, Step]:
         observed = Observed(
-            deployment=deployment(fleet, self.specmodel.spec.pod.replicas),
-            canary=canary_deployment(fleet),
-            rollout=rollout_deployment(fleet),
+            fleet=_fleet_seen(fleet, self.specmodel.spec.pod.replicas),
+            canary=_canary_seen(fleet),
+            rollout=_rollout_seen(fleet),
         )
         the_step = step(self.specmodel, self.status, observed, tick, self.configs, now)
         return replace(self, status=the_step.status, plan=the_step.plan), the_step
@@ -92,42 +89,31 @@ def _config_of(specmodel: SpecModel) -> dict[str, EngineConfig]:
     return {revision_hash(config): config}
 
 
-def deployment(fleet: Fleet, replicas: int) -> Body:
-    """The engine Deployment as the controller's watch sees it: every plan change is a new
-    generation, complete once the fleet's rollout is."""
+def _fleet_seen(fleet: Fleet, replicas: int) -> Rollout:
+    """The engine Deployment as the controller's watch sees it: every replica stays available
+    while the fleet rolls to a new plan, updated and complete once it has."""
     updated = replicas if fleet.settled else 0
-    return _deployment(fleet.generation, replicas, fleet.target.speculation, updated, replicas)
+    return _seen(replicas, fleet.target.speculation, updated, replicas)
 
 
-def canary_deployment(fleet: Fleet) -> Body | None:
-    """The canary's Deployment: one pod, complete once it is ready."""
+def _canary_seen(fleet: Fleet) -> Rollout:
+    """The canary's Deployment: one pod, complete once it is ready; not seen without one."""
     if fleet.canary is None:
-        return None
-    ready = 1 if fleet.canary.ready else 0
-    return _deployment(1, 1, True, 1, ready)
+        return Rollout()
+    return _seen(1, True, 1, 1 if fleet.canary.ready else 0)
 
 
-def rollout_deployment(fleet: Fleet) -> Body | None:
+def _rollout_seen(fleet: Fleet) -> Rollout:
     """The canary rollout's Deployment: complete once the step's pods are ready."""
     step = fleet.rollout_canary
     if step is None:
-        return None
+        return Rollout()
     ready = step.pods if step.serving == step.pods else 0
-    return _deployment(1, step.pods, step.setting.speculation, step.pods, ready)
+    return _seen(step.pods, step.setting.speculation, step.pods, ready)
 
 
-def _deployment(
-    generation: int, replicas: int, speculation: bool, updated: int, available: int
-) -> Body:
-    labels = {SPECULATION_LABEL: "on" if speculation else "off"}
-    return {
-        "metadata": {"generation": generation},
-        "spec": {"replicas": replicas, "template": {"metadata": {"labels": labels}}},
-        "status": {
-            "observedGeneration": generation,
-            "replicas": replicas,
-            "updatedReplicas": updated,
-            "readyReplicas": available,
-            "availableReplicas": available,
-        },
-    }
+def _seen(replicas: int, speculation: bool, updated: int, available: int) -> Rollout:
+    """A Deployment at its current generation, none of its replicas left on an old template."""
+    counts = ReplicaStatus(desired=replicas, updated=updated, ready=available, available=available)
+    complete = updated == replicas and available == replicas
+    return Rollout(counts, complete, speculation_running=speculation)

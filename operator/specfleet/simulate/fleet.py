@@ -65,8 +65,6 @@ class Fleet:
     serving: Setting
     switched_at: float = 0.0
     rollout: Rollout | None = None
-    generation: int = 1
-    """The Deployment's generation: one more for every plan change the operator applies."""
     canary: Canary | None = None
     rollout_canary: RolloutCanary | None = None
 
@@ -96,16 +94,15 @@ class Fleet:
         the pods that had moved back, one at a time (none moved: cancelled at once)."""
         if target == self.target:
             return self
-        generation = self.generation + 1
         pod_seconds = pod_start_seconds(rollout_seconds, replicas)
         moved = self.moved(now)
         if target == self.serving and moved == 0:
-            return replace(self, rollout=None, generation=generation)
+            return replace(self, rollout=None)
         if target == self.serving and self.pending is not None:
             back = Rollout(target, now, pod_seconds, replicas, replicas - moved)
-            return replace(self, serving=self.pending, rollout=back, generation=generation)
+            return replace(self, serving=self.pending, rollout=back)
         rollout = Rollout(target, now, pod_seconds, replicas)
-        return replace(self, rollout=rollout, generation=generation)
+        return replace(self, rollout=rollout)
 
     def request_canary(
         self, setting: Setting | None, now: float, rollout_seconds: float, replicas: int

@@ -19,21 +19,21 @@ from specfleet.api.status import (
 from specfleet.guard import Action, Decision, Policy, Situation, killswitch
 from specfleet.telemetry.model import Observation
 from specfleet.tick import rollouts
+from specfleet.tick.observed import Observed, Rollout
 from specfleet.tick.plan import Plan, rollback_target
-from specfleet.tick.status import Rollout
 
 
 def situation(
     specmodel: SpecModel,
     status: SpecModelStatus,
     the_plan: Plan,
-    rollout: Rollout,
+    observed: Observed,
     observation: Observation | None,
     now: datetime,
     speculative: SpeculativeSpec | None = None,
-    canary_rollout: Rollout | None = None,
 ) -> Situation:
-    """`rollout` is the fleet's Deployment as watched, `canary_rollout` a canary rollout's."""
+    """`observed`: the children as watched (has the fleet settled, has a rollout's canary
+    stalled)."""
     override = killswitch.override(the_plan.speculation_source)
     target = rollback_target(the_plan.revisions, the_plan.active.number)
     policy = Policy.of(specmodel, override, speculative)
@@ -45,15 +45,13 @@ def situation(
         revision=the_plan.active,
         has_last_good=target is not None,
         speculation=the_plan.speculation,
-        settled=settled(status, the_plan, rollout, specmodel.spec.guard, now),
+        settled=settled(status, the_plan, observed.fleet, specmodel.spec.guard, now),
         observation=observation,
         now=now,
         canary=judged_canary(status, the_plan, observation, specmodel.spec.guard, now),
         rollback_target=target.number if target else None,
         rollout=the_rollout,
-        rollout_stalled=canary_rollout.deadline_exceeded
-        if the_rollout and canary_rollout
-        else None,
+        rollout_stalled=observed.rollout.deadline_exceeded if the_rollout else None,
     )
 
 

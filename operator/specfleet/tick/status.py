@@ -6,17 +6,13 @@ an unchanged status, and an unchanged status is never written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from specfleet.api import Condition, ConditionType, Phase, SpecModel, SpecModelStatus
-from specfleet.api.gateway import Mirror
 from specfleet.api.status import (
     CanaryState,
     CanaryStatus,
     GuardStatus,
-    ReplicaStatus,
     RevisionVerdict,
     RolloutPhase,
     RolloutStatus,
@@ -24,82 +20,17 @@ from specfleet.api.status import (
     SpeculationSource,
 )
 from specfleet.guard import killswitch
-from specfleet.render.workload import SPECULATION_LABEL, canary_name
+from specfleet.render.workload import canary_name
+from specfleet.tick.observed import Observed, Rollout
 from specfleet.tick.plan import Plan
 from specfleet.tick.rollouts import RUNNING
-
-Body = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Observed:
-    """The children as the controller's watches see them."""
-
-    deployment: Body | None = None
-    pods: list[Body] = field(default_factory=list)
-    apply_error: str | None = None
-    canary: Body | None = None
-    """A trial's canary Deployment."""
-    rollout: Body | None = None
-    """A canary rollout's Deployment (`<name>-rollout`)."""
-    mirror: Mirror | None = None
-    """A running experiment's arms, which the fleet's gateways mirror a sample to."""
-
-
-@dataclass(frozen=True)
-class Rollout:
-    replicas: ReplicaStatus
-    complete: bool
-    deadline_exceeded: str | None
-    speculation_running: bool | None
-
-
-def rollout(deployment: Body | None) -> Rollout:
-    if deployment is None:
-        return Rollout(ReplicaStatus(), False, None, None)
-    spec, status = deployment.get("spec", {}), deployment.get("status", {})
-    desired = spec.get("replicas", 1)
-    replicas = ReplicaStatus(
-        desired=desired,
-        updated=status.get("updatedReplicas", 0),
-        ready=status.get("readyReplicas", 0),
-        available=status.get("availableReplicas", 0),
-    )
-    current = deployment["metadata"].get("generation") == status.get("observedGeneration")
-    complete = current and (
-        replicas.updated == desired
-        and replicas.available == desired
-        and status.get("replicas", 0) == desired
-    )
-    deadline = next(
-        (
-            c.get("message", "")
-            for c in status.get("conditions", [])
-            if c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
-        ),
-        None,
-    )
-    labels = spec.get("template", {}).get("metadata", {}).get("labels", {})
-    return Rollout(replicas, complete, deadline, labels.get(SPECULATION_LABEL) == "on")
-
-
-def unschedulable(pods: list[Body]) -> str | None:
-    for pod in pods:
-        for condition in pod.get("status", {}).get("conditions", []):
-            if (
-                condition.get("type") == "PodScheduled"
-                and condition.get("reason") == "Unschedulable"
-            ):
-                name, message = pod["metadata"]["name"], condition.get("message", "")
-                return f"pod {name} cannot be scheduled: {message}"
-    return None
 
 
 def next_status(
     specmodel: SpecModel, plan: Plan, observed: Observed, previous: SpecModelStatus, now: datetime
 ) -> SpecModelStatus:
     """The status to write. Guard-owned fields (classes, decisions, acceptance) carry over."""
-    state = rollout(observed.deployment)
+    state = observed.fleet
     generation = specmodel.metadata.generation
     conditions = [
         condition(c, generation, previous.conditions, now)
@@ -171,7 +102,7 @@ def _conditions(
     previous: SpecModelStatus,
 ) -> list[RawCondition]:
     replicas = state.replicas
-    pending = unschedulable(observed.pods)
+    pending = observed.unschedulable
     ready_message = f"{replicas.available}/{replicas.desired} replicas available"
     if state.complete:
         ready = ("Ready", "True", "Available", ready_message)
@@ -304,7 +235,7 @@ def _speculation_summary(specmodel: SpecModel) -> str:
 def _canary(
     specmodel: SpecModel,
     plan: Plan,
-    deployment: Body | None,
+    deployment: Rollout,
     previous: SpecModelStatus,
     now: datetime,
 ) -> CanaryStatus | None:
@@ -314,7 +245,7 @@ def _canary(
         return None
     old = previous.canary
     since = None
-    if rollout(deployment).complete:
+    if deployment.complete:
         kept = old and old.revision == plan.active.number and old.ready_since
         since = kept or now.isoformat()
     return CanaryStatus(
@@ -325,14 +256,13 @@ def _canary(
     )
 
 
-def _rollout(plan: Plan, deployment: Body | None, now: datetime) -> RolloutStatus | None:
+def _rollout(plan: Plan, state: Rollout, now: datetime) -> RolloutStatus | None:
     """The rollout as planned; its step's windows count from when every canary pod of the step
     is available, and start over when the kill switch flips the canary's speculation (its pods
     restart, and what was judged before was another engine)."""
     the_rollout = plan.rollout
     if the_rollout is None or not plan.rollout_pods:
         return the_rollout
-    state = rollout(deployment)
     if the_rollout.step_since:
         if state.speculation_running in (None, plan.speculation):
             return the_rollout

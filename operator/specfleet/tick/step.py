@@ -23,8 +23,9 @@ from specfleet.render.plan import RolloutCanary
 from specfleet.render.revision import controller_revision
 from specfleet.telemetry.model import Observation
 from specfleet.tick import children, guarding, rollouts
+from specfleet.tick.observed import Observed
 from specfleet.tick.plan import Plan, plan, replan
-from specfleet.tick.status import Observed, next_status, rollout
+from specfleet.tick.status import next_status
 
 Configs = Mapping[str, EngineConfig]
 """Engine configs by revision hash: at least every revision the plan may serve (the spec's own
@@ -116,11 +117,10 @@ def step(
             specmodel,
             guarded,
             the_plan,
-            rollout(observed.deployment),
+            observed,
             tick.observation,
             now,
             _speculative(specmodel, the_plan, configs),
-            rollout(observed.rollout),
         )
         decision = decide(situation)
         guarded = guarding.apply_decision(guarded, the_plan, decision, now)
