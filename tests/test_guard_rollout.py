@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from specfleet.api.status import KillSwitchStatus, RevisionRecord, RolloutStatus
 from specfleet.guard.analysis import analyse
 from specfleet.telemetry.model import Observation
+from specfleet.tick import rollouts
 from test_guard import T0, decide, observe, policy, situation, window
 
 CHAT = {
@@ -167,7 +169,9 @@ def judged(
     control: Observation = CONTROL,
     **changes: Any,
 ) -> Any:
-    return decide(
+    """The decision's actions and judgement, and the rollout as the judgement leaves it (the
+    guard only reads the rollout's status; `tick.rollouts.judged` writes it)."""
+    decision = decide(
         situation(
             control,
             canary=observed,
@@ -176,6 +180,8 @@ def judged(
             **changes,
         )
     )
+    after = rollouts.judged(the_rollout, decision.rollout_step)
+    return SimpleNamespace(actions=decision.actions, step=decision.rollout_step, rollout=after)
 
 
 def test_one_decisive_window_aborts_with_the_evidence() -> None:
@@ -239,6 +245,7 @@ def test_a_dry_run_says_it_would_abort_and_aborts_nothing() -> None:
     decision = judged(rollout(), canary(0.05, p95_tpot_seconds=0.05), policy=dry)
     [action] = decision.actions
     assert action.dry_run and decision.rollout.phase == "Progressing"
+    assert decision.step.ended is None and decision.rollout.bad_windows == 1  # counted, no more
 
 
 def test_a_trial_waits_for_the_rollout() -> None:

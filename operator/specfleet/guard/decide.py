@@ -20,10 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from specfleet.api.status import ClassObservation, GuardStatus, KillSwitchStatus, RolloutStatus
+from specfleet.api.status import ClassObservation, GuardStatus, KillSwitchStatus
 from specfleet.guard import blindness, classes, killswitch, probation, ratelimit, rollout
 from specfleet.guard.actions import Action
 from specfleet.guard.policy import Policy
+from specfleet.guard.rollout import StepJudgement
 from specfleet.guard.situation import Situation, Tick
 from specfleet.guard.speedup import weighted
 from specfleet.guard.verdict import Evaluation, evaluate
@@ -45,8 +46,9 @@ class Decision:
     """None when the window was not judged (no data, or not settled)."""
     served_clean: bool = False
     """The active revision served N windows in a row judged good: a rollback target."""
-    rollout: RolloutStatus | None = None
-    """The canary rollout in progress after this evaluation."""
+    rollout_step: StepJudgement | None = None
+    """What this evaluation made of a canary rollout's step (`tick.rollouts.judged` writes it
+    into the rollout's status)."""
 
     # What the window showed is built when the status is written, not on every tick.
     @cached_property
@@ -80,9 +82,9 @@ def decide(situation: Situation) -> Decision:
         blindness.blind(tick)
         return _decision(tick)
     blindness.data_seen(tick)
-    rollout.judge_step(tick)
+    step = rollout.judge_step(tick)
     if not situation.settled or situation.observation is None:
-        return _decision(tick)
+        return _decision(tick, step)
     if not situation.observation.speculation:
         killswitch.remember_tpot_without_speculation(tick, situation.observation)
     evaluation = _judge(tick, situation.observation, situation.policy)
@@ -93,10 +95,10 @@ def decide(situation: Situation) -> Decision:
     if judged is not None:
         killswitch.transition(tick, judged)
     ratelimit.limit(tick)
-    return _decision(tick)
+    return _decision(tick, step)
 
 
-def _decision(tick: Tick) -> Decision:
+def _decision(tick: Tick, rollout_step: StepJudgement | None = None) -> Decision:
     return Decision(
         guard=tick.guard,
         kill_switch=tick.kill_switch,
@@ -105,7 +107,7 @@ def _decision(tick: Tick) -> Decision:
         observation=tick.observation or tick.situation.observation,
         evaluation=tick.evaluation,
         served_clean=tick.served_clean,
-        rollout=tick.rollout,
+        rollout_step=rollout_step,
     )
 
 

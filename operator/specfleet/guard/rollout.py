@@ -8,6 +8,7 @@ before."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -18,26 +19,44 @@ from specfleet.guard.probation import baseline
 from specfleet.guard.situation import Tick
 
 
-def judge_step(tick: Tick) -> None:
-    situation, rollout = tick.situation, tick.rollout
+@dataclass(frozen=True)
+class StepJudgement:
+    """What one evaluation made of a canary rollout's step. The guard reads the rollout's status
+    and never edits it: `tick.rollouts.judged` writes this into it."""
+
+    good_windows: int
+    bad_windows: int
+    """The step's good and breaching windows in a row, this one counted."""
+    analysis: RolloutAnalysis | None = None
+    """The window judged; None: none was (a canary that never became available)."""
+    passed: bool = False
+    """The step passed: the next one starts, its windows counted from none."""
+    ended: RolloutPhase | None = None
+    """`Promoted` or `Aborted`."""
+    message: str | None = None
+    """Where the rollout stands, when it passed a step or ended."""
+
+
+def judge_step(tick: Tick) -> StepJudgement | None:
+    """None: no step judged (no rollout, or its canary not yet judged)."""
+    situation, rollout = tick.situation, tick.situation.rollout
     if rollout is not None and situation.rollout_stalled:
-        _abort_stalled(tick, rollout, situation.rollout_stalled)
-        return
+        return _abort_stalled(tick, rollout, situation.rollout_stalled)
     if rollout is None or situation.canary is None or situation.observation is None:
-        return
+        return None
     window = situation.policy.guard.window_seconds
     warm = _served_for(tick, rollout, 2 * window)  # the window holds none of its first one
     analysis = analyse(situation.policy, situation.canary, situation.observation, latency=warm)
-    rollout = _counted(rollout, analysis, tick.stamp)
-    tick.rollout = rollout
+    counted = _counted(rollout, analysis, tick.stamp)
     needed = situation.policy.guard.consecutive_breaches
-    if analysis.verdict == "bad" and (analysis.decisive or rollout.bad_windows >= needed):
-        _abort(tick, rollout, analysis)
-    elif rollout.good_windows >= rollout.windows and warm:
-        _pass(tick, rollout)
+    if analysis.verdict == "bad" and (analysis.decisive or counted.bad_windows >= needed):
+        return _abort(tick, rollout, counted, analysis)
+    if counted.good_windows >= rollout.windows and warm:
+        return _pass(tick, rollout, counted)
+    return counted
 
 
-def _counted(rollout: RolloutStatus, analysis: Analysis, stamp: str) -> RolloutStatus:
+def _counted(rollout: RolloutStatus, analysis: Analysis, stamp: str) -> StepJudgement:
     good, bad = rollout.good_windows, rollout.bad_windows
     if analysis.verdict == "bad":
         good, bad = 0, bad + 1
@@ -51,9 +70,7 @@ def _counted(rollout: RolloutStatus, analysis: Analysis, stamp: str) -> RolloutS
         unjudged=analysis.unjudged,
         latency_judged=analysis.latency_judged,
     )
-    return rollout.model_copy(
-        update={"good_windows": good, "bad_windows": bad, "last_analysis": last}
-    )
+    return StepJudgement(good, bad, last)
 
 
 def _served_for(tick: Tick, rollout: RolloutStatus, seconds: float) -> bool:
@@ -63,15 +80,17 @@ def _served_for(tick: Tick, rollout: RolloutStatus, seconds: float) -> bool:
     return served >= seconds
 
 
-def _evidence(rollout: RolloutStatus, analysis: Analysis | None = None) -> dict[str, Any]:
+def _evidence(
+    rollout: RolloutStatus, counted: StepJudgement, analysis: Analysis | None = None
+) -> dict[str, Any]:
     evidence: dict[str, Any] = {
         "revision": rollout.revision,
         "control": rollout.control,
         "step": rollout.step,
         "steps": rollout.steps,
         "canaryPods": rollout.pods,
-        "goodWindows": rollout.good_windows,
-        "badWindows": rollout.bad_windows,
+        "goodWindows": counted.good_windows,
+        "badWindows": counted.bad_windows,
     }
     if analysis is not None:
         evidence["breaches"] = [b.evidence() for b in analysis.breaches]
@@ -79,68 +98,57 @@ def _evidence(rollout: RolloutStatus, analysis: Analysis | None = None) -> dict[
     return evidence
 
 
-def _abort(tick: Tick, rollout: RolloutStatus, analysis: Analysis) -> None:
+def _abort(
+    tick: Tick, rollout: RolloutStatus, counted: StepJudgement, analysis: Analysis
+) -> StepJudgement:
     # what decided first: the status and a shortened condition message name it
     breaches = sorted(analysis.breaches, key=lambda b: not b.decisive)
     first = breaches[0]
-    how = "1 decisive window" if analysis.decisive else f"{rollout.bad_windows} windows in a row"
+    how = "1 decisive window" if analysis.decisive else f"{counted.bad_windows} windows in a row"
     message = (
         f"Revision {rollout.revision} aborted at canary step {rollout.step} of {rollout.steps} "
         f"after {how}: {'; '.join(b.words() for b in breaches)}. Canary removed; the "
         f"fleet stays on revision {rollout.control} until the engine config or "
         "specfleet.dev/retry changes."
     )
-    if tick.act(
-        ActionKind.ROLLOUT_ABORTED, "RolloutAborted", message, _evidence(rollout, analysis)
-    ):
-        tick.rollout = rollout.model_copy(
-            update={
-                "phase": RolloutPhase.ABORTED,
-                "message": f"{first.klass} {first.signal}: {message}",
-            }
-        )
+    evidence = _evidence(rollout, counted, analysis)
+    if not tick.act(ActionKind.ROLLOUT_ABORTED, "RolloutAborted", message, evidence):
+        return counted
+    shown = f"{first.klass} {first.signal}: {message}"
+    return replace(counted, ended=RolloutPhase.ABORTED, message=shown)
 
 
-def _abort_stalled(tick: Tick, rollout: RolloutStatus, why: str) -> None:
+def _abort_stalled(tick: Tick, rollout: RolloutStatus, why: str) -> StepJudgement:
     """A canary that never becomes available is never judged: its revision does not serve."""
     message = (
         f"Revision {rollout.revision} aborted at canary step {rollout.step} of {rollout.steps}: "
         f"its pods did not become available ({why}). Canary removed; the fleet stays on revision "
         f"{rollout.control} until the engine config or specfleet.dev/retry changes."
     )
-    evidence = {**_evidence(rollout), "stalled": why}
-    if tick.act(ActionKind.ROLLOUT_ABORTED, "RolloutAborted", message, evidence):
-        tick.rollout = rollout.model_copy(
-            update={"phase": RolloutPhase.ABORTED, "message": f"canary not available: {message}"}
-        )
+    kept = StepJudgement(rollout.good_windows, rollout.bad_windows)
+    evidence = {**_evidence(rollout, kept), "stalled": why}
+    if not tick.act(ActionKind.ROLLOUT_ABORTED, "RolloutAborted", message, evidence):
+        return kept
+    return replace(kept, ended=RolloutPhase.ABORTED, message=f"canary not available: {message}")
 
 
-def _pass(tick: Tick, rollout: RolloutStatus) -> None:
-    evidence = _evidence(rollout)
+def _pass(tick: Tick, rollout: RolloutStatus, counted: StepJudgement) -> StepJudgement:
+    evidence = _evidence(rollout, counted)
     if rollout.step >= rollout.steps:
         message = (
             f"Revision {rollout.revision} passed every canary step ({rollout.steps}): promoted, "
             "the whole fleet rolls to it and the canary is removed."
         )
-        if tick.act(ActionKind.ROLLOUT_PROMOTED, "RolloutPromoted", message, evidence):
-            tick.rollout = rollout.model_copy(
-                update={"phase": RolloutPhase.PROMOTED, "message": message}
-            )
-            # the last good revision is now this one: later revisions are held to its windows
-            min_requests = tick.situation.policy.guard.min_requests
-            tick.guard.baseline = baseline(tick.situation.canary, min_requests)
-        return
+        if not tick.act(ActionKind.ROLLOUT_PROMOTED, "RolloutPromoted", message, evidence):
+            return counted
+        # the last good revision is now this one: later revisions are held to its windows
+        min_requests = tick.situation.policy.guard.min_requests
+        tick.guard.baseline = baseline(tick.situation.canary, min_requests)
+        return replace(counted, ended=RolloutPhase.PROMOTED, message=message)
     message = (
         f"Revision {rollout.revision} passed canary step {rollout.step} of {rollout.steps} "
-        f"after {rollout.good_windows} good windows against revision {rollout.control}."
+        f"after {counted.good_windows} good windows against revision {rollout.control}."
     )
-    if tick.act(ActionKind.ROLLOUT_STEP_PASSED, "RolloutStepPassed", message, evidence):
-        tick.rollout = rollout.model_copy(
-            update={
-                "step": rollout.step + 1,
-                "step_since": None,
-                "good_windows": 0,
-                "bad_windows": 0,
-                "message": message,
-            }
-        )
+    if not tick.act(ActionKind.ROLLOUT_STEP_PASSED, "RolloutStepPassed", message, evidence):
+        return counted
+    return replace(counted, passed=True, message=message)

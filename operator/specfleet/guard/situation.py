@@ -73,8 +73,6 @@ class Tick:
     revision_suspect: bool = False
     """The revision on probation breached this window and can be rolled back: a rollback, not
     the kill switch, answers it."""
-    rollout: RolloutStatus | None = None
-    """The rollout in progress, as this tick's judgement leaves it."""
 
     @classmethod
     def start(cls, situation: Situation) -> Tick:
@@ -82,14 +80,7 @@ class Tick:
         guard = situation.guard.model_copy(update={"last_evaluation": stamp})
         if guard.last_data is None:
             guard.last_data = stamp  # the blind clock starts at first sight
-        return cls(
-            situation,
-            stamp,
-            guard,
-            situation.kill_switch,
-            situation.revision.verdict,
-            rollout=situation.rollout,
-        )
+        return cls(situation, stamp, guard, situation.kill_switch, situation.revision.verdict)
 
     def act(self, action: ActionKind, reason: str, message: str, evidence: dict[str, Any]) -> bool:
         """Records an action; returns whether it may change what runs."""

@@ -108,7 +108,7 @@ def apply_decision(
             "guard": decision.guard,
             "kill_switch": kill_switch,
             "revisions": revisions,
-            "rollout": decision.rollout or the_plan.rollout,
+            "rollout": rollouts.judged(the_plan.rollout, decision.rollout_step),
             "classes": decision.classes or status.classes,
             "acceptance": decision.acceptance or status.acceptance,
         }
@@ -118,7 +118,6 @@ def apply_decision(
 def _judged(record: RevisionRecord, the_plan: Plan, decision: Decision) -> RevisionRecord:
     """The active revision's verdict as decided; a rollout's revision good once this decision
     promoted it, bad once it aborted it."""
-    the_rollout = decision.rollout
     if record.number == the_plan.active.number:
         judged: dict[str, object] = {"verdict": decision.verdict}
         if decision.verdict == RevisionVerdict.BAD:
@@ -126,13 +125,14 @@ def _judged(record: RevisionRecord, the_plan: Plan, decision: Decision) -> Revis
         elif decision.served_clean:
             judged["served_clean"] = True
         return record.model_copy(update=judged)
+    ended = decision.rollout_step.ended if decision.rollout_step else None
     if (
-        the_rollout is not None
-        and the_rollout.phase in rollouts.ENDED_VERDICT
-        and record.number == the_rollout.revision
+        ended is not None
+        and the_plan.rollout is not None
+        and record.number == the_plan.rollout.revision
         and record.verdict == RevisionVerdict.PROBATION
     ):
-        return record.model_copy(update={"verdict": rollouts.ENDED_VERDICT[the_rollout.phase]})
+        return record.model_copy(update={"verdict": rollouts.ENDED_VERDICT[ended]})
     return record
 
 

@@ -20,7 +20,6 @@ from specfleet.api.status import (
     KillSwitchStatus,
     RevisionRecord,
     RevisionVerdict,
-    RolloutPhase,
     RolloutStatus,
     SpecModelStatus,
     SpeculationSource,
@@ -58,8 +57,7 @@ class Plan:
     @property
     def rollout_pods(self) -> int:
         """The rollout canary's pods now (0 while it waits or once it ended)."""
-        rollout = self.rollout
-        return rollout.pods if rollout and rollout.phase == RolloutPhase.PROGRESSING else 0
+        return rollouts.canary_pods(self.rollout)
 
 
 def plan(

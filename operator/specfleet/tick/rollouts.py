@@ -1,12 +1,15 @@
 """Canary rollouts, as the plan sees them: whether a new revision starts as a canary beside the
-fleet, at which step, against which control, and the `specfleet.dev/rollout` override. Pure.
+fleet, at which step, against which control, and the `specfleet.dev/rollout` override; and the
+one editor of a rollout's status (`RolloutStatus`): what the plan starts and steps, what the
+canary's Deployment shows (`seen`), what the guard judged (`judged`). Pure.
 
 A rollout runs while the desired revision is on probation, the strategy is canary, a guard
 judges (the operator reads Prometheus) and a control exists: the revision the fleet served
-before (the active one), not judged bad. The guard judges its steps (`guard.rollout`); the plan
-only starts, continues and ends it. A kill-switch trial and a rollout never run at once: a
-rollout waits (no canary pods) while a trial runs, trials are short (one window to fail, a few
-to pass); a trial waits for a rollout (`guard.killswitch`).
+before (the active one), not judged bad. The guard judges its steps (`guard.rollout`, which
+reads the status and returns its judgement); the plan only starts, continues and ends it. A
+kill-switch trial and a rollout never run at once: a rollout waits (no canary pods) while a
+trial runs, trials are short (one window to fail, a few to pass); a trial waits for a rollout
+(`guard.killswitch`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from specfleet.api.status import (
     SpeculationSource,
 )
 from specfleet.guard.actions import Action, ActionKind
+from specfleet.guard.rollout import StepJudgement
+from specfleet.tick.observed import Rollout
 
 RUNNING = (RolloutPhase.PROGRESSING, RolloutPhase.WAITING)
 OVERRIDES = {"promote": RolloutPhase.PROMOTED, "abort": RolloutPhase.ABORTED}
@@ -47,6 +52,11 @@ class Progress:
 
 def running(rollout: RolloutStatus | None) -> bool:
     return rollout is not None and rollout.phase in RUNNING
+
+
+def canary_pods(rollout: RolloutStatus | None) -> int:
+    """The rollout canary's pods now (0 while it waits or once it ended)."""
+    return rollout.pods if rollout and rollout.phase == RolloutPhase.PROGRESSING else 0
 
 
 def progress(
@@ -102,6 +112,50 @@ def override_actions(rollout: RolloutStatus | None, overridden: str | None) -> l
             },
         )
     ]
+
+
+def seen(
+    rollout: RolloutStatus | None, speculation: bool, canary: Rollout, now: datetime
+) -> RolloutStatus | None:
+    """The rollout as its canary's Deployment shows it: the step's windows count from when every
+    canary pod of the step is available, and start over when the kill switch flips the canary's
+    speculation (its pods restart, and what was judged before was another engine).
+    `speculation`: the plan's, which the canary runs."""
+    pods = canary_pods(rollout)
+    if rollout is None or not pods:
+        return rollout
+    if rollout.step_since:
+        if canary.speculation_running in (None, speculation):
+            return rollout
+        restart = {"step_since": None, "good_windows": 0, "bad_windows": 0}
+        return rollout.model_copy(update=restart)
+    if not canary.complete or canary.replicas.desired != pods:
+        return rollout
+    return rollout.model_copy(update={"step_since": now.isoformat()})
+
+
+def judged(rollout: RolloutStatus | None, judgement: StepJudgement | None) -> RolloutStatus | None:
+    """The rollout as the guard's judgement of its step leaves it (`guard.rollout`)."""
+    if rollout is None or judgement is None:
+        return rollout
+    update: dict[str, object] = {
+        "good_windows": judgement.good_windows,
+        "bad_windows": judgement.bad_windows,
+    }
+    if judgement.analysis is not None:
+        update["last_analysis"] = judgement.analysis
+    if judgement.passed:
+        update |= {
+            "step": rollout.step + 1,
+            "step_since": None,
+            "good_windows": 0,
+            "bad_windows": 0,
+        }
+    if judgement.ended is not None:
+        update["phase"] = judgement.ended
+    if judgement.message is not None:
+        update["message"] = judgement.message
+    return rollout.model_copy(update=update)
 
 
 def control_of(

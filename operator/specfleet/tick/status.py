@@ -15,15 +15,14 @@ from specfleet.api.status import (
     GuardStatus,
     RevisionVerdict,
     RolloutPhase,
-    RolloutStatus,
     ServingPlanStatus,
     SpeculationSource,
 )
 from specfleet.guard import killswitch
 from specfleet.render.workload import canary_name
+from specfleet.tick import rollouts
 from specfleet.tick.observed import Observed, Rollout
 from specfleet.tick.plan import Plan
-from specfleet.tick.rollouts import RUNNING
 
 
 def next_status(
@@ -59,7 +58,7 @@ def next_status(
                 plan.speculation_source, plan.speculation, previous.kill_switch, now
             ),
             "canary": _canary(specmodel, plan, observed.canary, previous, now),
-            "rollout": _rollout(plan, observed.rollout, now),
+            "rollout": rollouts.seen(plan.rollout, plan.speculation, observed.rollout, now),
             "rollout_override": plan.rollout_override,
             "retry_token": plan.retry_token,
             "replicas": state.replicas,
@@ -124,7 +123,7 @@ def _conditions(
         degraded = ("Degraded", "True", "Unschedulable", pending)
     else:
         degraded = ("Degraded", "False", "AsExpected", "")
-    if plan.rollout is not None and plan.rollout.phase in RUNNING:
+    if plan.rollout is not None and rollouts.running(plan.rollout):
         progressing = ("Progressing", "True", "CanaryStep", plan.rollout.message)
     return [
         ready,
@@ -254,20 +253,3 @@ def _canary(
         state=CanaryState.SERVING if since else CanaryState.STARTING,
         ready_since=since,
     )
-
-
-def _rollout(plan: Plan, state: Rollout, now: datetime) -> RolloutStatus | None:
-    """The rollout as planned; its step's windows count from when every canary pod of the step
-    is available, and start over when the kill switch flips the canary's speculation (its pods
-    restart, and what was judged before was another engine)."""
-    the_rollout = plan.rollout
-    if the_rollout is None or not plan.rollout_pods:
-        return the_rollout
-    if the_rollout.step_since:
-        if state.speculation_running in (None, plan.speculation):
-            return the_rollout
-        restart = {"step_since": None, "good_windows": 0, "bad_windows": 0}
-        return the_rollout.model_copy(update=restart)
-    if not state.complete or state.replicas.desired != plan.rollout_pods:
-        return the_rollout
-    return the_rollout.model_copy(update={"step_since": now.isoformat()})
