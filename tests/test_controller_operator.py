@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from conftest import merge, specmodel_doc
 from specfleet.alerts.sender import AlertSender
-from specfleet.api import KILL_SWITCH_ANNOTATION, parse_specmodel
+from specfleet.api import KILL_SWITCH_ANNOTATION, SpecModelStatus, parse_specmodel
 from specfleet.controller import operator as operator_module
 from specfleet.controller.kube import Kube
 from specfleet.controller.metrics import REGISTRY
@@ -22,6 +22,7 @@ from specfleet.controller.operator import MAX_BACKOFF_SECONDS, RECENT_SECONDS, O
 from specfleet.controller.receivers import REFRESH_SECONDS
 from specfleet.telemetry.model import Observation
 from specfleet.telemetry.reader import Target, TelemetryReader
+from specfleet.tick.next_tick import next_tick
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 KEY = ("ns", "m")
@@ -223,7 +224,12 @@ def test_a_guard_tick_reads_one_batch_for_the_due_specmodels_only() -> None:
 def test_a_rollout_in_progress_has_its_canary_read_beside_the_control() -> None:
     reader = RecordingReader()
     operator, _, _ = world(reader=cast(TelemetryReader, reader))
-    rollout = {"revision": 3, "control": 2, "phase": "Progressing"}
+    rollout = {
+        "revision": 3,
+        "control": 2,
+        **{"step": 1, "steps": 2, "pods": 1, "windows": 3, "started": NOW.isoformat()},
+        "phase": "Progressing",
+    }
     status = {"servingPlan": {"revision": 2, "speculation": False}, "rollout": rollout}
     ended = {**status, "rollout": {**rollout, "phase": "Aborted"}}
     bodies = [body("rolling", status=status), body("aborted", status=ended)]
@@ -234,6 +240,29 @@ def test_a_rollout_in_progress_has_its_canary_read_beside_the_control() -> None:
             Target("ns", "aborted", 60, 2, False),
         ]
     ]
+
+
+def test_a_guard_tick_reads_what_the_last_tick_said_when_it_said() -> None:
+    """The operator acts on the tick's statement (`Step.next_tick`) of the status it wrote: due
+    one interval (less the slack) after the evaluation, reading the plan that status serves."""
+    reader = RecordingReader()
+    now = [NOW]
+    operator, kube, _ = world(reader=cast(TelemetryReader, reader))
+    operator.clock = lambda: now[0]
+    guard = {"intervalSeconds": 30, "windowSeconds": 120}
+    operator.guard_tick({KEY: [body(guard=guard)]}, [], {})  # never evaluated: due at once
+    assert reader.reads == []  # nothing planned yet, nothing to read
+    written = kube.made("status")[-1][2]
+    said = next_tick(parse_specmodel(body(guard=guard)), SpecModelStatus.model_validate(written))
+    assert said.due_at == NOW + timedelta(seconds=29.5) and said.fleet == (1, True)
+    index = {KEY: [body(guard=guard, status=written)]}
+    now[0] = NOW + timedelta(seconds=29.4)
+    writes = len(kube.made("status"))
+    operator.guard_tick(index, [], {})
+    assert reader.reads == [] and len(kube.made("status")) == writes  # not due
+    now[0] = NOW + timedelta(seconds=29.5)
+    operator.guard_tick(index, [], {})
+    assert reader.reads[-1] == [Target("ns", "m", 120, 1, True)]
 
 
 def test_a_spec_is_parsed_once_per_generation(monkeypatch: pytest.MonkeyPatch) -> None:

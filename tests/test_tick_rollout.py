@@ -5,7 +5,7 @@ stays on the control while the new revision serves on the rollout's pods, then t
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from argocd_lua import health
 from conftest import specmodel_doc
@@ -16,6 +16,7 @@ from specfleet.controller.metrics import REGISTRY, record_rollout
 from specfleet.render import RenderSettings
 from specfleet.telemetry.model import Observation
 from specfleet.tick.events import action_type, transitions
+from specfleet.tick.next_tick import DUE_SLACK_SECONDS, Arm, NextTick
 from specfleet.tick.observed import Rollout
 from test_guard import observe
 from test_guard_loop import CLASSES, Loop
@@ -75,6 +76,20 @@ def test_a_new_revision_starts_on_one_pod_beside_the_fleet_on_the_control() -> N
     assert loop.condition("Progressing") == ("True", "CanaryStep")
     assert loop.condition("RolledBack") == ("False", "ServingDesiredRevision")
     assert loop.status.rollout and loop.status.rollout.step_since is not None
+
+
+def test_the_tick_says_the_next_one_reads_the_canary_beside_the_control() -> None:
+    """What the guard loop reads next (`Step.next_tick`): the control's pods and, while a step
+    runs, the canary's (the new revision with the fleet's speculation); once it ended, none."""
+    loop = started()
+    assert loop.last is not None
+    guard = loop.specmodel.spec.guard
+    due_at = loop.now + timedelta(seconds=guard.interval_seconds - DUE_SLACK_SECONDS)
+    expected = NextTick(due_at, guard.window_seconds, Arm(1, True), canary=Arm(2, True))
+    assert loop.last.next_tick == expected
+    loop.tick(window(), window({"p95_tpot_seconds": 0.05}, tpot=0.05))
+    assert loop.actions == ["rollout_aborted"]
+    assert loop.last.next_tick.fleet == Arm(1, True) and loop.last.next_tick.canary is None
 
 
 def test_a_slow_revision_is_aborted_on_the_canary_and_the_fleet_is_untouched() -> None:

@@ -3,7 +3,7 @@ guard's decision and the plan that follows it come from one planning of the revi
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -11,6 +11,7 @@ from conftest import specmodel_doc
 from specfleet.api import SpecModel, SpecModelStatus, parse_specmodel
 from specfleet.api.status import RevisionRecord
 from specfleet.render import RenderSettings, revision_hash
+from specfleet.tick.next_tick import DUE_SLACK_SECONDS, Arm, NextTick
 from specfleet.tick.observed import Observed
 from specfleet.tick.step import GuardTick, step
 
@@ -61,3 +62,19 @@ def test_an_unreadable_active_revision_is_named_and_degrades_status() -> None:
     degraded = next(c for c in failed.conditions if c.type == "Degraded")
     assert (degraded.status, degraded.reason) == ("True", "ApplyFailed")
     assert the_step.actions == [] and the_step.decision is None
+
+
+def test_the_step_says_when_the_next_guard_tick_is_due_and_what_it_reads() -> None:
+    """`Step.next_tick`, what the operator's guard loop acts on: the fleet's pods as planned, due
+    at once until the guard first evaluates, then an interval (less the slack) after."""
+    model = specmodel(4)
+    guard = model.spec.guard
+    first = step(model, SpecModelStatus(), Observed(), None, {}, NOW)
+    assert first.next_tick == NextTick(None, guard.window_seconds, Arm(1, True))
+    assert first.next_tick.due(NOW)
+    judged = step(model, first.status, Observed(), GuardTick(None), {}, NOW)
+    due_at = NOW + timedelta(seconds=guard.interval_seconds - DUE_SLACK_SECONDS)
+    assert judged.next_tick == NextTick(due_at, guard.window_seconds, Arm(1, True))
+    assert not judged.next_tick.due(due_at - timedelta(microseconds=1))
+    assert judged.next_tick.due(due_at)
+    assert judged.failed("boom").guard == judged.status.guard  # a failed apply says the same

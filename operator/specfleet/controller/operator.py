@@ -20,7 +20,6 @@ from specfleet.alerts.receivers import Receiver
 from specfleet.alerts.sender import AlertSender
 from specfleet.api import InvalidSpecModel, SpecModel, SpecModelStatus, parse_specmodel
 from specfleet.api.experiment import SpecExperiment, SpecExperimentStatus
-from specfleet.api.status import RolloutPhase
 from specfleet.api.validation import InvalidSpecExperiment, parse_specexperiment
 from specfleet.controller.experiments import CapacityLive, reconcile_experiment
 from specfleet.controller.kube import Kube
@@ -41,7 +40,7 @@ from specfleet.controller.metrics import (
     record_rollout,
 )
 from specfleet.controller.receivers import ReceiverCache
-from specfleet.controller.reconcile import Live, Outcome, reconcile
+from specfleet.controller.reconcile import Live, Outcome, reconcile, status_of
 from specfleet.controller.revisions import RevisionConfigs
 from specfleet.experiment.mirror import mirror_of
 from specfleet.experiment.sample import get_sample
@@ -49,6 +48,7 @@ from specfleet.guard.actions import ActionKind
 from specfleet.render import RenderSettings
 from specfleet.telemetry.reader import Target, TelemetryReader
 from specfleet.tick import children
+from specfleet.tick.next_tick import NextTick, next_tick
 from specfleet.tick.step import GuardTick
 
 ROLLED_BACK = (ActionKind.ROLLED_BACK, ActionKind.ROLLOUT_ABORTED)
@@ -205,14 +205,14 @@ class Operator:
         pods: Index,
         experiments: Index | None = None,
     ) -> None:
-        """Evaluates every SpecModel whose guard interval has passed, with one batch of queries."""
+        """Evaluates every SpecModel whose guard interval has passed, with one batch of queries:
+        when and what each reads is what its last tick said (`Step.next_tick`)."""
         if self.reader is None:
             return
         now = self.clock()
-        due = [
-            key for key in list(specmodels) if self._guard_due(key, _first(specmodels, key), now)
-        ]
-        targets = [t for key in due if (t := self._target(key, _first(specmodels, key)))]
+        upcoming = {key: self._next_tick(key, _first(specmodels, key)) for key in list(specmodels)}
+        due = {key: tick for key, tick in upcoming.items() if tick is not None and tick.due(now)}
+        targets = [t for key, tick in due.items() if (t := _target(key, tick))]
         observations = self.reader.read(targets, now) if targets else {}
         for key in due:
             tick = GuardTick(observations.get(key))
@@ -270,26 +270,13 @@ class Operator:
         parsed = self._parsed(key, body)
         return parsed if isinstance(parsed, SpecModel) else None
 
-    def _guard_due(self, key: Key, body: Body, now: datetime) -> bool:
+    def _next_tick(self, key: Key, body: Body) -> NextTick | None:
+        """The next guard tick as the status the watch has says (None: an invalid spec, never
+        evaluated)."""
         specmodel = self._specmodel(key, body)
         if specmodel is None:
-            return False
-        last = ((body.get("status") or {}).get("guard") or {}).get("lastEvaluation")
-        if last is None:
-            return True
-        elapsed = (now - datetime.fromisoformat(last)).total_seconds()
-        return elapsed >= specmodel.spec.guard.interval_seconds - 0.5
-
-    def _target(self, key: Key, body: Body) -> Target | None:
-        plan = (body.get("status") or {}).get("servingPlan")
-        specmodel = self._specmodel(key, body)
-        if not plan or specmodel is None:
             return None
-        window = specmodel.spec.guard.window_seconds
-        rollout = (body.get("status") or {}).get("rollout") or {}
-        running = rollout.get("phase") == RolloutPhase.PROGRESSING
-        canary = (rollout["revision"], plan["speculation"]) if running else None
-        return Target(key[0], key[1], window, plan["revision"], plan["speculation"], canary)
+        return next_tick(specmodel, status_of(body) or SpecModelStatus())
 
     def _recently_applied(self, key: Key) -> dict[children.ChildKey, str]:
         at, hashes = self._applied.get(key, (0.0, {}))
@@ -377,6 +364,13 @@ def _parse(body: Body) -> SpecModel | InvalidSpecModel:
         return parse_specmodel({k: v for k, v in body.items() if k != "status"})
     except InvalidSpecModel as exc:
         return exc
+
+
+def _target(key: Key, tick: NextTick) -> Target | None:
+    if tick.fleet is None:
+        return None
+    fleet, window = tick.fleet, tick.window_seconds
+    return Target(key[0], key[1], window, fleet.revision, fleet.speculation, tick.canary)
 
 
 def _switched_off(outcome: Outcome) -> bool:

@@ -131,11 +131,19 @@ def reconcile(
 
 
 def _previous_status(body: Body) -> SpecModelStatus:
+    status = status_of(body)
+    if status is None:
+        log.warning("status of %s is unreadable; starting afresh", body["metadata"]["name"])
+        return SpecModelStatus()
+    return status
+
+
+def status_of(body: Body) -> SpecModelStatus | None:
+    """The status as the watch has it; None when it is unreadable."""
     try:
         return SpecModelStatus.model_validate(body.get("status") or {})
     except ValidationError:
-        log.warning("status of %s is unreadable; starting afresh", body["metadata"]["name"])
-        return SpecModelStatus()
+        return None
 
 
 def _write_status(kube: Kube, body: Body, before: SpecModelStatus, after: SpecModelStatus) -> None:

@@ -23,6 +23,7 @@ from specfleet.render.plan import RolloutCanary
 from specfleet.render.revision import controller_revision
 from specfleet.telemetry.model import Observation
 from specfleet.tick import children, guarding, rollouts
+from specfleet.tick.next_tick import NextTick, next_tick
 from specfleet.tick.observed import Observed
 from specfleet.tick.plan import Plan, plan, replan
 from specfleet.tick.status import next_status
@@ -54,6 +55,12 @@ class Step:
     guarded: SpecModelStatus = field(repr=False)
     """The previous status with the guard's decision folded in."""
     now: datetime = field(repr=False)
+
+    @property
+    def next_tick(self) -> NextTick:
+        """What the next guard tick reads and when it is due, after this status (or the one
+        `failed` writes: they plan, roll out and judge alike)."""
+        return next_tick(self.specmodel, self.status)
 
     def revision(self) -> Manifest | None:
         """The ControllerRevision of a revision first seen now, kept for rollbacks."""
