@@ -263,7 +263,6 @@ ROWS = [
     Row(
         "a third breaching window rolls back to the last good revision, told once",
         breaking,
-        bug="a rollback is told twice: the guard's RolledBack and the condition's",
         tick=GuardTick(broken()),
         requests=(
             "apply ConfigMap/m-gateway",

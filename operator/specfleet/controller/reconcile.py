@@ -79,6 +79,7 @@ def reconcile(
             body["metadata"].get("generation"), [str(e) for e in specmodel.errors], previous, now
         )
         _write_status(kube, body, previous, status)
+        _post(kube, body, events.transitions(previous, status))
         return Outcome(status, 0, 0, str(specmodel))
     name = specmodel.metadata.name
     observed = observe(name, live.children, live.pods, live.mirror)
@@ -119,8 +120,7 @@ def reconcile(
         log.warning("applying %s failed: %s", name, error)
     status = the_step.status if error is None else the_step.failed(error)
     _write_status(kube, body, previous, status)
-    for action in the_step.actions:
-        kube.event(body, events.action_type(action.action), action.reason, action.message)
+    _post(kube, body, events.of_reconcile(previous, status, the_step.actions))
     if applied or pruned:
         message = (
             f"applied {applied} and pruned {pruned} children for revision "
@@ -151,7 +151,10 @@ def _write_status(kube: Kube, body: Body, before: SpecModelStatus, after: SpecMo
         return
     meta = body["metadata"]
     kube.apply_status(meta["namespace"], meta["name"], after.to_wire())
-    for event in events.transitions(before, after):
+
+
+def _post(kube: Kube, body: Body, told: list[events.Event]) -> None:
+    for event in told:
         kube.event(body, event.type, event.reason, event.message)
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from specfleet.api import SpecModelStatus
 from specfleet.api.experiment import SpecExperimentStatus
 from specfleet.api.status import CanaryState, ConditionType
-from specfleet.guard.actions import ActionKind
+from specfleet.guard.actions import Action, ActionKind
 
 NORMAL, WARNING = "Normal", "Warning"
 GOOD_NEWS = frozenset(
@@ -32,6 +32,17 @@ class Event:
 def action_type(action: str) -> str:
     """The type of a guard action's Event (its reason is the action's)."""
     return NORMAL if action in GOOD_NEWS else WARNING
+
+
+def of_reconcile(
+    before: SpecModelStatus, after: SpecModelStatus, actions: list[Action]
+) -> list[Event]:
+    """A reconcile's Events: what changed between the statuses, then each guard action's. A
+    change an action tells already is told once, by the action, whose message says why: a
+    rollback turns the RolledBack condition True and is the guard's RolledBack action."""
+    told = [Event(action_type(a.action), a.reason, a.message) for a in actions]
+    said = {(e.type, e.reason) for e in told}
+    return [e for e in transitions(before, after) if (e.type, e.reason) not in said] + told
 
 
 def transitions(before: SpecModelStatus, after: SpecModelStatus) -> list[Event]:
