@@ -488,7 +488,6 @@ ROWS = [
     Row(
         "an Event the API server keeps failing is dropped; the rest goes on",
         breaking,
-        bug="an Event that cannot be posted fails the reconcile",
         tick=GuardTick(broken()),
         fail=(Failure("event", "Event/RolledBack", 500, times=RETRIES),),
         requests=(

@@ -133,8 +133,19 @@ class Kube:
             raise KeyError(f"Secret {namespace}/{name} has no key {key!r}")
         return base64.b64decode(encoded).decode().strip()
 
-    @_retry
     def event(self, involved: Body, kind: str, reason: str, message: str) -> None:
+        """Best effort: an Event the API server refuses, or keeps failing through the retries,
+        is logged and dropped; it never fails the reconcile that tells it (a gone or
+        terminating namespace, an overloaded API server)."""
+        try:
+            self._post_event(involved, kind, reason, message)
+        except ApiException as exc:
+            level = logging.WARNING if _transient(exc) else logging.INFO
+            name = involved["metadata"]["name"]
+            log.log(level, "event %s for %s not posted: %s", reason, name, exc.reason)
+
+    @_retry
+    def _post_event(self, involved: Body, kind: str, reason: str, message: str) -> None:
         API_WRITES.labels(involved["metadata"]["namespace"], "event").inc()
         meta = involved["metadata"]
         now = datetime.now(UTC).isoformat(timespec="seconds")
@@ -160,13 +171,7 @@ class Kube:
             "reportingInstance": FIELD_MANAGER,
             "action": reason,
         }
-        try:
-            response = self._resource("v1", "Event").create(
-                body=event, namespace=meta["namespace"], serialize=False
-            )
-            _discard(response)
-        except ApiException as exc:
-            if exc.status in TRANSIENT_STATUS:
-                raise  # retried
-            # Events are best effort: a gone or terminating namespace must not fail a reconcile.
-            log.info("event %s for %s not posted: %s", reason, meta["name"], exc.reason)
+        response = self._resource("v1", "Event").create(
+            body=event, namespace=meta["namespace"], serialize=False
+        )
+        _discard(response)
