@@ -448,7 +448,6 @@ ROWS = [
     Row(
         "an apply that keeps timing out is a failed apply like a 500's",
         serving,
-        bug="a request the API server never answered escapes the reconcile",
         change=SCALED,
         fail=(Failure("apply", "Deployment/m", TIMEOUT, times=RETRIES),),
         requests=(
@@ -501,6 +500,17 @@ ROWS = [
         alerts=(ROLLBACK_ALERTS,),
     ),
     Row(
+        "an Event that keeps timing out is dropped too",
+        serving,
+        change=SCALED,
+        fail=(Failure("event", "Event/ChildrenApplied", TIMEOUT, times=RETRIES),),
+        requests=(
+            "apply Deployment/m",
+            SCALED_STATUS,
+            *["event Event/ChildrenApplied -> timeout"] * RETRIES,
+        ),
+    ),
+    Row(
         "after a restart the served revision's config is read back once; no write",
         rolled_back_and_restarted,
         requests=("read ControllerRevision/m-*",),
@@ -509,7 +519,6 @@ ROWS = [
     Row(
         "after a restart a revision's config read that times out is a failed apply",
         rolled_back_and_restarted,
-        bug="a request the API server never answered escapes the reconcile",
         fail=(Failure("read", "ControllerRevision/*", TIMEOUT, times=RETRIES),),
         requests=(
             *["read ControllerRevision/m-* -> timeout"] * RETRIES,

@@ -37,10 +37,14 @@ Body = dict[str, Any]
 log = logging.getLogger(__name__)
 
 
+UNANSWERED = (urllib3.exceptions.HTTPError, ConnectionError)
+"""A request the API server never answered: timed out, refused, dropped. Transient."""
+
+
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, ApiException):
         return exc.status in TRANSIENT_STATUS
-    return isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError)
+    return isinstance(exc, UNANSWERED)
 
 
 _retry = retry(
@@ -134,15 +138,16 @@ class Kube:
         return base64.b64decode(encoded).decode().strip()
 
     def event(self, involved: Body, kind: str, reason: str, message: str) -> None:
-        """Best effort: an Event the API server refuses, or keeps failing through the retries,
-        is logged and dropped; it never fails the reconcile that tells it (a gone or
-        terminating namespace, an overloaded API server)."""
+        """Best effort: an Event the API server refuses, or keeps failing or not answering
+        through the retries, is logged and dropped; it never fails the reconcile that tells it
+        (a gone or terminating namespace, an overloaded API server)."""
         try:
             self._post_event(involved, kind, reason, message)
-        except ApiException as exc:
+        except (ApiException, *UNANSWERED) as exc:
             level = logging.WARNING if _transient(exc) else logging.INFO
             name = involved["metadata"]["name"]
-            log.log(level, "event %s for %s not posted: %s", reason, name, exc.reason)
+            why = exc.reason if isinstance(exc, ApiException) else exc
+            log.log(level, "event %s for %s not posted: %s", reason, name, why)
 
     @_retry
     def _post_event(self, involved: Body, kind: str, reason: str, message: str) -> None:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from specfleet.api import InvalidSpecModel, SpecModel, SpecModelStatus
 from specfleet.api.gateway import Mirror
-from specfleet.controller.kube import Kube
+from specfleet.controller.kube import UNANSWERED, Kube
 from specfleet.controller.revisions import RevisionConfigs
 from specfleet.guard import Action
 from specfleet.render import RenderSettings
@@ -114,7 +114,7 @@ def reconcile(
         if _namespace_terminating(exc):  # everything in it is going; nothing to report
             return Outcome(the_step.guarded, 0, 0, None)
         error = describe(exc)
-    except ValueError as exc:
+    except (ValueError, *UNANSWERED) as exc:
         error = describe(exc)
     if error is not None:
         log.warning("applying %s failed: %s", name, error)
@@ -169,4 +169,6 @@ def _namespace_terminating(exc: ApiException) -> bool:
 def describe(exc: Exception) -> str:
     if isinstance(exc, ApiException):
         return f"API server answered {exc.status} {exc.reason}: {(exc.body or '')[:300]}"
+    if isinstance(exc, UNANSWERED):
+        return f"API server did not answer: {exc}"
     return str(exc)

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from specfleet.api import EngineConfig, SpecModel
 from specfleet.api.status import RevisionRecord
-from specfleet.controller.kube import Kube
+from specfleet.controller.kube import UNANSWERED, Kube
 from specfleet.render import revision_hash
 from specfleet.render.revision import revision_name
 from specfleet.tick.plan import served_well
@@ -51,7 +51,7 @@ class RevisionConfigs:
             try:
                 data = self._kube.read_revision(*key)
                 config = EngineConfig.model_validate(data)
-            except (ApiException, ValidationError) as exc:
+            except (ApiException, ValidationError, *UNANSWERED) as exc:
                 log.warning("revision %s of %s unreadable: %s", record.number, key, exc)
                 return None
             if len(self._read) >= self._capacity:
