@@ -202,8 +202,6 @@ class Row:
     error: str | None = None
     """The reconcile's error, a glob; `raised X` when it raised X."""
     backs_off: bool = False
-    bug: str | None = None
-    """A bug the row shows, fixed in the next commits: expected to fail until then."""
 
 
 SCALED = {"pod": {"replicas": 3}}
@@ -355,7 +353,6 @@ ROWS = [
     Row(
         "a trial that pays releases the kill switch and removes the canary",
         on_trial,
-        bug="good news posted as a Warning",
         tick=GuardTick(beside_trial()),
         requests=(
             "apply ConfigMap/m-gateway",
@@ -404,7 +401,6 @@ ROWS = [
     Row(
         "data back: MetricsBlind cleared, good news",
         blind_then_data,
-        bug="good news posted as a Warning",
         tick=GuardTick(good()),
         requests=("status SpecModel/m: Ready, revision 1, speculation on",),
         events=("Normal MetricsRestored: Data is back; the guard resumes.",),
@@ -637,14 +633,7 @@ def whole(seen: list[str], expected: tuple[str, ...]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize(
-    "row",
-    [
-        pytest.param(row, marks=pytest.mark.xfail(strict=True, reason=row.bug)) if row.bug else row
-        for row in ROWS
-    ],
-    ids=lambda row: row.name,
-)
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.name)
 def test_one_reconcile(row: Row, monkeypatch: pytest.MonkeyPatch) -> None:
     no_backoff(monkeypatch)
     seen = reconcile_once(row)

@@ -17,9 +17,12 @@ GOOD_NEWS = frozenset(
         ActionKind.CLASS_RECOVERED,
         ActionKind.ROLLOUT_STEP_PASSED,
         ActionKind.ROLLOUT_PROMOTED,
+        ActionKind.KILL_SWITCH_RELEASED,
+        ActionKind.METRICS_RESTORED,
     }
 )
-"""Guard actions whose Event is Normal; the others' are Warnings."""
+"""Guard actions whose Event is Normal (something passed or came back); the others' are
+Warnings."""
 
 
 @dataclass(frozen=True)
