@@ -105,7 +105,7 @@ def test_a_trial_applies_the_canary_and_leaves_the_fleet_alone() -> None:
     assert {m["metadata"]["name"] for m in kube.applied} == {"m-canary", "m-canary-gateway"}
     assert kube.deleted == []
     assert outcome.status.canary and outcome.status.canary.state == CanaryState.STARTING
-    assert {"TrialStarted", "CanaryCreated"} <= set(kube.events)
+    assert kube.events == ["CanaryCreated", "TrialStarted", "ChildrenApplied"]
 
 
 def test_a_failing_canary_is_judged_on_its_own_window_and_removed() -> None:
@@ -134,4 +134,4 @@ def test_a_failing_canary_is_judged_on_its_own_window_and_removed() -> None:
     assert kube.applied == []  # the fleet keeps running without speculation, as it did
     assert outcome.status.canary is None and outcome.status.kill_switch
     assert outcome.status.kill_switch.state == "engaged"
-    assert {"TrialFailed", "CanaryRemoved"} <= set(kube.events)
+    assert kube.events == ["CanaryRemoved", "TrialFailed", "ChildrenApplied"]
