@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from specfleet.api import SpecModelStatus
-from specfleet.api.status import Decision, KillSwitchState, SpeculationSource
+from specfleet.api.status import (
+    ConditionType,
+    Decision,
+    DecisionReason,
+    KillSwitchState,
+    SpeculationSource,
+)
 from specfleet.guard.actions import ActionKind
 
 ONE_SHOT_SECONDS = 900
@@ -74,15 +80,19 @@ def firing(namespace: str, name: str, status: SpecModelStatus, now: datetime) ->
                 "SpecfleetKillSwitchEngaged",
                 kill_switch.reason,
                 last,
-                "SpeculationNotPaying",
-                "TrialFailed",
-                "Flapping",
+                DecisionReason.SPECULATION_NOT_PAYING,
+                DecisionReason.TRIAL_FAILED,
+                DecisionReason.FLAPPING,
             )
         )
     for kind, alertname, reasons in (
-        ("RolledBack", "SpecfleetRolledBack", ("RolledBack", "RolloutAborted")),
-        ("MetricsBlind", "SpecfleetMetricsBlind", ("MetricsBlind",)),
-        ("Flapping", "SpecfleetFlapping", ("Flapping",)),
+        (
+            ConditionType.ROLLED_BACK,
+            "SpecfleetRolledBack",
+            (DecisionReason.ROLLED_BACK, DecisionReason.ROLLOUT_ABORTED),
+        ),
+        (ConditionType.METRICS_BLIND, "SpecfleetMetricsBlind", (DecisionReason.METRICS_BLIND,)),
+        (ConditionType.FLAPPING, "SpecfleetFlapping", (DecisionReason.FLAPPING,)),
     ):
         if kind in conditions:
             message = conditions[kind].message
@@ -102,7 +112,7 @@ def _from(
     alertname: str,
     summary: str,
     last: dict[str, Decision],
-    *reasons: str,
+    *reasons: DecisionReason,
 ) -> Alert:
     decision = next((last[r] for r in reasons if r in last), None)
     return Alert(

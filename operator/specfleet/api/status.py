@@ -307,11 +307,34 @@ class ClassObservation(ApiModel):
     verdict: str = Field(default="inconclusive", description="good, bad or inconclusive.")
 
 
+class DecisionReason(StrEnum):
+    """Why the guard or the operator acted: a `Decision`'s reason, also its Event's. Stable
+    CamelCase: alerts take their names from it (`Specfleet<reason>`)."""
+
+    SPECULATION_NOT_PAYING = "SpeculationNotPaying"
+    SPECULATION_PAYS = "SpeculationPays"
+    TRIAL_STARTED = "TrialStarted"
+    TRIAL_FAILED = "TrialFailed"
+    FLAPPING = "Flapping"
+    QUALITY_BREACH = "QualityBreach"
+    ROLLED_BACK = "RolledBack"
+    REVISION_PROMOTED = "RevisionPromoted"
+    ROLLOUT_STEP_PASSED = "RolloutStepPassed"
+    ROLLOUT_PROMOTED = "RolloutPromoted"
+    ROLLOUT_ABORTED = "RolloutAborted"
+    CLASS_BREACH = "ClassBreach"
+    CLASS_RECOVERED = "ClassRecovered"
+    METRICS_BLIND = "MetricsBlind"
+    METRICS_RESTORED = "MetricsRestored"
+
+
 class Decision(ApiModel):
     """One guard or operator action, with the evidence that caused it."""
 
     time: str = Field(description="When (RFC 3339).")
     action: str = Field(description="e.g. kill_switch_engaged, rolled_back, alert.")
+    # A DecisionReason when the operator writes it, but a string in the API (and the CRD): a
+    # status another version of the operator wrote, with a reason this one lacks, still reads.
     reason: str = Field(description="Stable CamelCase reason (also the Event reason).")
     message: str = Field(default="", description="What happened, in words.")
     evidence: dict[str, Any] | None = Field(

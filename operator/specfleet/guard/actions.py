@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from specfleet.api.status import DecisionReason
 from specfleet.guard.verdict import ClassVerdict, Evaluation
 
 
@@ -57,7 +58,7 @@ PER_CLASS = frozenset({ActionKind.CLASS_BREACH, ActionKind.CLASS_RECOVERED})
 @dataclass(frozen=True)
 class Action:
     action: ActionKind
-    reason: str
+    reason: DecisionReason
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
     dry_run: bool = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from specfleet.api.status import DecisionReason
 from specfleet.guard.actions import ActionKind
 from specfleet.guard.situation import Tick
 
@@ -18,7 +19,7 @@ def blind(tick: Tick) -> None:
         guard.blind = True
         tick.act(
             ActionKind.METRICS_BLIND,
-            "MetricsBlind",
+            DecisionReason.METRICS_BLIND,
             f"No data for {silent:.0f}s ({reason}); the guard holds the current state.",
             {"silentSeconds": round(silent), "cause": reason},
         )
@@ -27,7 +28,10 @@ def blind(tick: Tick) -> None:
 def data_seen(tick: Tick) -> None:
     if tick.guard.blind:
         tick.act(
-            ActionKind.METRICS_RESTORED, "MetricsRestored", "Data is back; the guard resumes.", {}
+            ActionKind.METRICS_RESTORED,
+            DecisionReason.METRICS_RESTORED,
+            "Data is back; the guard resumes.",
+            {},
         )
         tick.guard.blind = False
     tick.guard.last_data = tick.stamp

@@ -15,7 +15,7 @@ from __future__ import annotations
 from operator import is_not
 from typing import Any, NamedTuple
 
-from specfleet.api.status import ClassGuardStatus, ClassState
+from specfleet.api.status import ClassGuardStatus, ClassState, DecisionReason
 from specfleet.guard.actions import ActionKind
 from specfleet.guard.situation import Tick
 from specfleet.guard.speedup import wilson_interval
@@ -187,7 +187,7 @@ def _breach(
         f"Class {verdict.name} ({kind}) breaches after {_windows_words(windows, decisive)}: "
         f"{'; '.join(r.words() for r in breached)}. This decision changes nothing that runs."
     )
-    tick.act(ActionKind.CLASS_BREACH, "ClassBreach", message, evidence)
+    tick.act(ActionKind.CLASS_BREACH, DecisionReason.CLASS_BREACH, message, evidence)
 
 
 def _recovered(
@@ -210,7 +210,7 @@ def _recovered(
         f"Class {verdict.name} is back for {windows} windows in a row: "
         f"{'; '.join(r.words() for r in back)}."
     )
-    tick.act(ActionKind.CLASS_RECOVERED, "ClassRecovered", message, evidence)
+    tick.act(ActionKind.CLASS_RECOVERED, DecisionReason.CLASS_RECOVERED, message, evidence)
 
 
 def _windows_words(windows: int, decisive: bool) -> str:

@@ -31,7 +31,12 @@ from datetime import datetime, timedelta
 
 from specfleet.api import KILL_SWITCH_ANNOTATION, SpecModel
 from specfleet.api.spec import GuardMode, GuardSpec
-from specfleet.api.status import KillSwitchState, KillSwitchStatus, SpeculationSource
+from specfleet.api.status import (
+    DecisionReason,
+    KillSwitchState,
+    KillSwitchStatus,
+    SpeculationSource,
+)
 from specfleet.guard.actions import ActionKind, named
 from specfleet.guard.policy import TPOT_MEMORY_SECONDS
 from specfleet.guard.situation import Situation, Tick
@@ -171,7 +176,12 @@ def transition(tick: Tick, evaluation: Evaluation) -> None:
         if trial:
             _judge_trial(tick, evaluation)
         elif _convinced(tick, evaluation):
-            _engage(tick, evaluation, ActionKind.KILL_SWITCH_ENGAGED, "SpeculationNotPaying")
+            _engage(
+                tick,
+                evaluation,
+                ActionKind.KILL_SWITCH_ENGAGED,
+                DecisionReason.SPECULATION_NOT_PAYING,
+            )
 
 
 def _convinced(tick: Tick, evaluation: Evaluation) -> bool:
@@ -200,14 +210,14 @@ def _overridden(tick: Tick, evaluation: Evaluation) -> None:
         tick.guard.consecutive_bad = 0
         tick.act(
             ActionKind.ALERT,
-            "SpeculationNotPaying",
+            DecisionReason.SPECULATION_NOT_PAYING,
             f"Speculation does not pay ({_speedup_words(evaluation)}) but "
             f"{situation.policy.override} overrides the guard.",
             evaluation.evidence(),
         )
 
 
-def _engage(tick: Tick, evaluation: Evaluation, action: ActionKind, reason: str) -> None:
+def _engage(tick: Tick, evaluation: Evaluation, action: ActionKind, reason: DecisionReason) -> None:
     situation = tick.situation
     guard = situation.policy.guard
     failed = tick.kill_switch.failed_trials + (1 if action == ActionKind.TRIAL_FAILED else 0)
@@ -274,7 +284,7 @@ def _maybe_trial(tick: Tick, evaluation: Evaluation) -> None:
     )
     if tick.act(
         ActionKind.TRIAL_STARTED,
-        "TrialStarted",
+        DecisionReason.TRIAL_STARTED,
         message,
         {"failedTrials": tick.kill_switch.failed_trials},
     ):
@@ -293,7 +303,7 @@ def _judge_trial(tick: Tick, evaluation: Evaluation) -> None:
     plainly_bad = evaluation.speedup is not None and evaluation.speedup < guard.min_speedup
     breached = evaluation.critical_breach
     if plainly_bad or breached or tick.guard.consecutive_bad >= guard.consecutive_breaches:
-        _engage(tick, evaluation, ActionKind.TRIAL_FAILED, "TrialFailed")
+        _engage(tick, evaluation, ActionKind.TRIAL_FAILED, DecisionReason.TRIAL_FAILED)
         return
     since = datetime.fromisoformat(tick.guard.trial_since or tick.stamp)
     held = (tick.situation.now - since).total_seconds() >= guard.window_seconds
@@ -305,7 +315,9 @@ def _judge_trial(tick: Tick, evaluation: Evaluation) -> None:
             "switch released, the fleet rolls to speculation and the canary is removed."
         )
         evidence = {**evaluation.evidence(), "windows": windows}
-        if tick.act(ActionKind.KILL_SWITCH_RELEASED, "SpeculationPays", message, evidence):
+        if tick.act(
+            ActionKind.KILL_SWITCH_RELEASED, DecisionReason.SPECULATION_PAYS, message, evidence
+        ):
             tick.kill_switch = KillSwitchStatus(
                 state=KillSwitchState.RELEASED,
                 source=SpeculationSource.GUARD,

@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from specfleet.api.status import LatencyBaseline, QualityBaseline, RevisionVerdict
+from specfleet.api.status import (
+    DecisionReason,
+    LatencyBaseline,
+    QualityBaseline,
+    RevisionVerdict,
+)
 from specfleet.guard.actions import ActionKind, named
 from specfleet.guard.situation import Tick
 from specfleet.guard.verdict import Evaluation
@@ -50,7 +55,7 @@ def judge_revision(tick: Tick, evaluation: Evaluation) -> None:
         guard.baseline = baseline(situation.observation, situation.policy.guard.min_requests)
         tick.act(
             ActionKind.REVISION_PROMOTED,
-            "RevisionPromoted",
+            DecisionReason.REVISION_PROMOTED,
             f"Revision {revision.number} passed probation and is the last good revision.",
             evaluation.evidence(),
         )
@@ -65,7 +70,7 @@ def _breach(tick: Tick, evaluation: Evaluation) -> None:
     if not situation.has_last_good:
         tick.act(
             ActionKind.QUALITY_BREACH,
-            "QualityBreach",
+            DecisionReason.QUALITY_BREACH,
             f"Revision {number} breaches its SLOs ({'; '.join(breaches)}) and there is no "
             "earlier revision that served clean to roll back to.",
             evidence,
@@ -74,7 +79,7 @@ def _breach(tick: Tick, evaluation: Evaluation) -> None:
     to = f"revision {target}" if target is not None else "the last good revision"
     if tick.act(
         ActionKind.ROLLED_BACK,
-        "RolledBack",
+        DecisionReason.ROLLED_BACK,
         f"Revision {number} breaches its SLOs ({'; '.join(breaches)}): rolled back to {to} "
         "until the engine config or specfleet.dev/retry changes.",
         {**evidence, "rollbackTo": target},

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from specfleet.api.status import KillSwitchState, KillSwitchStatus, SpeculationSource
+from specfleet.api.status import (
+    DecisionReason,
+    KillSwitchState,
+    KillSwitchStatus,
+    SpeculationSource,
+)
 from specfleet.guard.actions import Action, ActionKind
 from specfleet.guard.situation import Tick
 
@@ -27,7 +32,7 @@ def limit(tick: Tick) -> None:
     tick.actions.append(
         Action(
             action=ActionKind.FLAPPING,
-            reason="Flapping",
+            reason=DecisionReason.FLAPPING,
             message=message,
             evidence={"actions": len(recent)},
         )

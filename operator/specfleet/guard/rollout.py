@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from specfleet.api.status import RolloutAnalysis, RolloutPhase, RolloutStatus
+from specfleet.api.status import DecisionReason, RolloutAnalysis, RolloutPhase, RolloutStatus
 from specfleet.guard.actions import ActionKind
 from specfleet.guard.analysis import Analysis, analyse
 from specfleet.guard.probation import baseline
@@ -112,7 +112,7 @@ def _abort(
         "specfleet.dev/retry changes."
     )
     evidence = _evidence(rollout, counted, analysis)
-    if not tick.act(ActionKind.ROLLOUT_ABORTED, "RolloutAborted", message, evidence):
+    if not tick.act(ActionKind.ROLLOUT_ABORTED, DecisionReason.ROLLOUT_ABORTED, message, evidence):
         return counted
     shown = f"{first.klass} {first.signal}: {message}"
     return replace(counted, ended=RolloutPhase.ABORTED, message=shown)
@@ -127,7 +127,7 @@ def _abort_stalled(tick: Tick, rollout: RolloutStatus, why: str) -> StepJudgemen
     )
     kept = StepJudgement(rollout.good_windows, rollout.bad_windows)
     evidence = {**_evidence(rollout, kept), "stalled": why}
-    if not tick.act(ActionKind.ROLLOUT_ABORTED, "RolloutAborted", message, evidence):
+    if not tick.act(ActionKind.ROLLOUT_ABORTED, DecisionReason.ROLLOUT_ABORTED, message, evidence):
         return kept
     return replace(kept, ended=RolloutPhase.ABORTED, message=f"canary not available: {message}")
 
@@ -139,7 +139,9 @@ def _pass(tick: Tick, rollout: RolloutStatus, counted: StepJudgement) -> StepJud
             f"Revision {rollout.revision} passed every canary step ({rollout.steps}): promoted, "
             "the whole fleet rolls to it and the canary is removed."
         )
-        if not tick.act(ActionKind.ROLLOUT_PROMOTED, "RolloutPromoted", message, evidence):
+        if not tick.act(
+            ActionKind.ROLLOUT_PROMOTED, DecisionReason.ROLLOUT_PROMOTED, message, evidence
+        ):
             return counted
         # the last good revision is now this one: later revisions are held to its windows
         min_requests = tick.situation.policy.guard.min_requests
@@ -149,6 +151,8 @@ def _pass(tick: Tick, rollout: RolloutStatus, counted: StepJudgement) -> StepJud
         f"Revision {rollout.revision} passed canary step {rollout.step} of {rollout.steps} "
         f"after {counted.good_windows} good windows against revision {rollout.control}."
     )
-    if not tick.act(ActionKind.ROLLOUT_STEP_PASSED, "RolloutStepPassed", message, evidence):
+    if not tick.act(
+        ActionKind.ROLLOUT_STEP_PASSED, DecisionReason.ROLLOUT_STEP_PASSED, message, evidence
+    ):
         return counted
     return replace(counted, passed=True, message=message)

@@ -8,7 +8,13 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from specfleet.api.status import GuardStatus, KillSwitchStatus, RevisionRecord, RolloutStatus
+from specfleet.api.status import (
+    DecisionReason,
+    GuardStatus,
+    KillSwitchStatus,
+    RevisionRecord,
+    RolloutStatus,
+)
 from specfleet.guard.actions import ACTING, COUNTED, Action, ActionKind
 from specfleet.guard.policy import Policy
 from specfleet.guard.verdict import Evaluation
@@ -82,7 +88,9 @@ class Tick:
             guard.last_data = stamp  # the blind clock starts at first sight
         return cls(situation, stamp, guard, situation.kill_switch, situation.revision.verdict)
 
-    def act(self, action: ActionKind, reason: str, message: str, evidence: dict[str, Any]) -> bool:
+    def act(
+        self, action: ActionKind, reason: DecisionReason, message: str, evidence: dict[str, Any]
+    ) -> bool:
         """Records an action; returns whether it may change what runs."""
         dry = self.situation.policy.guard.dry_run and action in ACTING
         if dry:

@@ -20,6 +20,7 @@ from datetime import datetime
 from specfleet.api import ROLLOUT_ANNOTATION, SpecModel
 from specfleet.api.spec import RolloutStrategy
 from specfleet.api.status import (
+    DecisionReason,
     KillSwitchState,
     KillSwitchStatus,
     RevisionRecord,
@@ -101,7 +102,7 @@ def override_actions(rollout: RolloutStatus | None, overridden: str | None) -> l
     return [
         Action(
             action=ActionKind.ROLLOUT_PROMOTED if promoted else ActionKind.ROLLOUT_ABORTED,
-            reason="RolloutPromoted" if promoted else "RolloutAborted",
+            reason=DecisionReason.ROLLOUT_PROMOTED if promoted else DecisionReason.ROLLOUT_ABORTED,
             message=f"Revision {rollout.revision} {rollout.message}.",
             evidence={
                 "annotation": ROLLOUT_ANNOTATION,

@@ -12,6 +12,7 @@ from specfleet.api import Condition, ConditionType, Phase, SpecModel, SpecModelS
 from specfleet.api.status import (
     CanaryState,
     CanaryStatus,
+    DecisionReason,
     GuardStatus,
     RevisionVerdict,
     RolloutPhase,
@@ -139,12 +140,17 @@ def _guard_conditions(status: SpecModelStatus) -> list[RawCondition]:
     guard = status.guard or GuardStatus()
     last = {d.reason: d.message for d in status.decisions}
     blind = (
-        ("MetricsBlind", "True", "NoData", last.get("MetricsBlind", "no metrics"))
+        ("MetricsBlind", "True", "NoData", last.get(DecisionReason.METRICS_BLIND, "no metrics"))
         if guard.blind
         else ("MetricsBlind", "False", "MetricsFlowing", "")
     )
     flapping = (
-        ("Flapping", "True", "TooManyActions", last.get("Flapping", "too many actions"))
+        (
+            "Flapping",
+            "True",
+            "TooManyActions",
+            last.get(DecisionReason.FLAPPING, "too many actions"),
+        )
         if guard.flapping
         else ("Flapping", "False", "Stable", "")
     )
