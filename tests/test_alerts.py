@@ -14,12 +14,15 @@ from typing import Any
 import httpx
 import pytest
 
+from conftest import specmodel_doc
 from specfleet.alerts.model import Alert, firing
 from specfleet.alerts.receivers import Alertmanager, Webhook, redacted, slack_message
 from specfleet.alerts.sender import AlertSender
-from specfleet.api import Condition, Decision, SpecModelStatus
+from specfleet.api import Condition, Decision, SpecModelStatus, parse_specmodel
 from specfleet.api.status import KillSwitchStatus
 from specfleet.controller.metrics import REGISTRY
+from specfleet.tick.status import Observed
+from specfleet.tick.step import GuardTick, step
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 ENGAGE = Decision(
@@ -67,6 +70,16 @@ def test_a_trial_keeps_the_kill_switch_alert_firing_until_release() -> None:
 
 def test_annotation_kill_switch_does_not_alert() -> None:
     status = SpecModelStatus(kill_switch=KillSwitchStatus(state="engaged", source="annotation"))
+    assert firing("ns", "m", status, NOW) == []
+
+
+def test_a_guard_switch_kept_while_the_spec_declares_no_speculation_does_not_alert() -> None:
+    """The guard's switch is kept for when speculation is declared again, but holds nothing
+    meanwhile; the guard (k = 0) never releases it, so an alert would fire for good."""
+    kept = SpecModelStatus(kill_switch=KillSwitchStatus(state="engaged", source="guard"))
+    specmodel = parse_specmodel(specmodel_doc(speculative=None))
+    status = step(specmodel, kept, Observed(), GuardTick(None), {}, NOW).status
+    assert status.kill_switch and status.kill_switch.engaged and status.speculation == "none"
     assert firing("ns", "m", status, NOW) == []
 
 

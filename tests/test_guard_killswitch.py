@@ -20,6 +20,27 @@ ENGAGED = KillSwitchStatus(state=KillSwitchState.ENGAGED, source=SpeculationSour
 TRIAL = KillSwitchStatus(state=KillSwitchState.TRIAL, source=SpeculationSource.GUARD)
 
 
+@pytest.mark.parametrize(
+    ("state", "source", "held_by", "engaged", "trial"),
+    [
+        ("released", "guard", None, False, False),
+        ("engaged", "guard", "guard", True, False),
+        ("trial", "guard", "guard", True, True),  # the fleet is still without
+        ("engaged", "annotation", "annotation", False, False),  # a human's, not the guard's
+        ("engaged", "spec", "spec", False, False),
+        ("released", "annotation", None, False, False),
+        ("engaged", "", None, False, False),
+    ],
+)
+def test_who_holds_speculation_off(
+    state: str, source: str, held_by: str | None, engaged: bool, trial: bool
+) -> None:
+    """The one reading of the switch: whose it is while it holds speculation off, the guard's
+    (engaged, in a trial too), and whether the guard is in a trial."""
+    switch = KillSwitchStatus(state=state, source=source)
+    assert (switch.held_by, switch.engaged, switch.trial) == (held_by, engaged, trial)
+
+
 def specmodel(annotation: str | None = None, mode: str = "auto", **spec: Any) -> Any:
     doc = specmodel_doc(guard={"mode": mode}, **spec)
     doc["metadata"]["annotations"] = {"specfleet.dev/kill-switch": annotation} if annotation else {}

@@ -12,7 +12,6 @@ from specfleet.api.status import (
     ConditionType,
     Decision,
     DecisionReason,
-    KillSwitchState,
     SpeculationSource,
 )
 from specfleet.guard.actions import ActionKind
@@ -66,19 +65,15 @@ def firing(namespace: str, name: str, status: SpecModelStatus, now: datetime) ->
     last = {d.reason: d for d in status.decisions}
     conditions = {c.type: c for c in status.conditions if c.status == "True"}
     alerts = []
-    kill_switch = status.kill_switch
-    # A trial runs speculation on a canary only: the fleet is still switched off.
-    if (
-        kill_switch
-        and kill_switch.state != KillSwitchState.RELEASED
-        and kill_switch.source == SpeculationSource.GUARD
-    ):
+    # The guard's switch only (in a trial too: the fleet is still without); a human's override
+    # is intended, not an incident.
+    if status.kill_switch and status.speculation_held_off_by == SpeculationSource.GUARD:
         alerts.append(
             _from(
                 namespace,
                 name,
                 "SpecfleetKillSwitchEngaged",
-                kill_switch.reason,
+                status.kill_switch.reason,
                 last,
                 DecisionReason.SPECULATION_NOT_PAYING,
                 DecisionReason.TRIAL_FAILED,

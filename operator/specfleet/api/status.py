@@ -11,6 +11,8 @@ from specfleet.api.base import ApiModel
 
 MAX_DECISIONS = 20
 MAX_REVISION_HISTORY = 10
+NO_SPECULATION = "none"
+"""`status.speculation` when the spec declares no speculative decoding."""
 
 
 class ConditionType(StrEnum):
@@ -45,6 +47,11 @@ class SpeculationSource(StrEnum):
     SPEC = "spec"
     GUARD = "guard"
     CONFIG = "config"
+
+
+_RELEASED, _TRIAL, _GUARD = KillSwitchState.RELEASED, KillSwitchState.TRIAL, SpeculationSource.GUARD
+"""Read once: the guard asks every tick, and on Python 3.11 reading a member through its enum
+is slow (the enum's metaclass has a __getattr__)."""
 
 
 class RevisionVerdict(StrEnum):
@@ -184,6 +191,25 @@ class KillSwitchStatus(ApiModel):
     next_trial_after: str | None = Field(
         default=None, description="Earliest time of the next trial re-enable."
     )
+
+    @property
+    def held_by(self) -> str | None:
+        """Who holds the fleet's speculation off with this switch: its source (the guard, or a
+        human's override: `annotation`, `spec`) while engaged or in a trial (speculation on one
+        canary pod, the fleet still without); None while released."""
+        return None if self.state == _RELEASED else self.source or None
+
+    @property
+    def engaged(self) -> bool:
+        """The guard holds the fleet's speculation off: engaged, or in a trial. An override's
+        switch is a human's decision, intended, not the guard's (`held_by` names it)."""
+        return self.held_by == _GUARD
+
+    @property
+    def trial(self) -> bool:
+        """The guard's switch is in a trial: speculation on a canary pod, the fleet still without
+        (an override's switch is engaged or released, never in a trial)."""
+        return self.state == _TRIAL and self.engaged
 
 
 class LatencyBaseline(ApiModel):
@@ -362,7 +388,7 @@ class SpecModelStatus(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     speculation: str | None = Field(
-        default=None, description="Declared speculation as `method/k`, or `none`."
+        default=None, description=f"Declared speculation as `method/k`, or `{NO_SPECULATION}`."
     )
     speculation_active: bool | None = Field(
         default=None,
@@ -405,3 +431,13 @@ class SpecModelStatus(ApiModel):
         max_length=MAX_DECISIONS,
         description="Recent decisions, newest last.",
     )
+
+    @property
+    def speculation_held_off_by(self) -> str | None:
+        """Who holds the fleet's declared speculation off with the kill switch
+        (`KillSwitchStatus.held_by`): the guard, or a human's override. None when the spec
+        declares no speculation: nothing is switched off then (the guard's switch, kept for
+        when it is declared again, holds nothing)."""
+        if self.kill_switch is None or self.speculation == NO_SPECULATION:
+            return None
+        return self.kill_switch.held_by

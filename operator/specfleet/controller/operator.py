@@ -303,7 +303,8 @@ class Operator:
         else:
             self._backoff.pop(key, None)
         self._count_phase(key, outcome.status.phase)
-        KILL_SWITCH_ENGAGED.labels(namespace, name).set(1 if _switched_off(outcome) else 0)
+        held = outcome.status.speculation_held_off_by is not None
+        KILL_SWITCH_ENGAGED.labels(namespace, name).set(1 if held else 0)
         if outcome.status.active_revision is not None:
             ACTIVE_REVISION.labels(namespace, name).set(outcome.status.active_revision)
         GUARD_BLIND.labels(namespace, name).set(
@@ -371,11 +372,6 @@ def _target(key: Key, tick: NextTick) -> Target | None:
         return None
     fleet, window = tick.fleet, tick.window_seconds
     return Target(key[0], key[1], window, fleet.revision, fleet.speculation, tick.canary)
-
-
-def _switched_off(outcome: Outcome) -> bool:
-    plan = outcome.status.serving_plan
-    return outcome.status.speculation not in (None, "none") and not (plan and plan.speculation)
 
 
 def experiments_of(specmodel: Key, experiments: Index) -> list[Key]:

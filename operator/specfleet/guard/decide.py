@@ -90,8 +90,7 @@ def decide(situation: Situation) -> Decision:
     evaluation = _judge(tick, situation.observation, situation.policy)
     probation.judge_revision(tick, evaluation)
     classes.judge(tick, evaluation)
-    trial = situation.kill_switch.state == killswitch.TRIAL
-    judged = _judge_canary(tick) if trial else evaluation
+    judged = _judge_canary(tick) if situation.kill_switch.trial else evaluation
     if judged is not None:
         killswitch.transition(tick, judged)
     ratelimit.limit(tick)

@@ -64,15 +64,7 @@ def speculation(
     mode = specmodel.spec.guard.mode
     if mode != GuardMode.AUTO:
         return mode == GuardMode.ON, SpeculationSource.SPEC
-    kill_switch = kill_switch or KillSwitchStatus()
-    return not _guard_engaged(kill_switch), SpeculationSource.GUARD
-
-
-def _guard_engaged(kill_switch: KillSwitchStatus) -> bool:
-    return (
-        kill_switch.state != KillSwitchState.RELEASED
-        and kill_switch.source == SpeculationSource.GUARD
-    )
+    return kill_switch is None or not kill_switch.engaged, SpeculationSource.GUARD
 
 
 def override(source: str) -> SpeculationSource | None:
@@ -82,8 +74,7 @@ def override(source: str) -> SpeculationSource | None:
 
 def runs_canary(source: str, kill_switch: KillSwitchStatus | None) -> bool:
     """A trial: the guard decides and its kill switch tries speculation on one canary pod."""
-    state = (kill_switch or KillSwitchStatus()).state
-    return source == SpeculationSource.GUARD and state == TRIAL
+    return source == SpeculationSource.GUARD and kill_switch is not None and kill_switch.trial
 
 
 def after_decision(
@@ -126,8 +117,7 @@ def canary_judged(ready_since: str, guard: GuardSpec, now: datetime) -> bool:
 def threshold(situation: Situation) -> float:
     """The speedup a window must show: minSpeedup, plus releaseMargin in a trial."""
     guard = situation.policy.guard
-    trial = situation.kill_switch.state == TRIAL
-    return guard.min_speedup + (guard.release_margin if trial else 0.0)
+    return guard.min_speedup + (guard.release_margin if situation.kill_switch.trial else 0.0)
 
 
 def remember_tpot_without_speculation(tick: Tick, observation: Observation) -> None:

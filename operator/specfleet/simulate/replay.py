@@ -16,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from specfleet.api.spec import GuardSpec
-from specfleet.api.status import KillSwitchState
 from specfleet.guard import Action, Decision
 from specfleet.guard.speedup import weighted
 from specfleet.simulate.control import Operator, initial_setting
@@ -392,7 +391,7 @@ def _record(
     observation = decision.observation or observation
     tokens = {n: w.output_tokens or 0.0 for n, w in observation.classes.items()}
     speedups = {c.name: c.expected_speedup for c in decision.classes if c.expected_speedup}
-    trial = decision.kill_switch.state == KillSwitchState.TRIAL
+    trial = decision.kill_switch.trial
     return Tick(
         t=t,
         serving=fleet.serving,

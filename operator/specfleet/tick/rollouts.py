@@ -21,14 +21,12 @@ from specfleet.api import ROLLOUT_ANNOTATION, SpecModel
 from specfleet.api.spec import RolloutStrategy
 from specfleet.api.status import (
     DecisionReason,
-    KillSwitchState,
     KillSwitchStatus,
     RevisionRecord,
     RevisionVerdict,
     RolloutPhase,
     RolloutStatus,
     SpecModelStatus,
-    SpeculationSource,
 )
 from specfleet.guard.actions import Action, ActionKind
 from specfleet.guard.rollout import StepJudgement
@@ -214,7 +212,7 @@ def _stepped(
     steps = spec.rollout.resolved_steps(spec.pod.replicas, spec.guard.consecutive_breaches)
     number = min(rollout.step, len(steps))
     step = steps[number - 1]
-    trial = _trial(kill_switch)
+    trial = kill_switch is not None and kill_switch.trial
     phase = RolloutPhase.WAITING if trial else RolloutPhase.PROGRESSING
     message = (
         f"revision {rollout.revision} waits for the kill-switch trial to end before its canary "
@@ -234,8 +232,3 @@ def _stepped(
             "message": message,
         }
     )
-
-
-def _trial(kill_switch: KillSwitchStatus | None) -> bool:
-    state = kill_switch or KillSwitchStatus()
-    return state.state == KillSwitchState.TRIAL and state.source == SpeculationSource.GUARD

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from specfleet.api import Condition, ConditionType, Phase, SpecModel, SpecModelStatus
 from specfleet.api.status import (
+    NO_SPECULATION,
     CanaryState,
     CanaryStatus,
     DecisionReason,
@@ -234,7 +235,11 @@ def _phase(conditions: list[Condition]) -> Phase:
 
 def _speculation_summary(specmodel: SpecModel) -> str:
     speculative = specmodel.spec.speculative
-    return f"{speculative.method}/{speculative.num_speculative_tokens}" if speculative else "none"
+    return (
+        f"{speculative.method}/{speculative.num_speculative_tokens}"
+        if speculative
+        else NO_SPECULATION
+    )
 
 
 def _canary(
