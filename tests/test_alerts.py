@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
+import promql_parser
 import pytest
+import yaml
 
-from conftest import specmodel_doc
+from conftest import ROOT, specmodel_doc
+from specfleet import series
 from specfleet.alerts.model import Alert, firing
 from specfleet.alerts.receivers import Alertmanager, Webhook, redacted, slack_message
 from specfleet.alerts.sender import AlertSender
 from specfleet.api import Condition, Decision, SpecModelStatus, parse_specmodel
 from specfleet.api.status import KillSwitchStatus
-from specfleet.controller.metrics import REGISTRY
+from specfleet.controller.metrics import KILL_SWITCH_SOURCES, REGISTRY, record_kill_switch
 from specfleet.tick.status import Observed
 from specfleet.tick.step import GuardTick, step
 
@@ -81,6 +85,110 @@ def test_a_guard_switch_kept_while_the_spec_declares_no_speculation_does_not_ale
     status = step(specmodel, kept, Observed(), GuardTick(None), {}, NOW).status
     assert status.kill_switch and status.kill_switch.engaged and status.speculation == "none"
     assert firing("ns", "m", status, NOW) == []
+
+
+RULES = yaml.safe_load((ROOT / "charts/specfleet/files/prometheus-rules.yaml").read_text())
+Series = list[tuple[dict[str, str], float]]
+COMPARISONS: dict[str, Callable[[float, float], bool]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    "<": operator.lt,
+    ">=": operator.ge,
+    "<=": operator.le,
+}
+
+
+def instant(expr: promql_parser.Expr, samples: Series) -> Series:
+    """What `expr` gives over `samples` (name included in the labels): the PromQL the rule
+    is written in (a selector, `max by`, a comparison with a number). Anything else fails the
+    test rather than be read wrong."""
+    if isinstance(expr, promql_parser.ParenExpr):
+        return instant(expr.expr, samples)
+    if isinstance(expr, promql_parser.VectorSelector):
+        matchers = [(m.name, m.op, m.value) for m in expr.matchers.matchers]
+        assert not expr.matchers.or_matchers and all(
+            op in (promql_parser.MatchOp.Equal, promql_parser.MatchOp.NotEqual)
+            for _, op, _ in matchers
+        ), expr
+        return [
+            (labels, value)
+            for labels, value in samples
+            if labels["__name__"] == expr.name
+            and all(
+                (labels.get(name, "") == want) == (op == promql_parser.MatchOp.Equal)
+                for name, op, want in matchers
+            )
+        ]
+    if isinstance(expr, promql_parser.AggregateExpr):
+        assert str(expr.op) == "max" and expr.modifier, expr
+        assert expr.modifier.type == promql_parser.AggModifierType.By, expr
+        groups: dict[tuple[str, ...], float] = {}
+        for labels, value in instant(expr.expr, samples):
+            key = tuple(labels.get(name, "") for name in expr.modifier.labels)
+            groups[key] = max(groups.get(key, value), value)
+        return [(dict(zip(expr.modifier.labels, k, strict=True)), v) for k, v in groups.items()]
+    if isinstance(expr, promql_parser.BinaryExpr):
+        assert isinstance(expr.rhs, promql_parser.NumberLiteral) and not expr.modifier, expr
+        compare = COMPARISONS[str(expr.op)]
+        return [(labels, v) for labels, v in instant(expr.lhs, samples) if compare(v, expr.rhs.val)]
+    raise AssertionError(f"PromQL this test does not evaluate: {expr.prettify()}")
+
+
+def rule_fires(alertname: str, namespace: str, specmodel: str) -> bool:
+    """Whether the chart's rule finds the SpecModel in the operator's series now (its `for:`
+    aside: the test asks what it watches, not for how long)."""
+    [rule] = [r for g in RULES["groups"] for r in g["rules"] if r.get("alert") == alertname]
+    samples = [
+        ({"__name__": s.name, **s.labels}, s.value)
+        for family in REGISTRY.collect()
+        for s in family.samples
+    ]
+    found = instant(promql_parser.parse(rule["expr"]), samples)
+    return any(
+        labels.get("namespace") == namespace and labels.get("specmodel") == specmodel
+        for labels, _ in found
+    )
+
+
+HELD = [
+    ("guard", "engaged", "eagle3/4", True),
+    ("guard", "trial", "eagle3/4", True),  # speculation on a canary only: the fleet is without
+    ("guard", "released", "eagle3/4", False),
+    ("annotation", "engaged", "eagle3/4", False),  # a human's override: intended
+    ("spec", "engaged", "eagle3/4", False),
+    ("annotation", "released", "eagle3/4", False),
+    ("guard", "engaged", "none", False),  # the spec declares none: nothing is switched off
+    ("", "engaged", "eagle3/4", False),
+]
+
+
+@pytest.mark.parametrize(("source", "state", "speculation", "alerts"), HELD)
+def test_the_charts_kill_switch_rule_and_the_operators_alert_agree(
+    source: str, state: str, speculation: str, alerts: bool
+) -> None:
+    """SpecfleetKillSwitchEngagedLong (Prometheus, on the exported gauge) watches what
+    SpecfleetKillSwitchEngaged (the operator's own) fires for: the guard's switch alone."""
+    namespace = f"agree-{source or 'none'}-{state}-{speculation.replace('/', '-')}"
+    status = SpecModelStatus(
+        speculation=speculation,
+        kill_switch=KillSwitchStatus(state=state, source=source),
+        decisions=[ENGAGE],
+    )
+    record_kill_switch(namespace, "m", status)
+    operator_alerts = "SpecfleetKillSwitchEngaged" in {
+        a.name for a in firing(namespace, "m", status, NOW)
+    }
+    assert operator_alerts == alerts
+    assert rule_fires("SpecfleetKillSwitchEngagedLong", namespace, "m") == alerts
+    # The gauge still says who holds speculation off, a human too (the dashboard shows it).
+    held = {
+        s.labels["source"]: s.value
+        for family in REGISTRY.collect()
+        for s in family.samples
+        if s.name == series.KILL_SWITCH_ENGAGED and s.labels["namespace"] == namespace
+    }
+    assert held == {k: float(k == status.speculation_held_off_by) for k in KILL_SWITCH_SOURCES}
 
 
 def test_conditions_fire_and_one_shots_expire() -> None:

@@ -335,6 +335,22 @@ def test_specmodels_are_counted_by_namespace_and_phase() -> None:
     assert REGISTRY.get_sample_value("specfleet_specmodels", labels) == 0.0
 
 
+def test_the_kill_switch_gauge_names_who_holds_it_and_goes_with_the_specmodel() -> None:
+    operator, _, _ = world()
+    doc = body()
+    doc["metadata"]["namespace"] = "held"
+    doc["metadata"]["annotations"] = {KILL_SWITCH_ANNOTATION: "engage"}
+    operator.reconcile(("held", "m"), {("held", "m"): [doc]}, [], {})
+
+    def held(source: str) -> float | None:
+        labels = {"namespace": "held", "specmodel": "m", "source": source}
+        return REGISTRY.get_sample_value("specfleet_kill_switch_engaged", labels)
+
+    assert (held("annotation"), held("guard"), held("spec")) == (1.0, 0.0, 0.0)
+    operator.forget(("held", "m"))
+    assert (held("annotation"), held("guard"), held("spec")) == (None, None, None)
+
+
 def test_reconciles_parse_a_spec_once_and_again_when_its_annotations_change(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

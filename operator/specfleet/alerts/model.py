@@ -66,7 +66,7 @@ def firing(namespace: str, name: str, status: SpecModelStatus, now: datetime) ->
     conditions = {c.type: c for c in status.conditions if c.status == "True"}
     alerts = []
     # The guard's switch only (in a trial too: the fleet is still without); a human's override
-    # is intended, not an incident.
+    # is intended, not an incident. The chart's SpecfleetKillSwitchEngagedLong agrees.
     if status.kill_switch and status.speculation_held_off_by == SpeculationSource.GUARD:
         alerts.append(
             _from(

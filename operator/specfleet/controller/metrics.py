@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from specfleet import series
 from specfleet.alerts.metrics import ALERT_DELIVERIES
-from specfleet.api.status import ClassGuardStatus, ClassState, RolloutPhase, RolloutStatus
+from specfleet.api.status import (
+    ClassGuardStatus,
+    ClassState,
+    RolloutPhase,
+    RolloutStatus,
+    SpecModelStatus,
+    SpeculationSource,
+)
 
 REGISTRY = CollectorRegistry()
 REGISTRY.register(ALERT_DELIVERIES)
@@ -37,10 +46,18 @@ SPECMODELS = Gauge(
 )
 KILL_SWITCH_ENGAGED = Gauge(
     series.KILL_SWITCH_ENGAGED,
-    "1 while speculation is switched off for the SpecModel by the guard or an override.",
-    ["namespace", "specmodel"],
+    "1 while the kill switch holds the SpecModel's speculation off, by who holds it (source): "
+    "the guard, or a human's override (annotation, spec).",
+    ["namespace", "specmodel", "source"],
     registry=REGISTRY,
 )
+KILL_SWITCH_SOURCES = (
+    SpeculationSource.GUARD,
+    SpeculationSource.ANNOTATION,
+    SpeculationSource.SPEC,
+)
+"""Each SpecModel has a series per source, 1 for the one that holds the switch (if any): an
+alert on the guard's switch alone selects source="guard"."""
 GUARD_DECISIONS = Counter(
     series.GUARD_DECISIONS,
     "Guard decisions by action (kill_switch_engaged, rolled_back, ...).",
@@ -107,6 +124,18 @@ def record_classes(namespace: str, specmodel: str, classes: list[ClassGuardStatu
 def forget_classes(namespace: str, specmodel: str) -> None:
     for name, signal in _breached.pop((namespace, specmodel), set()):
         CLASS_BREACHING.remove(namespace, specmodel, name, signal)
+
+
+def record_kill_switch(namespace: str, specmodel: str, status: SpecModelStatus) -> None:
+    held_by = status.speculation_held_off_by
+    for source in KILL_SWITCH_SOURCES:
+        KILL_SWITCH_ENGAGED.labels(namespace, specmodel, source).set(1 if held_by == source else 0)
+
+
+def forget_kill_switch(namespace: str, specmodel: str) -> None:
+    for source in KILL_SWITCH_SOURCES:
+        with contextlib.suppress(KeyError):
+            KILL_SWITCH_ENGAGED.remove(namespace, specmodel, source)
 
 
 def record_rollout(namespace: str, specmodel: str, rollout: RolloutStatus | None) -> None:

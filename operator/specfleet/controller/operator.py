@@ -28,7 +28,6 @@ from specfleet.controller.metrics import (
     ACTIVE_REVISION,
     GUARD_BLIND,
     GUARD_DECISIONS,
-    KILL_SWITCH_ENGAGED,
     RECONCILE_SECONDS,
     RECONCILES,
     ROLLBACKS,
@@ -36,7 +35,9 @@ from specfleet.controller.metrics import (
     ROLLOUT_STEP,
     SPECMODELS,
     forget_classes,
+    forget_kill_switch,
     record_classes,
+    record_kill_switch,
     record_rollout,
 )
 from specfleet.controller.receivers import ReceiverCache
@@ -231,7 +232,6 @@ class Operator:
             self.alerts.update(key, [], [*self.receivers, *own])
             self.alerts.forget(key)
         for gauge in (
-            KILL_SWITCH_ENGAGED,
             GUARD_BLIND,
             ACTIVE_REVISION,
             ROLLOUT_CANARY_PODS,
@@ -240,6 +240,7 @@ class Operator:
             with contextlib.suppress(KeyError):
                 gauge.remove(*key)
         forget_classes(*key)
+        forget_kill_switch(*key)
 
     def retry_in(self, key: Key) -> float | None:
         """Seconds until a SpecModel whose apply failed may be tried again; None if it did not
@@ -303,8 +304,7 @@ class Operator:
         else:
             self._backoff.pop(key, None)
         self._count_phase(key, outcome.status.phase)
-        held = outcome.status.speculation_held_off_by is not None
-        KILL_SWITCH_ENGAGED.labels(namespace, name).set(1 if held else 0)
+        record_kill_switch(namespace, name, outcome.status)
         if outcome.status.active_revision is not None:
             ACTIVE_REVISION.labels(namespace, name).set(outcome.status.active_revision)
         GUARD_BLIND.labels(namespace, name).set(
