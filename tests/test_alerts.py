@@ -23,7 +23,7 @@ from specfleet.alerts.model import Alert, firing
 from specfleet.alerts.receivers import Alertmanager, Webhook, redacted, slack_message
 from specfleet.alerts.sender import AlertSender
 from specfleet.api import Condition, Decision, SpecModelStatus, parse_specmodel
-from specfleet.api.status import KillSwitchStatus
+from specfleet.api.status import DecisionReason, KillSwitchStatus
 from specfleet.controller.metrics import KILL_SWITCH_SOURCES, REGISTRY, record_kill_switch
 from specfleet.tick.status import Observed
 from specfleet.tick.step import GuardTick, step
@@ -209,6 +209,16 @@ def test_conditions_fire_and_one_shots_expire() -> None:
     assert names == {"SpecfleetRolledBack", "SpecfleetSpeculationNotPaying"}
     later = {a.name for a in firing("ns", "m", status, NOW + timedelta(hours=1))}
     assert later == {"SpecfleetRolledBack"}
+
+
+def test_a_decision_reason_this_operator_lacks_still_reads() -> None:
+    """Decision.reason is a string in the API: a status another version wrote still parses (a
+    DecisionReason only where the operator writes one)."""
+    wire = {"time": NOW.isoformat(), "action": "alert", "reason": "SomethingNewer", "message": "m"}
+    status = SpecModelStatus.model_validate({"decisions": [wire]})
+    [alert] = firing("ns", "m", status, NOW)
+    assert alert.name == "SpecfleetSomethingNewer"
+    assert "SomethingNewer" not in set(DecisionReason)
 
 
 def class_breach(name: str, signal: str) -> Decision:
