@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from specfleet.api import SpecModelStatus
 from specfleet.api.experiment import SpecExperimentStatus
-from specfleet.api.status import CanaryState, ConditionType
+from specfleet.api.status import CanaryState, ConditionType, DecisionReason
 from specfleet.guard.actions import Action, ActionKind
 
 NORMAL, WARNING = "Normal", "Warning"
@@ -119,7 +119,8 @@ def _condition_event(kind: str, status: str, reason: str, message: str) -> Event
     if kind == ConditionType.READY and status == "True":
         return Event(NORMAL, "RolloutComplete", message)
     if kind == ConditionType.ROLLED_BACK and status == "True":
-        return Event(WARNING, "RolledBack", message)
+        # the guard's RolledBack decision's reason: the rollback is told once (`of_reconcile`)
+        return Event(WARNING, DecisionReason.ROLLED_BACK, message)
     if kind == ConditionType.ROLLED_BACK and status == "False":
         return Event(NORMAL, "RollbackCleared", message)
     return None
