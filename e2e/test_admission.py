@@ -53,8 +53,7 @@ def manifest(case: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def crd(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/specmodel.yaml"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/specmodels.specfleet.dev")
+    cluster.install_crd()
 
 
 def dry_run(cluster: Cluster, namespace: str, text: str) -> Any:

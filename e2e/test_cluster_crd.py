@@ -34,16 +34,7 @@ def one_line(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def crd(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "--server-side", "-f", str(CRD))
-    eventually(
-        lambda: (
-            cluster.run_kubectl(
-                "wait", "--for=condition=Established", "crd/specmodels.specfleet.dev"
-            ).returncode
-            == 0
-        ),
-        "the SpecModel CRD to be established",
-    )
+    cluster.install_crd()
 
 
 def test_explain_shows_the_crd_descriptions(cluster: Cluster, crd: None) -> None:

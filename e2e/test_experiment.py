@@ -36,8 +36,7 @@ gateway's p99 budget (README, Benchmarks)."""
 @pytest.fixture(scope="module")
 def operator(local_cluster: LocalCluster) -> Iterator[RunningOperator]:
     for crd in ("specmodel", "specexperiment"):
-        local_cluster.kubectl("apply", "--server-side", "-f", str(ROOT / f"crds/{crd}.yaml"))
-        local_cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}s.specfleet.dev")
+        local_cluster.install_crd(crd)
     with in_process(local_cluster, prometheus_url=local_cluster.prometheus_url) as running:
         yield running
 

@@ -41,8 +41,7 @@ SPECMODEL: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def crd(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/specmodel.yaml"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/specmodels.specfleet.dev")
+    cluster.install_crd()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -29,8 +29,7 @@ def specmodel(**spec: Any) -> str:
 @pytest.fixture
 def policy(cluster: Cluster, namespace: str) -> Iterator[None]:
     """The example policy, bound to this test's namespace only."""
-    cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/specmodel.yaml"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/specmodels.specfleet.dev")
+    cluster.install_crd()
     name = f"{POLICY['metadata']['name']}-{namespace}"
     policy = {**POLICY, "metadata": {"name": name}}
     selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}

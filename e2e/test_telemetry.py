@@ -49,8 +49,7 @@ SPECMODEL: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def operator(local_cluster: LocalCluster) -> Iterator[RunningOperator]:
-    local_cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/specmodel.yaml"))
-    local_cluster.kubectl("wait", "--for=condition=Established", "crd/specmodels.specfleet.dev")
+    local_cluster.install_crd()
     with in_process(local_cluster) as running:
         yield running
 

@@ -68,6 +68,20 @@ class Cluster:
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json"))
 
+    def install_crd(self, kind: str = "specmodel") -> None:
+        """Applies the repository's CRD and waits until it is served. `kubectl wait` fails at
+        once, rather than waiting, while a new CRD's status holds no conditions yet."""
+        self.kubectl("apply", "--server-side", "-f", str(REPO / f"crds/{kind}.yaml"))
+        eventually(
+            lambda: (
+                self.run_kubectl(
+                    "wait", "--for=condition=Established", f"crd/{kind}s.specfleet.dev"
+                ).returncode
+                == 0
+            ),
+            f"the {kind} CRD to be established",
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class LocalCluster(Cluster):
