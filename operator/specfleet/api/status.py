@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from specfleet.api.base import ApiModel
+from specfleet.signals import CLASS_SIGNALS
 
 MAX_DECISIONS = 20
 MAX_REVISION_HISTORY = 10
@@ -256,8 +257,7 @@ class ClassGuardStatus(ApiModel):
     since: str | None = Field(default=None, description="When the state was entered.")
     signals: list[str] = Field(
         default_factory=list,
-        description="What it breaches: speedup, acceptanceRate, p95TtftSeconds, p95TpotSeconds, "
-        "toolCallValidity, structuredOutputValidity, truncationRate.",
+        description=f"What it breaches: {', '.join(CLASS_SIGNALS)}.",
     )
     bad: int = Field(default=0, description="Windows in a row with a breach.")
     good: int = Field(default=0, description="Conclusive windows in a row without one.")

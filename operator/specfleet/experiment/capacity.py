@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import Field
 
+from specfleet import signals
 from specfleet.api.base import ApiModel
 from specfleet.api.spec import ClassSlo
 from specfleet.experiment.verdict import latency_misses
@@ -21,7 +22,7 @@ ERROR_BUDGET = 0.05
 """The share of a class's requests that may fail before its p95 is itself a failure."""
 TERMINATION_MESSAGE_BYTES = 4096
 """What a container's termination message holds at most."""
-ERROR_RATE = "errorRate"
+ERROR_RATE = signals.ERROR_RATE.name
 UNMEASURED = "requests"
 """The signal of a class that has no request in a step: nothing says it is inside."""
 

@@ -27,28 +27,13 @@ from specfleet.api.verdict import (
     Outcome,
 )
 from specfleet.experiment.basis import INTERVAL_WORDS, SOURCE_WORDS, Basis, unknown
-from specfleet.experiment.verdict import (
-    BOTH_MARGIN,
-    OVERALL,
-    P95_TPOT,
-    P95_TTFT,
-    PER,
-    cost_bounds,
-    interval_words,
-)
+from specfleet.experiment.verdict import BOTH_MARGIN, OVERALL, PER, cost_bounds, interval_words
+from specfleet.signals import GREEDY_AGREEMENT, LABELS, P95_TPOT, P95_TTFT, QUALITY
 from specfleet.yamlio import InputError
 
-SIGNALS = {
-    P95_TTFT: "p95 TTFT",
-    P95_TPOT: "p95 TPOT",
-    "toolCallValidity": "tool-call validity",
-    "structuredOutputValidity": "JSON validity",
-    "truncationRate": "truncated answers",
-    "errorRate": "errors",
-    "greedyAgreement": "exact agreement with the baseline on greedy requests",
-}
+SIGNALS = {**LABELS, **{s.name: s.report for s in QUALITY}}
 """Exclusion signals in words."""
-LOWER_IS_WORSE = {"toolCallValidity", "structuredOutputValidity", "greedyAgreement"}
+LOWER_IS_WORSE = {GREEDY_AGREEMENT, *(s.name for s in QUALITY if s.higher_is_better)}
 
 
 def columns(basis: Basis) -> list[str]:
@@ -58,10 +43,7 @@ def columns(basis: Basis) -> list[str]:
         "TTFT p50/p95/p99 (s)",
         "TPOT p50/p95/p99 (ms)",
         "acceptance",
-        "tool calls valid",
-        "JSON valid",
-        "truncated",
-        "errors",
+        *(s.column for s in QUALITY),
         "greedy agreement",
         "req/s per replica at SLO",
         "accepted",
@@ -323,10 +305,7 @@ def _cells(row: ArmRow) -> list[str]:
         _percentiles(row.ttft, 1.0, "{:.2f}"),
         _percentiles(row.tpot, 1000.0, "{:.1f}"),
         _share(row.acceptance_rate),
-        _share(row.tool_call_validity),
-        _share(row.structured_output_validity),
-        _share(row.truncation_rate),
-        _share(row.error_rate),
+        *(_share(getattr(row, s.arm_field)) for s in QUALITY),
         _share(row.greedy_agreement),
         f"{row.throughput_at_slo:.2f}",
         _share(row.accepted_share),

@@ -37,6 +37,7 @@ from specfleet.api.verdict import (
 from specfleet.guard.analysis import Breach, Sides, quality_breaches
 from specfleet.guard.policy import QUALITY_MARGIN
 from specfleet.guard.speedup import wilson_interval
+from specfleet.signals import GREEDY_AGREEMENT, P95_TPOT, P95_TTFT
 from specfleet.telemetry.model import ClassWindow
 
 SECONDS_PER_HOUR = 3600.0
@@ -53,8 +54,6 @@ and two techniques are two things to break (as speculation must pay the guard's 
 margin, 10%, before it is turned back on)."""
 
 
-P95_TTFT = "p95TtftSeconds"
-P95_TPOT = "p95TpotSeconds"
 SINGLES = (ArmName.QUANTIZED, ArmName.SPECULATIVE)
 
 
@@ -401,7 +400,7 @@ def _agreement(arm: ArmName, name: str, m: ClassMeasurement, min_samples: int) -
         Exclusion(
             arm=arm,
             class_name=name,
-            signal="greedyAgreement",
+            signal=GREEDY_AGREEMENT,
             value=value,
             limit=AGREEMENT_FLOOR,
             baseline=1.0,

@@ -13,13 +13,14 @@ from typing import Any, NamedTuple
 from specfleet.api.spec import ClassSlo
 from specfleet.guard.policy import MIN_ERROR_RATE_BREACH, MIN_ERRORS, QUALITY_MARGIN, Policy
 from specfleet.guard.speedup import wilson_interval
+from specfleet.signals import ACCEPTANCE_RATE, P95_TPOT, P95_TTFT, QUALITY, Rule, Signal
 from specfleet.telemetry.model import ClassWindow, Observation
 
 LATENCY_TOLERANCE = 1.2
 """A canary's p95 may be this many times the control's before it breaches."""
 DECISIVE_LATENCY = 2.0
 """A canary p95 this many times the control's is evidence enough alone."""
-LATENCY_MIN_EXCESS = {"p95TtftSeconds": 0.1, "p95TpotSeconds": 0.005}
+LATENCY_MIN_EXCESS = {P95_TTFT: 0.1, P95_TPOT: 0.005}
 """How far (seconds) a canary's p95 must also exceed the control's: p95s come from histogram
 buckets (25 ms apart around 50 ms of TTFT), and a fresh pod's first requests are slower, so a
 ratio of two small latencies is noise (on the local cluster 68 ms against 30 ms of TTFT)."""
@@ -115,47 +116,41 @@ def _served(observation: Observation, klass: str, minimum: int) -> bool:
 def _class_breaches(sides: Sides, policy: Policy, latency: bool) -> list[Breach]:
     slo = sides.slo
     latencies = [
-        _latency(sides, "p95TtftSeconds", lambda w: w.p95_ttft_seconds, slo.max_p95_ttft_seconds),
-        _latency(sides, "p95TpotSeconds", lambda w: w.p95_tpot_seconds, slo.max_p95_tpot_seconds),
+        _latency(sides, P95_TTFT, lambda w: w.p95_ttft_seconds, slo.max_p95_ttft_seconds),
+        _latency(sides, P95_TPOT, lambda w: w.p95_tpot_seconds, slo.max_p95_tpot_seconds),
     ]
     found = [
         *(b for b in latencies if b is not None and (latency or b.decisive)),
-        *_validity(sides, policy.band),
+        *quality_breaches(sides, policy.band),
         _acceptance(sides, policy),
-        _errors(sides),
     ]
     return [b for b in found if b is not None]
 
 
 def quality_breaches(sides: Sides, band: float) -> list[Breach]:
-    """Whether the canary's answers are confidently worse than the control's, or under the
-    class's floors where the control meets them: tool-call and structured-output validity,
-    truncation, errors. `band` is the policy's hysteresis band (what makes a breach decisive).
-    Experiments judge each arm against the baseline arm with it."""
-    found = [*_validity(sides, band), _errors(sides)]
+    """Whether the canary's answers are confidently worse than the control's, or past the
+    class's SLOs where the control meets them, on each quality signal (`signals.QUALITY`).
+    `band` is the policy's hysteresis band (what makes a breach decisive). Experiments judge
+    each arm against the baseline arm with it."""
+    found = (_quality(sides, band, signal) for signal in QUALITY)
     return [b for b in found if b is not None]
 
 
-def _validity(sides: Sides, band: float) -> list[Breach | None]:
-    return [
-        _share(
-            sides,
-            band,
-            "toolCallValidity",
-            lambda w: (w.tool_call_validity, w.tool_calls_judged),
-            sides.slo.min_tool_call_validity,
-            QUALITY_MARGIN,
-        ),
-        _share(
-            sides,
-            band,
-            "structuredOutputValidity",
-            lambda w: (w.structured_output_validity, w.structured_judged),
-            sides.slo.min_structured_output_validity,
-            QUALITY_MARGIN,
-        ),
-        _truncation(sides, band),
-    ]
+def _quality(sides: Sides, band: float, signal: Signal) -> Breach | None:
+    """A share judged as the share that is good (`Signal.good`), told in the signal's sense."""
+    if signal.rule is Rule.MULTIPLE:
+        return _multiple(sides, signal)
+
+    def read(window: ClassWindow) -> tuple[float | None, float]:
+        value = signal.value(window)
+        return (None if value is None else signal.good(value)), signal.samples(window)
+
+    floor = signal.floor(sides.slo)
+    breach = _share(sides, band, signal.name, read, floor, QUALITY_MARGIN)
+    if breach is None or signal.higher_is_better:
+        return breach
+    control = None if breach.control is None else 1.0 - breach.control
+    return breach._replace(canary=1.0 - breach.canary, control=control, limit=1.0 - breach.limit)
 
 
 def _latency(
@@ -182,7 +177,7 @@ def _body_slower(sides: Sides, signal: str) -> bool:
     """A TPOT p95 over the control's counts only where the mean (exact, not read from buckets)
     is over the control's by the tolerance too: a few slow tokens move a p95 interpolated in a
     bucket 15 ms wide, where a slower revision slows every token."""
-    if signal != "p95TpotSeconds" or sides.control is None:
+    if signal != P95_TPOT or sides.control is None:
         return True
     canary, control = sides.canary.mean_tpot_seconds, sides.control.mean_tpot_seconds
     return canary is None or not control or canary > control * LATENCY_TOLERANCE
@@ -219,23 +214,6 @@ def _share(
     return Breach(sides.name, signal, canary, control, samples, control_samples, limit, decisive)
 
 
-def _truncation(sides: Sides, band: float) -> Breach | None:
-    """Judged as the share of answers not cut off (floor: 1 - maxTruncationRate), told as
-    truncation rates: a Wilson interval is symmetric under the complement."""
-
-    def finished(window: ClassWindow) -> tuple[float | None, float]:
-        rate = window.truncation_rate
-        return (None if rate is None else 1.0 - rate), window.choices or 0.0
-
-    ceiling = sides.slo.max_truncation_rate
-    floor = None if ceiling is None else 1.0 - ceiling
-    breach = _share(sides, band, "truncationRate", finished, floor, QUALITY_MARGIN)
-    if breach is None:
-        return None
-    control = None if breach.control is None else 1.0 - breach.control
-    return breach._replace(canary=1.0 - breach.canary, control=control, limit=1.0 - breach.limit)
-
-
 def _acceptance(sides: Sides, policy: Policy) -> Breach | None:
     """Acceptance where both sides drafted enough: judged over requests, as the guard does."""
 
@@ -244,23 +222,24 @@ def _acceptance(sides: Sides, policy: Policy) -> Breach | None:
         return (window.acceptance_rate if drafted else None), window.requests or 0.0
 
     floor = sides.slo.min_acceptance_rate
-    return _share(sides, policy.band, "acceptanceRate", read, floor, ACCEPTANCE_MARGIN)
+    return _share(sides, policy.band, ACCEPTANCE_RATE, read, floor, ACCEPTANCE_MARGIN)
 
 
-def _errors(sides: Sides) -> Breach | None:
-    """The error rate's lower bound over twice the control's (at least 1%)."""
+def _multiple(sides: Sides, signal: Signal) -> Breach | None:
+    """The rate's lower bound over twice the control's (at least 1%)."""
     window = sides.canary
-    errors, requests = window.errors or 0.0, window.requests or 0.0
-    if errors < MIN_ERRORS or not requests:
+    count, samples = signal.count(window) or 0.0, signal.samples(window)
+    if count < MIN_ERRORS or not samples:
         return None
-    control = sides.control.error_rate if sides.control else None
+    control = signal.value(sides.control) if sides.control else None
     limit = max(MIN_ERROR_RATE_BREACH, 2 * (control or 0.0))
-    lower, _ = wilson_interval(errors, requests)
+    lower, _ = wilson_interval(count, samples)
     if lower <= limit:
         return None
-    samples = (requests, _requests(sides.control))
+    others = signal.samples(sides.control) if sides.control else 0.0
+    decisive = lower > 2 * limit
     return Breach(
-        sides.name, "errorRate", errors / requests, control, *samples, limit, lower > 2 * limit
+        sides.name, signal.name, count / samples, control, samples, others, limit, decisive
     )
 
 

@@ -1,7 +1,6 @@
 """Every class, critical or not: one whose speculation does not pay, or which breaches one of
-its SLOs (acceptance floor, p95 TTFT or TPOT, tool-call or structured-output validity,
-truncation rate), is named
-once in a `class_breach` decision, and once in a `class_recovered` decision when it is back.
+its SLOs (acceptance floor, p95 TTFT or TPOT, a quality signal's bound: `signals.QUALITY`), is
+named once in a `class_breach` decision, and once in a `class_recovered` decision when it is back.
 
 The kill switch's evidence rules: N breaching windows in a row, or one decisive window (a 95%
 bound past the limit by the hysteresis band; a p95 latency has no interval, so it needs N); a
@@ -20,11 +19,12 @@ from specfleet.guard.actions import ActionKind
 from specfleet.guard.situation import Tick
 from specfleet.guard.speedup import wilson_interval
 from specfleet.guard.verdict import ClassVerdict, Evaluation
+from specfleet.signals import ACCEPTANCE_RATE, P95_TPOT, P95_TTFT, QUALITY, SPEEDUP, Signal
 from specfleet.telemetry.model import ClassWindow
 
 BREACHING = ClassState.BREACHING
 """Read once (as `killswitch.TRIAL`)."""
-MAXIMA = frozenset({"p95TtftSeconds", "p95TpotSeconds", "truncationRate"})
+MAXIMA = frozenset({P95_TTFT, P95_TPOT, *(s.name for s in QUALITY if not s.higher_is_better)})
 """The signals whose limit is a maximum; the others' is a floor."""
 
 
@@ -65,8 +65,7 @@ def judge(tick: Tick, evaluation: Evaluation) -> None:
 
 def readings(verdict: ClassVerdict) -> list[Reading]:
     """The class's signals this window judged: acceptance and speedup when speculation ran,
-    latency and validity when the class had enough requests. (Written out rather than looped
-    over: this runs per class, SpecModel and tick, and most classes declare few SLOs.)"""
+    latency, and each quality signal its SLO bounds (`signals.QUALITY`) on enough samples."""
     window = verdict.window
     if window is None:
         return []
@@ -75,28 +74,20 @@ def readings(verdict: ClassVerdict) -> list[Reading]:
     floor, alpha = slo.min_acceptance_rate, window.acceptance_rate
     if floor is not None and bounds is not None and alpha is not None:
         breached, decisive = bounds[1] < floor, bounds[1] < floor * (1.0 - verdict.policy.band)
-        found.append(Reading("acceptanceRate", alpha, floor, requests, breached, decisive))
+        found.append(Reading(ACCEPTANCE_RATE, alpha, floor, requests, breached, decisive))
     if verdict.speedup is not None and verdict.speedup_bounds is not None:
         found.append(_speedup(verdict, verdict.speedup, verdict.speedup_bounds[1], requests))
     limit, value = slo.max_p95_ttft_seconds, window.p95_ttft_seconds
     if limit is not None and value is not None:
-        found.append(Reading("p95TtftSeconds", value, limit, requests, value > limit, False))
+        found.append(Reading(P95_TTFT, value, limit, requests, value > limit, False))
     limit, value = slo.max_p95_tpot_seconds, window.p95_tpot_seconds
     if limit is not None and value is not None:
-        found.append(Reading("p95TpotSeconds", value, limit, requests, value > limit, False))
+        found.append(Reading(P95_TPOT, value, limit, requests, value > limit, False))
     least = verdict.policy.guard.min_requests
-    if slo.min_tool_call_validity is not None and window.tool_calls_judged >= least:
-        found.append(
-            _validity(verdict, "toolCallValidity", slo.min_tool_call_validity,
-                      window.tool_call_validity, window.tool_calls_judged)
-        )  # fmt: skip
-    if slo.min_structured_output_validity is not None and window.structured_judged >= least:
-        found.append(
-            _validity(verdict, "structuredOutputValidity", slo.min_structured_output_validity,
-                      window.structured_output_validity, window.structured_judged)
-        )  # fmt: skip
-    if slo.max_truncation_rate is not None and (window.choices or 0.0) >= least:
-        found.append(_truncation(verdict, slo.max_truncation_rate, window))
+    for signal in QUALITY:
+        bound, samples = signal.slo(slo), signal.samples(window)
+        if bound is not None and samples >= least:
+            found.append(_quality(verdict, signal, bound, window, samples))
     return found
 
 
@@ -104,28 +95,21 @@ def _speedup(verdict: ClassVerdict, speedup: float, upper: float, requests: floa
     guard = verdict.policy.guard
     paying = guard.min_speedup
     decisive = upper < paying - guard.release_margin
-    return Reading("speedup", speedup, paying, requests, speedup < paying, decisive)
+    return Reading(SPEEDUP, speedup, paying, requests, speedup < paying, decisive)
 
 
-def _validity(
-    verdict: ClassVerdict, signal: str, floor: float, value: float | None, samples: float
+def _quality(
+    verdict: ClassVerdict, signal: Signal, bound: float, window: ClassWindow, samples: float
 ) -> Reading:
-    """Samples > 0, so the share is known. (At or above the floor needs no interval.)"""
-    share = value or 0.0
+    """Samples > 0, so the value is known. Judged as the share that is good (`Signal.good`),
+    as a validity (at or above the floor needs no interval); told in the signal's sense."""
+    value = signal.value(window) or 0.0
+    share, floor = signal.good(value), signal.good(bound)
     if share >= floor:
-        return Reading(signal, share, floor, samples, False, False)
+        return Reading(signal.name, value, bound, samples, False, False)
     _, upper = wilson_interval(share * samples, samples)
     decisive = upper < floor * (1.0 - verdict.policy.band)
-    return Reading(signal, share, floor, samples, upper < floor, decisive)
-
-
-def _truncation(verdict: ClassVerdict, ceiling: float, window: ClassWindow) -> Reading:
-    """Judged as the share of answers not cut off, as a validity; told as the truncation rate."""
-    rate = window.truncation_rate or 0.0
-    finished = _validity(
-        verdict, "truncationRate", 1.0 - ceiling, 1.0 - rate, window.choices or 0.0
-    )
-    return finished._replace(value=rate, limit=ceiling)
+    return Reading(signal.name, value, bound, samples, upper < floor, decisive)
 
 
 def _next(tick: Tick, verdict: ClassVerdict, old: ClassGuardStatus | None) -> ClassGuardStatus:

@@ -26,6 +26,15 @@ from specfleet.guard.speedup import (
     speedup,
     wilson_interval,
 )
+from specfleet.signals import (
+    ACCEPTANCE_RATE,
+    P95_TPOT,
+    P95_TTFT,
+    QUALITY,
+    SPEEDUP,
+    Rule,
+    Signal,
+)
 from specfleet.telemetry.model import ClassWindow, Observation
 
 Bounds = tuple[float, float]
@@ -127,7 +136,7 @@ class ClassVerdict(NamedTuple):
         evidence: dict[str, Any] = {"requests": _round(window.requests)}
         if self.speedup is not None:
             evidence["draftTokens"] = _round(window.draft_tokens or 0.0)
-            evidence["acceptanceRate"] = _round(window.acceptance_rate)
+            evidence[ACCEPTANCE_RATE] = _round(window.acceptance_rate)
             evidence["meanAcceptanceLength"] = _round(window.mean_acceptance_length)
             evidence["k"] = self.policy.k
             evidence["draftsPerStep"] = _round(self.drafts_per_step)
@@ -135,19 +144,19 @@ class ClassVerdict(NamedTuple):
             if self.policy.step_overhead:  # the model's o, shown where it is not 0
                 evidence["stepOverhead"] = self.policy.step_overhead
             evidence["loadFactor"] = round(self.load, 4)
-            evidence["speedup"] = round(self.speedup, 4)
+            evidence[SPEEDUP] = round(self.speedup, 4)
             evidence["speedupSource"] = self.source
             evidence["acceptanceRateBounds"] = _rounded(self.acceptance_bounds)
             evidence["speedupBounds"] = _rounded(self.speedup_bounds)
         for measured in (self.quality().readings, self.latency().readings):
             for name, value in measured.items():
                 evidence[name] = round(value, 4)
-        for name, unjudged in (
-            ("toolCallsUnjudged", window.tool_calls_unjudged),
-            ("structuredOutputsUnjudged", window.structured_unjudged),
-        ):
-            if unjudged:  # checks left out of the validity above, by reason
-                evidence[name] = {reason: round(n, 4) for reason, n in sorted(unjudged.items())}
+        for signal in QUALITY:
+            unjudged = signal.unjudged(window) if signal.unjudged else None
+            if unjudged:  # checks left out of the signal above, by reason
+                evidence[signal.unjudged_key] = {
+                    reason: round(n, 4) for reason, n in sorted(unjudged.items())
+                }
         return evidence
 
 
@@ -198,7 +207,7 @@ class Evaluation(NamedTuple):
 
     def evidence(self) -> dict[str, Any]:
         return {
-            "speedup": _round(self.speedup),
+            SPEEDUP: _round(self.speedup),
             "speedupBounds": _rounded(self.speedup_bounds),
             "decisive": self.decisive,
             "minSpeedup": self.threshold,
@@ -470,58 +479,42 @@ def _judge_quality(
     baseline: QualityBaseline | None,
     min_samples: int,
 ) -> Judged:
-    checks = [
-        (
-            "toolCallValidity",
-            window.tool_call_validity,
-            window.tool_calls_judged,
-            slo.min_tool_call_validity,
-            baseline.tool_call_validity if baseline else None,
-            window.tool_calls_unjudged,
-        ),
-        (
-            "structuredOutputValidity",
-            window.structured_output_validity,
-            window.structured_judged,
-            slo.min_structured_output_validity,
-            baseline.structured_output_validity if baseline else None,
-            window.structured_unjudged,
-        ),
-    ]
-    breaches, readings = [], {}
-    for name, value, samples, floor, good, unjudged in checks:
-        if value is None or samples < min_samples:
-            continue
-        readings[name] = value
-        limit = _limit(floor, good)
-        if _confidently_below(value, samples, limit):
-            left_out = sum(unjudged.values())
-            apart = f", {left_out:.0f} unjudged" if left_out else ""
-            breaches.append(f"{name} {value:.3f} < {limit:.3f} (n={samples:.0f}{apart})")
-    good = baseline.truncation_rate.get(klass) if baseline else None
-    truncation = _judge_truncation(slo, window, good, min_samples, readings)
-    errors = _judge_errors(window, baseline, readings)
-    return Judged([*breaches, *filter(None, (truncation, errors))], readings)
+    """Each quality signal (`signals.QUALITY`) against the stricter of the class's SLO and the
+    last good revision's value."""
+    breaches: list[str] = []
+    readings: dict[str, Any] = {}
+    for signal in QUALITY:
+        good = signal.last_good(baseline, klass) if baseline else None
+        if signal.rule is Rule.MULTIPLE:
+            breach = _judge_multiple(signal, window, good, readings)
+        else:
+            breach = _judge_share(signal, slo, window, good, min_samples, readings)
+        if breach is not None:
+            breaches.append(breach)
+    return Judged(breaches, readings)
 
 
-def _judge_truncation(
+def _judge_share(
+    signal: Signal,
     slo: ClassSlo,
     window: ClassWindow,
     good: float | None,
     min_samples: int,
     readings: dict[str, Any],
 ) -> str | None:
-    """Judged as the share of answers not cut off, against a floor like a validity's: 1 -
-    maxTruncationRate, or the last good revision's share less the margin."""
-    rate, samples = window.truncation_rate, window.choices or 0.0
-    if rate is None or samples < min_samples:
+    """Judged as the share that is good (`Signal.good`) against a floor: the SLO's, or the last
+    good revision's share less the margin."""
+    value, samples = signal.value(window), signal.samples(window)
+    if value is None or samples < min_samples:
         return None
-    readings["truncationRate"] = rate
-    ceiling = slo.max_truncation_rate
-    floor = _limit(None if ceiling is None else 1.0 - ceiling, None if good is None else 1.0 - good)
-    if not _confidently_below(1.0 - rate, samples, floor):
+    readings[signal.name] = value
+    limit = _limit(signal.floor(slo), None if good is None else signal.good(good))
+    if not _confidently_below(signal.good(value), samples, limit):
         return None
-    return f"truncationRate {rate:.3f} > {1.0 - floor:.3f} (n={samples:.0f})"
+    left_out = sum(signal.unjudged(window).values()) if signal.unjudged else 0.0
+    apart = f", {left_out:.0f} unjudged" if left_out else ""
+    told = f"{value:.3f} {signal.worse} {signal.good(limit):.3f}"
+    return f"{signal.name} {told} (n={samples:.0f}{apart})"
 
 
 def _confidently_below(value: float, samples: float, limit: float) -> bool:
@@ -543,18 +536,20 @@ def _limit(floor: float | None, good: float | None) -> float:
     return limit if limit is not None and not limit < 0.0 else 0.0
 
 
-def _judge_errors(
-    window: ClassWindow, baseline: QualityBaseline | None, readings: dict[str, Any]
+def _judge_multiple(
+    signal: Signal, window: ClassWindow, good: float | None, readings: dict[str, Any]
 ) -> str | None:
-    error_rate, errors = window.error_rate, window.errors or 0.0
-    if error_rate is None or window.requests is None:
+    """The rate's lower bound over twice the last good revision's (at least 1%)."""
+    value = signal.value(window)
+    if value is None:
         return None
-    readings["errorRate"] = error_rate
-    if errors < MIN_ERRORS:
+    readings[signal.name] = value
+    count = signal.count(window) or 0.0
+    if count < MIN_ERRORS:
         return None
-    limit = max(MIN_ERROR_RATE_BREACH, 2 * (baseline.error_rate or 0.0) if baseline else 0.0)
-    lower, _ = wilson_interval(errors, window.requests)
-    return f"errorRate {error_rate:.3f} > {limit:.3f}" if lower > limit else None
+    limit = max(MIN_ERROR_RATE_BREACH, 2 * (good or 0.0))
+    lower, _ = wilson_interval(count, signal.samples(window))
+    return f"{signal.name} {value:.3f} {signal.worse} {limit:.3f}" if lower > limit else None
 
 
 def _judge_latency(
@@ -563,13 +558,13 @@ def _judge_latency(
     breaches, readings = [], {}
     for name, value, maximum, good in (
         (
-            "p95TtftSeconds",
+            P95_TTFT,
             window.p95_ttft_seconds,
             slo.max_p95_ttft_seconds,
             baseline.p95_ttft_seconds if baseline else None,
         ),
         (
-            "p95TpotSeconds",
+            P95_TPOT,
             window.p95_tpot_seconds,
             slo.max_p95_tpot_seconds,
             baseline.p95_tpot_seconds if baseline else None,

@@ -22,6 +22,7 @@ from typing import Any
 
 from specfleet.api.status import KillSwitchState
 from specfleet.guard.actions import ActionKind
+from specfleet.signals import ACCEPTANCE_RATE, LABELS, QUALITY
 from specfleet.simulate.replay import Seen, Tick
 from specfleet.simulate.simulation import Result
 from specfleet.simulate.truth import Truth
@@ -47,16 +48,11 @@ BANDS: dict[str, tuple[str, float, str]] = {
     "rollout": ("tab:blue", 0.12, "rollout canary"),
 }
 SIGNALS = {
-    "acceptanceRate": "acceptance",
-    "acceptance": "acceptance",
-    "speedup": "speedup",
-    "p95TtftSeconds": "p95 TTFT",
-    "p95TpotSeconds": "p95 TPOT",
-    "toolCallValidity": "tool-call validity",
-    "structuredOutputValidity": "JSON validity",
-    "truncationRate": "truncation",
-    "errorRate": "errors",
+    **LABELS,
+    "acceptance": LABELS[ACCEPTANCE_RATE],  # a speculation breach's words: `acceptance 0.41 < ...`
+    **{s.name: s.plot for s in QUALITY},
 }
+"""Signals in the labels' words."""
 MAX_POINTS = 720
 """Longer runs draw block means (see `Points`)."""
 DPI = 72

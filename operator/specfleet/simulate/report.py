@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from specfleet.guard.actions import ActionKind
+from specfleet.signals import SPEEDUP
 from specfleet.simulate.analysis import describe
 from specfleet.simulate.replay import Goodput
 from specfleet.simulate.simulation import Result
@@ -86,7 +87,7 @@ def basis(decision: dict[str, Any], result: Result) -> dict[str, Any] | None:
     evidence = decision["evidence"]
     breaches = [b for b in evidence.get("breaches", []) if isinstance(b, str)]
     floors = any(": acceptance " in b for b in breaches)
-    speedup, needed = evidence.get("speedup"), evidence.get("minSpeedup")
+    speedup, needed = evidence.get(SPEEDUP), evidence.get("minSpeedup")
     slow = any(": speedup " in b for b in breaches) or (
         speedup is not None and needed is not None and speedup < needed
     )

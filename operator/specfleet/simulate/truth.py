@@ -18,6 +18,7 @@ from specfleet.api.spec import ClassSlo
 from specfleet.guard import Policy
 from specfleet.guard.policy import LATENCY_MARGIN, MIN_ERROR_RATE_BREACH, QUALITY_MARGIN
 from specfleet.guard.speedup import load_factor, weighted
+from specfleet.signals import P95_TPOT, P95_TTFT
 from specfleet.simulate import physics
 from specfleet.simulate.outcome import p95_tpot_seconds
 from specfleet.simulate.world import Conditions, Setting, World
@@ -93,8 +94,7 @@ def latency_breaches(world: World, t: float, config: str, reference: str | None)
     breaches = []
     for name, signals in now.items():
         slo = slos.get(name, ClassSlo())
-        maxima = {"p95TtftSeconds": slo.max_p95_ttft_seconds}
-        maxima["p95TpotSeconds"] = slo.max_p95_tpot_seconds
+        maxima = {P95_TTFT: slo.max_p95_ttft_seconds, P95_TPOT: slo.max_p95_tpot_seconds}
         for signal, value in signals.items():
             limits = [maxima[signal]]
             if name in good:
@@ -115,8 +115,8 @@ def _best_latency(world: World, t: float, config: str) -> dict[str, dict[str, fl
                 continue
             tpot = p95_tpot_seconds(conditions, c, c.alpha)
             known = best.get(c.name)
-            if known is None or tpot < known["p95TpotSeconds"]:
-                best[c.name] = {"p95TtftSeconds": c.p95_ttft_seconds, "p95TpotSeconds": tpot}
+            if known is None or tpot < known[P95_TPOT]:
+                best[c.name] = {P95_TTFT: c.p95_ttft_seconds, P95_TPOT: tpot}
     return best
 
 
