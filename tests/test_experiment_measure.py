@@ -74,9 +74,9 @@ def test_validity_counts_and_acceptance_carry_over() -> None:
         2,
         1.0,
     ).classes["tools"]
-    assert (measured.greedy_agreed, measured.greedy_compared) == (19, 20)
-    assert (measured.tool_calls_valid, measured.tool_calls_judged) == (40, 50)
-    assert measured.acceptance_rate == 0.6
+    assert measured.greedy == GreedyComparison(compared=20, exact_matches=19)
+    assert (measured.window.tool_calls_valid, measured.window.tool_calls_judged) == (40, 50)
+    assert measured.window.acceptance_rate == 0.6
     assert measured.ttft.p50_seconds == measured.ttft.p99_seconds == 0.2
 
 
@@ -160,6 +160,7 @@ def test_extrapolated_parts_over_their_wholes_are_held_to_them() -> None:
 
     measured = class_measurement(read, GreedyComparison(compared=2.0, exact_matches=2.4))
 
-    assert (measured.requests, measured.errors, measured.truncated) == (3, 3, 0)
-    assert measured.acceptance_rate == 1.0
-    assert (measured.greedy_agreed, measured.greedy_compared) == (2, 2)
+    held = measured.window
+    assert (held.requests, held.errors, held.choices, held.truncated) == (3, 3, 0, 0)
+    assert held.acceptance_rate == 1.0
+    assert measured.greedy == GreedyComparison(compared=2, exact_matches=2)

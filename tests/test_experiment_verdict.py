@@ -16,6 +16,7 @@ from specfleet.experiment.verdict import (
     judge,
     within_latency_slo,
 )
+from specfleet.telemetry.model import ClassWindow, GreedyComparison
 
 SLOS = {
     "code": ClassSlo(max_p95_tpot_seconds=0.05),
@@ -24,19 +25,30 @@ SLOS = {
 PRICE = 4.0
 
 
-def measured(requests: int = 1000, tpot_p95: float = 0.03, **counts: Any) -> ClassMeasurement:
-    return ClassMeasurement(
+def measured(
+    requests: int = 1000,
+    tpot_p95: float = 0.03,
+    greedy: GreedyComparison | None = None,
+    **counts: Any,
+) -> ClassMeasurement:
+    """`counts`: the window's (`ClassWindow`); every request that did not fail answered."""
+    window = ClassWindow(
         requests=requests,
+        choices=requests - counts.get("errors", 0),
+        **{"errors": 0.0, "truncated": 0.0, **counts},
+    )
+    return ClassMeasurement(
+        window,
         ttft=Latency(p50_seconds=0.2, p95_seconds=0.4, p99_seconds=0.5),
         tpot=Latency(p50_seconds=tpot_p95 * 0.8, p95_seconds=tpot_p95, p99_seconds=tpot_p95 * 1.1),
-        **counts,
+        greedy=greedy or GreedyComparison(),
     )
 
 
 def arm(name: ArmName, throughput: float, **classes: ClassMeasurement) -> ArmMeasurement:
     defaults = {
-        "code": measured(greedy_agreed=200, greedy_compared=200),
-        "tools": measured(tool_calls_valid=990, tool_calls_judged=1000),
+        "code": measured(greedy=GreedyComparison(compared=200, exact_matches=200)),
+        "tools": measured(tool_calls_valid=990, tool_calls_invalid=10),
     }
     return ArmMeasurement(
         arm=name, gpus_per_replica=1, throughput_at_slo=throughput, classes=defaults | classes
@@ -63,7 +75,7 @@ def test_cost_per_accepted_answer_is_the_replica_hour_over_its_accepted_answers(
 
 def test_an_accepted_answer_finished_valid_and_on_time() -> None:
     m = measured(
-        requests=100, errors=5, truncated=5, tool_calls_valid=8, tool_calls_judged=10, tpot_p95=0.03
+        requests=100, errors=5, truncated=5, tool_calls_valid=8, tool_calls_invalid=2, tpot_p95=0.03
     )
     # 100 - 5 errors - 5 cut off - 2 invalid tool calls; TPOT SLO over p99: all on time
     assert accepted_share(m, SLOS["code"]) == pytest.approx(0.88)
@@ -109,7 +121,7 @@ def test_an_arm_over_a_latency_slo_is_excluded_with_its_evidence() -> None:
 
 
 def test_broken_tool_calls_exclude_the_arm_against_the_baseline() -> None:
-    broken = measured(tool_calls_valid=800, tool_calls_judged=1000)
+    broken = measured(tool_calls_valid=800, tool_calls_invalid=200)
     verdict = judge(
         arms(
             quantized=arm(ArmName.QUANTIZED, 3.0, tools=broken),
@@ -135,10 +147,10 @@ def test_broken_tool_calls_exclude_the_arm_against_the_baseline() -> None:
     [
         ({"truncated": 100}, "truncationRate"),
         ({"errors": 50}, "errorRate"),
-        ({"greedy_agreed": 150, "greedy_compared": 200}, "greedyAgreement"),
+        ({"greedy": GreedyComparison(compared=200, exact_matches=150)}, "greedyAgreement"),
     ],
 )
-def test_each_quality_signal_excludes_an_arm(counts: dict[str, int], signal: str) -> None:
+def test_each_quality_signal_excludes_an_arm(counts: dict[str, Any], signal: str) -> None:
     worse = arm(ArmName.QUANTIZED, 3.0, code=measured(**counts))
     verdict = judge(arms(quantized=worse), SLOS, PRICE, min_samples=20)
     assert [(e.arm, e.class_name, e.signal) for e in verdict.exclusions] == [
@@ -147,7 +159,7 @@ def test_each_quality_signal_excludes_an_arm(counts: dict[str, int], signal: str
 
 
 def test_a_small_quality_gap_is_not_confidently_worse() -> None:
-    slightly = arm(ArmName.BOTH, 6.0, tools=measured(tool_calls_valid=975, tool_calls_judged=1000))
+    slightly = arm(ArmName.BOTH, 6.0, tools=measured(tool_calls_valid=975, tool_calls_invalid=25))
     verdict = judge(arms(both=slightly), SLOS, PRICE, min_samples=20)
     assert verdict.exclusions == [] and verdict.recommendation == ArmName.BOTH
 
@@ -175,5 +187,7 @@ def test_every_arm_is_needed() -> None:
 
 
 def test_counts_that_cannot_be_are_refused() -> None:
-    with pytest.raises(ValueError, match="toolCallsValid"):
-        measured(tool_calls_valid=5, tool_calls_judged=4)
+    with pytest.raises(ValueError, match="truncationRate"):
+        measured(requests=4, truncated=5)
+    with pytest.raises(ValueError, match="greedyAgreement"):
+        measured(greedy=GreedyComparison(compared=4, exact_matches=5))

@@ -14,14 +14,15 @@ basis for every arm, but it flatters speculation, whose gain is largest at low c
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 import yaml
 
 from specfleet.api.experiment import ArmClassRequests, ArmOverlay, Progress
 from specfleet.api.verdict import ArmName, Latency
 from specfleet.experiment.verdict import ArmMeasurement, ClassMeasurement
-from specfleet.telemetry.arms import ArmsObservation, GreedyComparison
-from specfleet.telemetry.model import ClassWindow
+from specfleet.telemetry.arms import ArmsObservation
+from specfleet.telemetry.model import ClassWindow, GreedyComparison
 
 
 def arm_measurements(
@@ -76,27 +77,35 @@ def throughput_at_concurrency_one(windows: Iterable[ClassWindow]) -> float:
 
 
 def class_measurement(window: ClassWindow, greedy: GreedyComparison) -> ClassMeasurement:
-    """Each part held to its whole: Prometheus extrapolates every counter's increase on its
-    own, and a request's counters are not bumped at one instant, so a window can read four
-    truncated answers of three requests."""
+    """The window with each part held to its whole, in whole counts: Prometheus extrapolates
+    every counter's increase on its own, and a request's counters are not bumped at one
+    instant, so a window can read four truncated answers of three requests. Its choices are its
+    requests that did not fail (one each)."""
     requests = _count(window.requests)
     errors = min(_count(window.errors), requests)
+    choices = requests - errors
+    tool_calls_valid = _count(window.tool_calls_valid)
+    structured_valid = _count(window.structured_valid)
+    accepted, drafted = window.accepted_tokens, window.draft_tokens
+    held = replace(
+        window,
+        requests=float(requests),
+        errors=float(errors),
+        choices=float(choices),
+        truncated=float(min(_count(window.truncated), choices)),
+        tool_calls_valid=float(tool_calls_valid),
+        tool_calls_invalid=float(_count(window.tool_calls_judged) - tool_calls_valid),
+        structured_valid=float(structured_valid),
+        structured_invalid=float(_count(window.structured_judged) - structured_valid),
+        accepted_tokens=accepted if accepted is None or drafted is None else min(accepted, drafted),
+    )
     compared = _count(greedy.compared)
+    matches = min(_count(greedy.exact_matches), compared)
     return ClassMeasurement(
-        requests=requests,
-        errors=errors,
-        truncated=min(_count(window.truncated), requests - errors),
-        tool_calls_valid=_count(window.tool_calls_valid),
-        tool_calls_judged=_count(window.tool_calls_judged),
-        structured_valid=_count(window.structured_valid),
-        structured_judged=_count(window.structured_judged),
+        held,
         ttft=_p95_only(window.p95_ttft_seconds),
         tpot=_p95_only(window.p95_tpot_seconds),
-        acceptance_rate=None
-        if window.acceptance_rate is None
-        else min(window.acceptance_rate, 1.0),
-        greedy_agreed=min(_count(greedy.exact_matches), compared),
-        greedy_compared=compared,
+        greedy=GreedyComparison(compared=float(compared), exact_matches=float(matches)),
     )
 
 

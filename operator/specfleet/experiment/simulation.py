@@ -41,8 +41,9 @@ from specfleet.scenario import Effects, Scenario, ScenarioError, Schedule, load_
 from specfleet.simulate import physics
 from specfleet.simulate.draws import ClassDraw, binomial, draw_slices
 from specfleet.simulate.inputs import build_world, load_specmodel_document, parse_document
-from specfleet.simulate.outcome import ClassSlice, realize, tpot_quantile_seconds
+from specfleet.simulate.outcome import ClassSlice, realize, tpot_quantile_seconds, window
 from specfleet.simulate.world import ClassConditions, Conditions, Setting, World
+from specfleet.telemetry.model import GreedyComparison
 from specfleet.yamlio import InputError
 
 SLICE_SECONDS = 10.0
@@ -204,9 +205,7 @@ def measure(
         arm=arm,
         gpus_per_replica=gpus_per_replica(specmodel),
         throughput_at_slo=throughput_at_slo(world, setting, slos),
-        classes={
-            name: tally.measurement(conditions_k=revision.k) for name, tally in totals.items()
-        },
+        classes={name: tally.measurement() for name, tally in totals.items()},
     )
 
 
@@ -248,30 +247,20 @@ class _Tally:
         self.weighted = weighted
         self.greedy = (self.greedy[0] + greedy[0], self.greedy[1] + greedy[1])
 
-    def measurement(self, conditions_k: int) -> ClassMeasurement:
-        t = self.total
-        requests = max(t.requests, 1)
+    def measurement(self) -> ClassMeasurement:
+        requests = max(self.total.requests, 1)
         weighted = self.weighted or {}
 
         def latency(which: int) -> Latency:
             return Latency(**{name: values[which] / requests for name, values in weighted.items()})
 
-        return ClassMeasurement(
-            requests=t.requests,
-            errors=t.errors,
-            truncated=t.truncated,
-            tool_calls_valid=t.tool_calls_valid,
-            tool_calls_judged=t.tool_calls_valid + t.tool_calls_invalid,
-            structured_valid=t.structured_valid,
-            structured_judged=t.structured_valid + t.structured_invalid,
-            ttft=latency(0),
-            tpot=latency(1),
-            acceptance_rate=t.accepted_tokens / t.draft_tokens
-            if conditions_k and t.draft_tokens
-            else None,
-            greedy_agreed=self.greedy[0],
-            greedy_compared=self.greedy[1],
+        ttft, tpot = latency(0), latency(1)
+        counted = window([self.total], speculation=True, tool_calls=True)
+        counted = replace(
+            counted, p95_ttft_seconds=ttft.p95_seconds, p95_tpot_seconds=tpot.p95_seconds
         )
+        compared, agreed = self.greedy[1], self.greedy[0]
+        return ClassMeasurement(counted, ttft, tpot, GreedyComparison(compared, agreed))
 
 
 def throughput_at_slo(world: World, setting: Setting, slos: dict[str, ClassSlo]) -> float:

@@ -7,20 +7,21 @@ it serves an hour at its throughput at SLO (the highest load at which every clas
 inside its SLO).
 
 The rule: the cheapest arm per accepted answer among those whose every class meets its p95
-latency SLOs and whose answers are not confidently worse than the baseline's (validity,
-truncation and errors as a canary is judged against its control, `guard.analysis`; and exact
-agreement with the baseline on greedy requests). `both` only when it is confidently cheaper than
-each single technique still in the running; otherwise the cheaper of the rest. Too few requests
-in any arm's class is inconclusive, never a recommendation.
+latency SLOs and whose answers are not confidently worse than the baseline's (each quality
+signal, `signals.QUALITY`, as a canary is judged against its control, `guard.analysis`; and
+exact agreement with the baseline on greedy requests). `both` only when it is confidently
+cheaper than each single technique still in the running; otherwise the cheaper of the rest. Too
+few requests in any arm's class is inconclusive, never a recommendation.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple, Self
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from specfleet.api.base import ApiModel
 from specfleet.api.spec import ClassSlo
@@ -37,8 +38,8 @@ from specfleet.api.verdict import (
 from specfleet.guard.analysis import Breach, Sides, quality_breaches
 from specfleet.guard.policy import QUALITY_MARGIN
 from specfleet.guard.speedup import wilson_interval
-from specfleet.signals import GREEDY_AGREEMENT, P95_TPOT, P95_TTFT
-from specfleet.telemetry.model import ClassWindow
+from specfleet.signals import GREEDY_AGREEMENT, P95_TPOT, P95_TTFT, QUALITY, Signal
+from specfleet.telemetry.model import ClassWindow, GreedyComparison
 
 SECONDS_PER_HOUR = 3600.0
 AGREEMENT_FLOOR = 1.0 - QUALITY_MARGIN
@@ -57,54 +58,31 @@ margin, 10%, before it is turned back on)."""
 SINGLES = (ArmName.QUANTIZED, ArmName.SPECULATIVE)
 
 
-class ClassMeasurement(ApiModel):
-    """One arm's requests of one class on the shared sample."""
+@dataclass(frozen=True)
+class ClassMeasurement:
+    """One arm's requests of one class on the shared sample: its window as telemetry reads it
+    (whole counts, each part within its whole), its latency percentiles and its greedy answers
+    compared with the baseline arm's."""
 
-    requests: int = Field(ge=0)
-    errors: int = Field(default=0, ge=0)
-    truncated: int = Field(default=0, ge=0, description="Answers cut off at their token limit.")
-    tool_calls_valid: int = Field(default=0, ge=0)
-    tool_calls_judged: int = Field(default=0, ge=0)
-    structured_valid: int = Field(default=0, ge=0)
-    structured_judged: int = Field(default=0, ge=0)
+    window: ClassWindow
     ttft: Latency
     tpot: Latency
-    acceptance_rate: float | None = Field(
-        default=None, ge=0, le=1, description="Accepted / drafted tokens; None without drafts."
-    )
-    greedy_agreed: int = Field(
-        default=0, ge=0, description="Greedy requests whose answer matched the baseline's exactly."
-    )
-    greedy_compared: int = Field(default=0, ge=0)
+    greedy: GreedyComparison = field(default_factory=GreedyComparison)
 
-    @model_validator(mode="after")
-    def _counts(self) -> Self:
-        pairs = [
-            ("errors", self.errors, "requests", self.requests),
-            ("truncated", self.truncated, "requests - errors", self.requests - self.errors),
-            ("toolCallsValid", self.tool_calls_valid, "toolCallsJudged", self.tool_calls_judged),
-            ("structuredValid", self.structured_valid, "structuredJudged", self.structured_judged),
-            ("greedyAgreed", self.greedy_agreed, "greedyCompared", self.greedy_compared),
-        ]
-        for part, value, whole, total in pairs:
-            if value > total:
-                raise ValueError(f"{part} ({value}) exceeds {whole} ({total})")
-        return self
+    def __post_init__(self) -> None:
+        for signal in QUALITY:
+            count, samples = signal.count(self.window) or 0.0, signal.samples(self.window)
+            if count > samples:
+                raise ValueError(f"{signal.name}: {count:g} counted of {samples:g}")
+        if self.greedy.exact_matches > self.greedy.compared:
+            raise ValueError(
+                f"{GREEDY_AGREEMENT}: {self.greedy.exact_matches:g} matched of "
+                f"{self.greedy.compared:g} compared"
+            )
 
-    def window(self) -> ClassWindow:
-        """As the guard's telemetry would report it, for the canary analysis."""
-        return ClassWindow(
-            requests=float(self.requests),
-            errors=float(self.errors),
-            p95_ttft_seconds=self.ttft.p95_seconds,
-            p95_tpot_seconds=self.tpot.p95_seconds,
-            tool_calls_valid=float(self.tool_calls_valid),
-            tool_calls_invalid=float(self.tool_calls_judged - self.tool_calls_valid),
-            structured_valid=float(self.structured_valid),
-            structured_invalid=float(self.structured_judged - self.structured_valid),
-            choices=float(self.requests - self.errors),
-            truncated=float(self.truncated),
-        )
+    @property
+    def requests(self) -> int:
+        return round(self.window.requests or 0.0)
 
 
 class ArmMeasurement(ApiModel):
@@ -141,13 +119,11 @@ def accepted_share(measurement: ClassMeasurement, slo: ClassSlo) -> float:
     """The share of a class's requests that were accepted answers. Failed, cut-off and invalid
     answers are counted as distinct requests; of the rest, the share within both latency SLOs,
     whichever is tighter (the requests slow to start are the ones slow to decode: load)."""
-    if not measurement.requests:
-        return 0.0
     m = measurement
-    invalid = (m.tool_calls_judged - m.tool_calls_valid) + (
-        m.structured_judged - m.structured_valid
-    )
-    finished = max(m.requests - m.errors - m.truncated - invalid, 0) / m.requests
+    if not m.requests:
+        return 0.0
+    bad = sum(signal.bad(m.window) for signal in QUALITY)
+    finished = max(m.requests - bad, 0) / m.requests
     on_time = min(
         within_latency_slo(m.ttft, slo.max_p95_ttft_seconds),
         within_latency_slo(m.tpot, slo.max_p95_tpot_seconds),
@@ -268,19 +244,22 @@ def _row(
 ) -> ArmRow:
     """`kv_cache_headroom` only overall: the KV cache is the arm's, shared by its classes."""
     requests = sum(m.requests for m in classes)
-    drafting = [(m.acceptance_rate, m.requests) for m in classes if m.acceptance_rate is not None]
+    drafting = [
+        (m.window.acceptance_rate, m.requests)
+        for m in classes
+        if m.window.acceptance_rate is not None
+    ]
     one = classes[0] if len(classes) == 1 else None
+    compared = sum(m.greedy.compared for m in classes)
+    agreed = sum(m.greedy.exact_matches for m in classes)
     return ArmRow(
         arm=arm.arm,
         requests=requests,
         ttft=one.ttft if one else None,
         tpot=one.tpot if one else None,
         acceptance_rate=_mean(drafting),
-        tool_call_validity=_ratio(classes, "tool_calls_valid", "tool_calls_judged"),
-        structured_output_validity=_ratio(classes, "structured_valid", "structured_judged"),
-        truncation_rate=_ratio(classes, "truncated", "requests", minus="errors"),
-        error_rate=_ratio(classes, "errors", "requests"),
-        greedy_agreement=_ratio(classes, "greedy_agreed", "greedy_compared"),
+        **{s.arm_field: _pooled(s, [m.window for m in classes]) for s in QUALITY},
+        greedy_agreement=agreed / compared if compared else None,
         throughput_at_slo=arm.throughput_at_slo,
         accepted_share=share,
         cost_per_accepted_answer=cost_per_accepted_answer(
@@ -294,12 +273,13 @@ def _headroom(peak: float | None) -> float | None:
     return None if peak is None else 1.0 - peak
 
 
-def _ratio(
-    classes: list[ClassMeasurement], part: str, whole: str, minus: str | None = None
-) -> float | None:
-    """Pooled over the classes: sums of counts, not a mean of ratios."""
-    total = sum(getattr(m, whole) - (getattr(m, minus) if minus else 0) for m in classes)
-    return sum(getattr(m, part) for m in classes) / total if total else None
+def _pooled(signal: Signal, windows: list[ClassWindow]) -> float | None:
+    """Over the classes: sums of counts, not a mean of ratios; None without samples or data."""
+    counts = [signal.count(w) for w in windows]
+    total = sum(signal.samples(w) for w in windows)
+    if not total or all(c is None for c in counts):
+        return None
+    return sum(c or 0.0 for c in counts) / total
 
 
 def _mean(values: list[tuple[float, int]]) -> float | None:
@@ -330,7 +310,7 @@ def _exclusions(
         if name != ArmName.BASELINE:
             control = baseline.classes[c]
             # band 0: an experiment has no hysteresis, and decisiveness means nothing here
-            sides = Sides(c, measured.window(), control.window(), slo, min_samples)
+            sides = Sides(c, measured.window, control.window, slo, min_samples)
             found += [_excluded(name, b) for b in quality_breaches(sides, 0.0)]
             found += _agreement(name, c, measured, min_samples)
     if not arm.throughput_at_slo:
@@ -390,21 +370,21 @@ def _excluded(arm: ArmName, breach: Breach) -> Exclusion:
 
 def _agreement(arm: ArmName, name: str, m: ClassMeasurement, min_samples: int) -> list[Exclusion]:
     """Confidently under the floor: the 95% upper bound of exact matches below it."""
-    if m.greedy_compared < min_samples:
+    agreed, compared = m.greedy.exact_matches, m.greedy.compared
+    if compared < min_samples:
         return []
-    _, upper = wilson_interval(m.greedy_agreed, m.greedy_compared)
+    _, upper = wilson_interval(agreed, compared)
     if upper >= AGREEMENT_FLOOR:
         return []
-    value = m.greedy_agreed / m.greedy_compared
     return [
         Exclusion(
             arm=arm,
             class_name=name,
             signal=GREEDY_AGREEMENT,
-            value=value,
+            value=agreed / compared,
             limit=AGREEMENT_FLOOR,
             baseline=1.0,
-            samples=m.greedy_compared,
+            samples=compared,
         )
     ]
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from specfleet import series
-from specfleet.telemetry.model import ClassWindow
+from specfleet.telemetry.model import ClassWindow, GreedyComparison
 from specfleet.telemetry.reader import Grouping, QueryFailed, TelemetryReader, increase_query
 
 
@@ -25,14 +25,6 @@ class ArmsTarget:
     """Since the arms started serving the sample."""
     until: datetime | None = None
     """The sample's end, once the arms serve a load test instead; None: now."""
-
-
-@dataclass(frozen=True)
-class GreedyComparison:
-    """Greedy requests whose outputs of one arm were compared with the baseline arm's."""
-
-    compared: float = 0.0
-    exact_matches: float = 0.0
 
 
 @dataclass(frozen=True)

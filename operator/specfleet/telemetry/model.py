@@ -96,6 +96,14 @@ class ClassWindow:
         return self.errors / self.requests
 
 
+@dataclass(frozen=True)
+class GreedyComparison:
+    """Greedy requests whose outputs of one arm were compared with the baseline arm's."""
+
+    compared: float = 0.0
+    exact_matches: float = 0.0
+
+
 def _share(good: float | None, total: float) -> float | None:
     return (good or 0.0) / total if total else None
 
