@@ -8,9 +8,10 @@ import re
 
 import pytest
 
+from specfleet.api.spec import ClassSlo
 from specfleet.api.verdict import ArmName, ExperimentVerdict, Outcome
 from specfleet.experiment.basis import ArmThroughput, Basis, Source, unknown
-from specfleet.experiment.report import figure_of, markdown, why
+from specfleet.experiment.report import figure_of, markdown, slo_words, why
 from specfleet.experiment.simulation import basis, load_experiment, run
 from specfleet.experiment.verdict import cost_bounds, interval_words, judge
 from test_experiment_cli import SCENARIO, SPECMODEL
@@ -126,3 +127,10 @@ def test_an_unknown_basis_says_so_rather_than_guessing(
     assert "Throughput at SLO (every arm's): not recorded" in text
     assert "It names no currency: costs are in the price's own units" in text
     assert "SLOs: not known here" in text
+
+
+def test_the_slos_name_every_quality_bound_the_spec_sets() -> None:
+    """Each signal's SLO, floor or ceiling (the truncation ceiling was left out before)."""
+    slos = {"chat": ClassSlo(min_structured_output_validity=0.9, max_truncation_rate=0.05)}
+    words = slo_words(MODEL.model_copy(update={"slos": slos}))
+    assert words == "chat JSON validity >= 0.9, truncated answers <= 0.05"

@@ -240,18 +240,15 @@ def slo_words(basis: Basis) -> str:
         limits = [
             f"{label} <= {value * 1000:g} ms"
             for label, value in (
-                ("p95 TTFT", slo.max_p95_ttft_seconds),
-                ("p95 TPOT", slo.max_p95_tpot_seconds),
+                (LABELS[P95_TTFT], slo.max_p95_ttft_seconds),
+                (LABELS[P95_TPOT], slo.max_p95_tpot_seconds),
             )
             if value is not None
         ]
         limits += [
-            f"{label} >= {value:g}"
-            for label, value in (
-                ("tool-call validity", slo.min_tool_call_validity),
-                ("JSON validity", slo.min_structured_output_validity),
-            )
-            if value is not None
+            f"{s.report} {'>=' if s.higher_is_better else '<='} {bound:g}"
+            for s in QUALITY
+            if (bound := s.slo(slo)) is not None
         ]
         parts.append(f"{name} {', '.join(limits) or 'none'}")
     return "; ".join(parts)
