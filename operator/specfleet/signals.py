@@ -176,6 +176,20 @@ TRUNCATION_RATE = Signal(
     column="truncated",
     dashboard="Truncation per class (answers cut at their token limit)",
 )
+EMPTY_ANSWER_RATE = Signal(
+    name="emptyAnswerRate",
+    count=lambda w: w.empty_answers,
+    samples=lambda w: w.choices or 0.0,
+    higher_is_better=False,
+    rule=Rule.SHARE,
+    slo_field="max_empty_answer_rate",
+    last_good=lambda baseline, klass: baseline.empty_answer_rate.get(klass),
+    arm_field="empty_answer_rate",
+    plot="empty answers",
+    report="empty answers",
+    column="empty",
+    dashboard="Empty answers per class (no content and no tool call)",
+)
 ERROR_RATE = Signal(
     name="errorRate",
     count=lambda w: w.errors,
@@ -190,7 +204,13 @@ ERROR_RATE = Signal(
     column="errors",
     dashboard="Requests per class and outcome",
 )
-QUALITY = (TOOL_CALL_VALIDITY, STRUCTURED_OUTPUT_VALIDITY, TRUNCATION_RATE, ERROR_RATE)
+QUALITY = (
+    TOOL_CALL_VALIDITY,
+    STRUCTURED_OUTPUT_VALIDITY,
+    TRUNCATION_RATE,
+    EMPTY_ANSWER_RATE,
+    ERROR_RATE,
+)
 """In the order their readings and breaches are told."""
 CLASS_SIGNALS = (
     SPEEDUP,

@@ -481,6 +481,13 @@ class ClassSlo(ApiModel):
         description="Highest acceptable share of answers cut off at their token limit "
         "(finish reason `length`: max_tokens or the context reached before the model finished).",
     )
+    max_empty_answer_rate: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Highest acceptable share of answers that finished with no content and no "
+        "tool call (a reasoning model's thinking alone is no answer).",
+    )
 
 
 class PromptClass(ApiModel):

@@ -241,6 +241,10 @@ class QualityBaseline(ApiModel):
         description="Per class share of answers cut off at their token limit (classes differ: "
         "long answers are cut more often).",
     )
+    empty_answer_rate: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per class share of answers with no content and no tool call.",
+    )
 
 
 class ClassState(StrEnum):

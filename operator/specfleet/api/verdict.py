@@ -77,6 +77,7 @@ class ArmRow(ApiModel):
     tool_call_validity: float | None = None
     structured_output_validity: float | None = None
     truncation_rate: float | None = None
+    empty_answer_rate: float | None = None
     error_rate: float | None = None
     greedy_agreement: float | None = None
     throughput_at_slo: float

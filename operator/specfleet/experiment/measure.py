@@ -87,12 +87,14 @@ def class_measurement(window: ClassWindow, greedy: GreedyComparison) -> ClassMea
     tool_calls_valid = _count(window.tool_calls_valid)
     structured_valid = _count(window.structured_valid)
     accepted, drafted = window.accepted_tokens, window.draft_tokens
+    empty = window.empty_answers
     held = replace(
         window,
         requests=float(requests),
         errors=float(errors),
         choices=float(choices),
         truncated=float(min(_count(window.truncated), choices)),
+        empty_answers=None if empty is None else float(min(_count(empty), choices)),
         tool_calls_valid=float(tool_calls_valid),
         tool_calls_invalid=float(_count(window.tool_calls_judged) - tool_calls_valid),
         structured_valid=float(structured_valid),

@@ -48,6 +48,7 @@ def account(exchange: Exchange, summary: ResponseSummary) -> None:
     record = exchange.record
     record.output_tokens = summary.output_tokens
     record.finish_reasons = summary.finish_reasons()
+    record.empty_answers = summary.empty_answers()
     record.spec = spec_counts(summary, exchange.k, exchange.drafting, exchange.batch)
     if exchange.body is not None:
         record.verdicts = judge(exchange.body, summary.contents(), summary.tool_calls())
@@ -193,6 +194,8 @@ class StreamReader:
             account(self.exchange, summary)
             if self.first_token_t is not None:
                 record.tpot = tpot(self.first_token_t, self.last_token_t, summary.output_tokens)
+                if self.skim:  # chunks past the first token went unread: no answer known empty
+                    record.empty_answers = 0
         except Exception:
             log.exception("reading a stream's statistics failed")
             self.metrics.error("stream")

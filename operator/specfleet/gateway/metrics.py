@@ -48,6 +48,8 @@ class RequestRecord:
     spec: SpecCounts | None = None
     verdicts: Verdicts = field(default_factory=Verdicts)
     finish_reasons: Sequence[str | None] = ()
+    empty_answers: int = 0
+    """Finished choices with no content and no tool call."""
 
 
 class GatewayMetrics:
@@ -104,6 +106,11 @@ class GatewayMetrics:
         self.finish_reasons = Counter(
             series.FINISH_REASONS, "Choices by finish reason; `length` is a truncation.",
             [series.CLASS, series.REASON], registry=r,
+        )  # fmt: skip
+        self.empty_answers = Counter(
+            series.EMPTY_ANSWERS, "Choices that finished with no content and no tool call "
+            "(of a stream read only to its first token, none): over the finish reasons, the "
+            "share of empty answers.", [series.CLASS], registry=r,
         )  # fmt: skip
         self.errors = Counter(
             series.GATEWAY_ERRORS, "The gateway's own bookkeeping failures (requests were "
@@ -216,6 +223,7 @@ class _ClassSeries:
             for reason in REASONS
         }
         self.finish_reasons = {r: metrics.finish_reasons.labels(name, r) for r in FINISH_REASONS}
+        self.empty_answers = metrics.empty_answers.labels(name)
 
     def record(self, record: RequestRecord) -> None:
         self.requests[record.outcome].inc()
@@ -239,3 +247,5 @@ class _ClassSeries:
         for reason in record.finish_reasons:
             if reason is not None:
                 self.finish_reasons.get(reason, self.finish_reasons["other"]).inc()
+        if record.empty_answers:
+            self.empty_answers.inc(record.empty_answers)

@@ -37,6 +37,8 @@ class ChoiceOutput:
     index: int
     content: list[str] = field(default_factory=list)
     has_content: bool = False
+    answered: bool = False
+    """Some content or a tool call came, kept or not: a finished choice without is empty."""
     tool_calls: dict[int, _ToolCallParts] = field(default_factory=dict)
     finish_reason: str | None = None
     avg_decoded_tokens_per_iter: float | None = None
@@ -74,6 +76,11 @@ class ResponseSummary:
     def contents(self) -> list[str | None]:
         return [c.text() for _, c in sorted(self.choices.items())]
 
+    def empty_answers(self) -> int:
+        """Choices that finished with no content and no tool call (a reasoning model's thinking
+        alone is no answer)."""
+        return sum(c.finish_reason is not None and not c.answered for c in self.choices.values())
+
     def tool_calls(self) -> list[ToolCall]:
         return [call for _, c in sorted(self.choices.items()) for call in c.calls()]
 
@@ -94,6 +101,7 @@ def summarize_body(body: Any) -> ResponseSummary:
         if isinstance(message, dict):
             for position, call in enumerate(_list(message.get("tool_calls"))):
                 _add_tool_call_delta(out, call, position)
+        out.answered = bool(text) or bool(out.tool_calls)
         _read_choice_tail(out, raw)
     _read_root(summary, body)
     return summary
@@ -133,6 +141,8 @@ class StreamTally:
         else:
             text = raw.get("text")
             bearing = bool(text)
+        if text or out.tool_calls:
+            out.answered = True
         if isinstance(text, str):
             out.has_content = True
             if self.keep_content:

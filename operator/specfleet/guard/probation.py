@@ -22,6 +22,7 @@ from specfleet.api.status import (
 from specfleet.guard.actions import ActionKind, named
 from specfleet.guard.situation import Tick
 from specfleet.guard.verdict import Evaluation
+from specfleet.signals import EMPTY_ANSWER_RATE, TRUNCATION_RATE, Signal
 from specfleet.telemetry.model import Observation
 
 PROBATION = RevisionVerdict.PROBATION
@@ -113,9 +114,17 @@ def baseline(observation: Observation | None, min_requests: int) -> QualityBasel
             for name, w in observation.classes.items()
             if (w.requests or 0.0) >= min_requests
         },
-        truncation_rate={
-            name: w.truncation_rate
-            for name, w in observation.classes.items()
-            if w.truncation_rate is not None and (w.choices or 0.0) >= min_requests
-        },
+        truncation_rate=_per_class(observation, TRUNCATION_RATE, min_requests),
+        empty_answer_rate=_per_class(observation, EMPTY_ANSWER_RATE, min_requests),
     )
+
+
+def _per_class(observation: Observation, signal: Signal, min_samples: int) -> dict[str, float]:
+    """The signal's value of each class with enough samples: classes differ (long answers are
+    cut more often)."""
+    found = {}
+    for name, window in observation.classes.items():
+        value = signal.value(window)
+        if value is not None and signal.samples(window) >= min_samples:
+            found[name] = value
+    return found

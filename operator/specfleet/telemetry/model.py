@@ -40,6 +40,8 @@ class ClassWindow:
     """Choices that finished, whatever the reason: the samples behind the truncation rate."""
     truncated: float | None = None
     """Choices cut at their token limit (finish reason `length`)."""
+    empty_answers: float | None = None
+    """Choices that finished with no content and no tool call (None: the gateway counts none)."""
     tool_calls_unjudged: Mapping[str, float] = field(default_factory=dict, hash=False)
     """Tool calls not judged, by reason (the request's schema was not one a sane validator can
     check, or checking cost too much): outside the validity above, whatever they were."""

@@ -100,6 +100,7 @@ def queries(group: str, selector: str = "") -> dict[str, Query]:
             series.REASON,
             series.TRUNCATED,
         ),
+        "empty_answers": (increase(series.EMPTY_ANSWERS), None, None),
     }
 
 
