@@ -11,6 +11,7 @@ import pytest
 from conftest import ROOT
 from specfleet import signals
 from specfleet.api.spec import ClassSlo
+from specfleet.api.status import QualityBaseline
 from specfleet.api.verdict import ArmRow
 from specfleet.signals import QUALITY, Signal
 from specfleet.telemetry.model import ClassWindow
@@ -43,7 +44,16 @@ def test_no_module_but_the_table_writes_a_signals_name() -> None:
 def test_each_row_names_fields_that_exist(signal: Signal) -> None:
     assert signal.slo_field is None or signal.slo_field in ClassSlo.model_fields
     assert signal.arm_field in ArmRow.model_fields
+    assert signal.baseline_field in QualityBaseline.model_fields
     assert (signal.unjudged is None) == (not signal.unjudged_key)
+
+
+def test_the_last_good_value_is_the_fleets_or_the_class_own() -> None:
+    baseline = QualityBaseline(error_rate=0.01, truncation_rate={"chat": 0.2})
+    assert signals.ERROR_RATE.last_good(baseline, "chat") == 0.01
+    assert signals.TRUNCATION_RATE.last_good(baseline, "chat") == 0.2
+    assert signals.TRUNCATION_RATE.last_good(baseline, "code") is None
+    assert signals.TOOL_CALL_VALIDITY.last_good(baseline, "chat") is None
 
 
 def test_each_signal_has_its_panel_on_the_dashboard() -> None:

@@ -23,13 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
 
 from specfleet.telemetry.model import ClassWindow
-
-if TYPE_CHECKING:
-    from specfleet.api.spec import ClassSlo
-    from specfleet.api.status import QualityBaseline
 
 ACCEPTANCE_RATE = "acceptanceRate"
 SPEEDUP = "speedup"
@@ -73,8 +68,9 @@ class Signal:
     slo_field: str | None
     """The field of the class's SLO (`api.spec.ClassSlo`) that bounds it: a floor, or a ceiling
     where lower is better. None: no SLO bounds it (it is judged against the other side alone)."""
-    last_good: Callable[[QualityBaseline, str], float | None]
-    """The last good revision's value for a class (some are kept for the fleet, not per class)."""
+    baseline_field: str
+    """The field of the last good revision's `api.status.QualityBaseline` that keeps its value:
+    one share for the fleet, or a share per class."""
     arm_field: str
     """Its column of an experiment's table (`api.verdict.ArmRow`)."""
     plot: str
@@ -89,6 +85,12 @@ class Signal:
     """Checks the gateway left out of the count, by reason."""
     unjudged_key: str = ""
     """The evidence key of those."""
+
+    def last_good(self, baseline: object, klass: str) -> float | None:
+        """The last good revision's value for `klass`."""
+        kept = getattr(baseline, self.baseline_field)
+        share = kept.get(klass) if isinstance(kept, dict) else kept
+        return None if share is None else float(share)
 
     def value(self, window: ClassWindow) -> float | None:
         """count / samples; None without samples or without data."""
@@ -107,14 +109,15 @@ class Signal:
         """A value as the share that is good: the value itself, or its complement."""
         return value if self.higher_is_better else 1.0 - value
 
-    def slo(self, slo: ClassSlo) -> float | None:
-        """The class's bound; None: unbounded."""
+    def slo(self, slo: object) -> float | None:
+        """The class's bound in its SLO (an `api.spec.ClassSlo`: the table sits below the API,
+        so it names the field, not the type); None: unbounded."""
         if self.slo_field is None:
             return None
         bound: float | None = getattr(slo, self.slo_field)
         return bound
 
-    def floor(self, slo: ClassSlo) -> float | None:
+    def floor(self, slo: object) -> float | None:
         """The SLO as a floor of the good share."""
         bound = self.slo(slo)
         return None if bound is None else self.good(bound)
@@ -137,7 +140,7 @@ TOOL_CALL_VALIDITY = Signal(
     higher_is_better=True,
     rule=Rule.SHARE,
     slo_field="min_tool_call_validity",
-    last_good=lambda baseline, _: baseline.tool_call_validity,
+    baseline_field="tool_call_validity",
     arm_field="tool_call_validity",
     plot="tool-call validity",
     report="tool-call validity",
@@ -153,7 +156,7 @@ STRUCTURED_OUTPUT_VALIDITY = Signal(
     higher_is_better=True,
     rule=Rule.SHARE,
     slo_field="min_structured_output_validity",
-    last_good=lambda baseline, _: baseline.structured_output_validity,
+    baseline_field="structured_output_validity",
     arm_field="structured_output_validity",
     plot="JSON validity",
     report="JSON validity",
@@ -169,7 +172,7 @@ TRUNCATION_RATE = Signal(
     higher_is_better=False,
     rule=Rule.SHARE,
     slo_field="max_truncation_rate",
-    last_good=lambda baseline, klass: baseline.truncation_rate.get(klass),
+    baseline_field="truncation_rate",
     arm_field="truncation_rate",
     plot="truncation",
     report="truncated answers",
@@ -183,7 +186,7 @@ EMPTY_ANSWER_RATE = Signal(
     higher_is_better=False,
     rule=Rule.SHARE,
     slo_field="max_empty_answer_rate",
-    last_good=lambda baseline, klass: baseline.empty_answer_rate.get(klass),
+    baseline_field="empty_answer_rate",
     arm_field="empty_answer_rate",
     plot="empty answers",
     report="empty answers",
@@ -197,7 +200,7 @@ ERROR_RATE = Signal(
     higher_is_better=False,
     rule=Rule.MULTIPLE,
     slo_field=None,
-    last_good=lambda baseline, _: baseline.error_rate,
+    baseline_field="error_rate",
     arm_field="error_rate",
     plot="errors",
     report="errors",
