@@ -394,3 +394,24 @@ def test_a_secret_with_a_trailing_newline_delivers_and_a_bad_url_stops_nothing(
 )
 def test_redacted_keeps_scheme_and_host_only(url: str, shown: str) -> None:
     assert redacted(url) == shown
+
+
+def test_a_replica_that_does_not_lead_sends_nothing_and_sends_all_again_once_it_leads(
+    server: str,
+) -> None:
+    leading = False
+    sender = AlertSender(resend_seconds=600, may_send=lambda: leading)
+    receiver = Alertmanager(server, httpx.Client())
+    alert = firing("ns", "m", engaged_status(), NOW)
+    sender.update(("ns", "m"), alert, [receiver])
+    time.sleep(0.3)
+    assert Recorder.received == []
+    leading = True
+    sender.update(("ns", "m"), alert, [receiver])  # not due, unchanged: nothing new to send
+    sender.forget_all()  # a new term: what the last leader sent is unknown
+    sender.update(("ns", "m"), alert, [receiver])
+    wait_for(1)
+    time.sleep(0.2)
+    assert len(Recorder.received) == 1
+    assert Recorder.received[0][1][0]["labels"]["alertname"] == "SpecfleetKillSwitchEngaged"
+    sender.close()

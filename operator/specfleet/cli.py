@@ -103,10 +103,40 @@ def _plan(path: Path, specmodels: list[SpecModel]) -> ServingPlan:
 )
 @click.option("--webhook-cert", default=None, help="The webhook's certificate (PEM file).")
 @click.option("--webhook-key", default=None, help="The webhook's private key (PEM file).")
+@click.option(
+    "--leader-elect/--no-leader-elect",
+    default=False,
+    show_default=True,
+    help="Act only while holding a coordination.k8s.io Lease (run two or more replicas).",
+)
+@click.option("--lease-name", default="specfleet-operator", show_default=True)
+@click.option(
+    "--lease-namespace",
+    default=None,
+    help="Default: $POD_NAMESPACE, else the ServiceAccount's namespace.",
+)
+@click.option("--lease-seconds", type=float, default=15.0, show_default=True)
+@click.option(
+    "--renew-deadline-seconds",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="The leader stops acting this long after its last renewal (below --lease-seconds).",
+)
+@click.option("--retry-seconds", type=float, default=2.0, show_default=True)
 def run_command(namespaces: tuple[str, ...], **options: object) -> None:
     """Run the operator."""
     if options["webhook_port"] and not (options["webhook_cert"] and options["webhook_key"]):
         raise click.UsageError("--webhook-port needs --webhook-cert and --webhook-key")
+    lease, deadline, retry = (
+        options["lease_seconds"],
+        options["renew_deadline_seconds"],
+        options["retry_seconds"],
+    )
+    if not 0 < retry < deadline < lease:  # type: ignore[operator]
+        raise click.UsageError(
+            "leader election needs 0 < --retry-seconds < --renew-deadline-seconds < --lease-seconds"
+        )
     from specfleet.controller.run import (  # kopf and the kubernetes client
         RunOptions,
         run,

@@ -49,6 +49,7 @@ ACTIVE_REVISION = "specfleet_active_revision"
 ALERT_RECEIVERS_UNREADABLE = "specfleet_alert_receivers_unreadable"
 ROLLOUT_CANARY_PODS = "specfleet_rollout_canary_pods"
 ROLLOUT_STEP = "specfleet_rollout_step"
+LEADER = "specfleet_leader"
 CLASS_BREACHING = "specfleet_class_breaching"
 ALERT_DELIVERIES = "specfleet_alert_deliveries"
 

@@ -7,6 +7,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -29,9 +30,16 @@ class Delivery:
 
 class AlertSender:
     def __init__(
-        self, resend_seconds: float = 60.0, queue_size: int = 1000, backoff_seconds: float = 0.5
+        self,
+        resend_seconds: float = 60.0,
+        queue_size: int = 1000,
+        backoff_seconds: float = 0.5,
+        may_send: Callable[[], bool] = lambda: True,
     ) -> None:
+        """`may_send`: asked before each delivery; a replica that stopped leading sends nothing
+        (the new leader sends the alerts its status implies, Alertmanager deduplicates)."""
         self.resend_seconds = resend_seconds
+        self.may_send = may_send
         self._retrying = Retrying(
             wait=wait_exponential_jitter(multiplier=backoff_seconds, max=8, jitter=backoff_seconds),
             stop=stop_after_attempt(4),
@@ -62,6 +70,12 @@ class AlertSender:
         self._firing.pop(key, None)
         self._sent_at.pop(key, None)
 
+    def forget_all(self) -> None:
+        """What was sent is forgotten: the next update of each SpecModel sends its alerts whole
+        (a replica that leads again after another led does not know what that one sent)."""
+        self._firing.clear()
+        self._sent_at.clear()
+
     def close(self, timeout: float = 5.0) -> None:
         self._queue.put(None)
         self._thread.join(timeout)
@@ -75,6 +89,11 @@ class AlertSender:
 
     def _work(self) -> None:
         while (delivery := self._queue.get()) is not None:
+            if not self.may_send():
+                log.info(
+                    "not leading: a delivery to %s is left to the leader", delivery.receiver.name
+                )
+                continue
             try:
                 self._retrying(delivery.receiver.send, delivery.alerts, delivery.resolved)
                 ALERT_DELIVERIES.labels(delivery.receiver.name, "ok").inc()

@@ -18,6 +18,8 @@ import kopf
 
 from specfleet.api import GROUP, PLURAL, VERSION
 from specfleet.api.experiment import EXPERIMENT_PLURAL
+from specfleet.controller.leader import Leadership, NotLeading
+from specfleet.controller.metrics import LEADER
 from specfleet.controller.operator import Index, Key, Operator, experiments_of
 from specfleet.controller.queue import WorkQueue
 from specfleet.experiment.capacity_job import CAPACITY_APP
@@ -164,10 +166,47 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
+def _leading(memo: Any) -> bool:
+    """This replica may act: it holds the Lease, or runs without leader election."""
+    leadership: Leadership | None = memo.get("leadership")
+    return leadership is None or leadership.leading()
+
+
+def _leadership_changed(memo: Any, indexes: dict[str, Any], leading: bool) -> None:
+    """On the event loop. Starting to lead: forget what an earlier term wrote and take every
+    object again, from the watches' view (the status another leader wrote included)."""
+    LEADER.set(1 if leading else 0)
+    if not leading:
+        return
+    memo["operator"].new_term()
+    for queue, index in (("queue", "specmodels"), ("experiments", "specexperiments")):
+        for key in list(indexes[index]):
+            memo[queue].add(key)
+
+
+@kopf.on.probe(id="leader")
+def leader_probe(memo: Any, **_: Any) -> str:
+    """In the health endpoint's answer (readiness and liveness): `leader` or `follower`; a
+    follower is ready, its watches warm, to take over."""
+    if memo.get("leadership") is None:
+        return "standalone"
+    return "leader" if _leading(memo) else "follower"
+
+
 @kopf.on.startup()
 async def start_loops(memo: Any, **indexes: Any) -> None:
     memo["queue"] = WorkQueue()
     memo["experiments"] = WorkQueue()
+    leadership: Leadership | None = memo.get("leadership")
+    LEADER.set(1 if leadership is None else 0)
+    if leadership is not None:
+        loop = asyncio.get_running_loop()
+
+        def changed(leading: bool) -> None:  # from the election's thread
+            loop.call_soon_threadsafe(_leadership_changed, memo, indexes, leading)
+
+        leadership.on_change = changed
+        leadership.start()
     memo["tasks"] = [
         asyncio.create_task(_resync_forever(memo, indexes)),
         asyncio.create_task(_work_experiments(memo, indexes)),
@@ -180,6 +219,9 @@ async def start_loops(memo: Any, **indexes: Any) -> None:
 async def stop_loops(memo: Any, **_: Any) -> None:
     for task in memo.get("tasks", []):
         task.cancel()
+    leadership: Leadership | None = memo.get("leadership")
+    if leadership is not None:  # stops acting, then hands the Lease over
+        await asyncio.to_thread(leadership.stop)
 
 
 async def _work(memo: Any, indexes: dict[str, Any]) -> None:
@@ -189,8 +231,13 @@ async def _work(memo: Any, indexes: dict[str, Any]) -> None:
     operator: Operator = memo["operator"]
     while True:
         key = await queue.get()
+        if not _leading(memo):  # a follower; the leader takes every key when it starts
+            queue.done(key)
+            continue
         try:
             await asyncio.to_thread(_reconcile, memo, key, indexes)
+        except NotLeading:  # the Lease lost mid-reconcile: the next leader takes it whole
+            log.warning("reconcile of %s/%s stopped: no longer leading", *key)
         except Exception:  # one broken SpecModel must not stop the worker
             log.exception("reconcile of %s/%s failed", *key)
         finally:
@@ -205,8 +252,13 @@ async def _work_experiments(memo: Any, indexes: dict[str, Any]) -> None:
     queue: WorkQueue = memo["experiments"]
     while True:
         key = await queue.get()
+        if not _leading(memo):
+            queue.done(key)
+            continue
         try:
             await asyncio.to_thread(_reconcile_experiment, memo, key, indexes)
+        except NotLeading:
+            log.warning("reconcile of SpecExperiment %s/%s stopped: no longer leading", *key)
         except Exception:  # one broken SpecExperiment must not stop the worker
             log.exception("reconcile of SpecExperiment %s/%s failed", *key)
         finally:
@@ -229,6 +281,8 @@ async def _guard_forever(memo: Any, indexes: dict[str, Any]) -> None:
     operator: Operator = memo["operator"]
     while operator.reader is not None:
         await asyncio.sleep(memo["guard_tick_seconds"])
+        if not _leading(memo):
+            continue
         try:
             await asyncio.to_thread(
                 operator.guard_tick,
@@ -237,6 +291,9 @@ async def _guard_forever(memo: Any, indexes: dict[str, Any]) -> None:
                 indexes["pods"],
                 indexes["specexperiments"],
             )
+        except NotLeading:
+            log.warning("guard tick stopped: no longer leading")
+            continue
         except Exception:  # a failed tick is logged; the next tick tries again
             log.exception("guard tick failed")
         for key in operator.experiments_due(list(indexes["specexperiments"]), operator.monotonic()):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -66,7 +67,10 @@ class Kube:
     """Writes, counted by verb (`specfleet_api_writes_total`) so an idle operator's silence can
     be proven."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, gate: Callable[[], None] | None = None) -> None:
+        """`gate`: called before every write; raises (leader.NotLeading) when this replica
+        must not write, e.g. it lost the Lease mid-reconcile."""
+        self._gate = gate or (lambda: None)
         self._dynamic = DynamicClient(api)
         self._core = client.CoreV1Api(api)
         self._apps = client.AppsV1Api(api)
@@ -76,6 +80,7 @@ class Kube:
 
     @_retry
     def apply(self, manifest: Body) -> None:
+        self._gate()
         API_WRITES.labels(manifest["metadata"].get("namespace", ""), "apply").inc()
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
         response = resource.server_side_apply(
@@ -89,6 +94,7 @@ class Kube:
 
     @_retry
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        self._gate()
         API_WRITES.labels(namespace, "delete").inc()
         try:
             # a Job's pods go with it (the API's default for Jobs orphans them)
@@ -102,6 +108,7 @@ class Kube:
     @_retry
     def apply_status(self, namespace: str, name: str, status: Body, kind: str = KIND) -> None:
         """The status of a SpecModel, or of another specfleet resource (`kind`)."""
+        self._gate()
         API_WRITES.labels(namespace, "status").inc()
         body = {
             "apiVersion": API_VERSION,
@@ -141,6 +148,7 @@ class Kube:
         """Best effort: an Event the API server refuses, or keeps failing or not answering
         through the retries, is logged and dropped; it never fails the reconcile that tells it
         (a gone or terminating namespace, an overloaded API server)."""
+        self._gate()
         try:
             self._post_event(involved, kind, reason, message)
         except (ApiException, *UNANSWERED) as exc:

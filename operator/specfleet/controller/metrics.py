@@ -100,6 +100,12 @@ ROLLOUT_STEP = Gauge(
     ["namespace", "specmodel"],
     registry=REGISTRY,
 )
+LEADER = Gauge(
+    series.LEADER,
+    "1 while this replica holds the operator's Lease and acts; 0 while it follows (ready to "
+    "take over). Without --leader-elect, 1.",
+    registry=REGISTRY,
+)
 CLASS_BREACHING = Gauge(
     series.CLASS_BREACHING,
     "1 while a class breaches the signal (speculation not paying, or an SLO), 0 once it is back.",

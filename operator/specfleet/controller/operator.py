@@ -242,6 +242,17 @@ class Operator:
         forget_classes(*key)
         forget_kill_switch(*key)
 
+    def new_term(self) -> None:
+        """This replica starts leading: what it remembers writing or sending may be older than
+        what another leader wrote meanwhile, so it builds on the watches' view again."""
+        self._backoff.clear()
+        self._written = LastWritten()
+        self._experiments_written = LastWritten()
+        self._applied.clear()
+        self._measured.clear()
+        if self.alerts:
+            self.alerts.forget_all()
+
     def retry_in(self, key: Key) -> float | None:
         """Seconds until a SpecModel whose apply failed may be tried again; None if it did not
         fail."""

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
+import socket
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,6 +20,7 @@ from specfleet.alerts.sender import AlertSender
 from specfleet.cluster_access import api_client, cluster_needed
 from specfleet.controller import admission
 from specfleet.controller.kube import Kube
+from specfleet.controller.leader import Elector, KubeLeases, Leadership, Timings
 from specfleet.controller.metrics import REGISTRY
 from specfleet.controller.operator import Operator
 from specfleet.render import RenderSettings
@@ -41,6 +45,13 @@ class RunOptions:
     webhook_port: int | None = None
     webhook_cert: str | None = None
     webhook_key: str | None = None
+    leader_elect: bool = False
+    lease_name: str = "specfleet-operator"
+    lease_namespace: str | None = None
+    """Default: $POD_NAMESPACE, else the ServiceAccount's namespace, else `default`."""
+    lease_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    retry_seconds: float = 2.0
 
 
 class NoEssence(kopf.AnnotationsDiffBaseStorage):
@@ -89,7 +100,38 @@ def webhook_server(options: RunOptions) -> kopf.WebhookServer | None:
     )
 
 
-def operator_for(options: RunOptions) -> Operator:
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def identity() -> str:
+    """This replica's name in the Lease: its pod's (the chart sets $POD_NAME), else the host's
+    and the process's."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{os.getpid()}"
+
+
+def lease_namespace(options: RunOptions) -> str:
+    if options.lease_namespace:
+        return options.lease_namespace
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    if SERVICE_ACCOUNT_NAMESPACE.exists():
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    return "default"
+
+
+def leadership_for(options: RunOptions) -> Leadership | None:
+    """With --leader-elect, this replica's candidacy for the Lease (started with the operator's
+    loops); without, None: it acts alone, as before."""
+    if not options.leader_elect:
+        return None
+    timings = Timings(options.lease_seconds, options.renew_deadline_seconds, options.retry_seconds)
+    leases = KubeLeases(
+        api_client(), lease_namespace(options), options.lease_name, timings.retry_seconds
+    )
+    return Leadership(Elector(identity(), leases, timings))
+
+
+def operator_for(options: RunOptions, leadership: Leadership | None = None) -> Operator:
     http = httpx.Client()
     receivers: list[Receiver] = []
     if options.alertmanager_url:
@@ -97,10 +139,10 @@ def operator_for(options: RunOptions) -> Operator:
     if options.prometheus_url is None:
         logging.getLogger(__name__).warning("no --prometheus-url: the guard is off")
     return Operator(
-        Kube(api_client()),
+        Kube(api_client(), gate=leadership.check if leadership else None),
         RenderSettings(gateway_image=options.gateway_image, capacity_image=options.capacity_image),
         reader=TelemetryReader(options.prometheus_url) if options.prometheus_url else None,
-        alerts=AlertSender(),
+        alerts=AlertSender(may_send=leadership.leading if leadership else lambda: True),
         receivers=receivers,
     )
 
@@ -121,7 +163,8 @@ def run(
     if options.metrics_port:
         start_http_server(options.metrics_port, addr=options.bind_address, registry=REGISTRY)
     with cluster_needed("specfleet run"):  # a kubeconfig or a ServiceAccount, an API server
-        operator = operator_for(options)  # discovery: the API server's first request
+        leadership = leadership_for(options)
+        operator = operator_for(options, leadership)  # discovery: the API server's first request
     webhook = webhook_server(options)
     if webhook is not None:
         admission.register()  # kopf refuses an admission handler without a server
@@ -133,6 +176,7 @@ def run(
         liveness_endpoint=f"http://{options.bind_address}:{options.health_port}/healthz",
         memo=kopf.Memo(
             operator=operator,
+            leadership=leadership,
             resync_seconds=options.resync_seconds,
             guard_tick_seconds=options.guard_tick_seconds,
         ),
