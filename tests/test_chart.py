@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -106,6 +107,9 @@ def test_secrets_are_readable_only_by_the_names_alerts_use() -> None:
 def test_namespaced_roles_restrict_secrets_alike() -> None:
     roles = kinds(template("--set", "watchNamespaces={team-a,team-b}"))["Role"]
     for role in roles:
+        if role["metadata"]["name"].endswith("leader-election"):
+            assert not secret_rules(role)
+            continue
         [rule] = secret_rules(role)
         assert (rule["verbs"], rule["resourceNames"]) == (["get"], ["specfleet-alerts"])
 
@@ -126,7 +130,8 @@ def test_operator_may_manage_the_monitors_it_renders() -> None:
 
 def test_namespaced_mode_uses_roles() -> None:
     objects = kinds(template("--set", "watchNamespaces={team-a,team-b}"))
-    assert sorted(r["metadata"]["namespace"] for r in objects["Role"]) == ["team-a", "team-b"]
+    roles = [r for r in objects["Role"] if not r["metadata"]["name"].endswith("leader-election")]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     [discovery] = objects["ClusterRole"]
     resources = {r for rule in discovery["rules"] for r in rule["resources"]}
     assert resources == {"customresourcedefinitions", "namespaces"}
@@ -222,3 +227,80 @@ def test_the_admission_webhook_can_be_turned_off_and_scoped_to_the_watched_names
     [webhook] = scoped["ValidatingWebhookConfiguration"][0]["webhooks"]
     [expression] = webhook["namespaceSelector"]["matchExpressions"]
     assert expression["values"] == ["a", "b"]
+
+
+def operator_pod(*values: str) -> dict[str, Any]:
+    [deployment] = kinds(template(*values))["Deployment"]
+    return dict(deployment)
+
+
+def test_two_replicas_elect_a_leader_on_a_lease_and_upgrade_one_pod_at_a_time() -> None:
+    deployment = operator_pod()
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    pod = spec["template"]["spec"]
+    [container] = pod["containers"]
+    args = container["args"]
+    assert "--leader-elect" in args
+    assert "--lease-name=sf-specfleet-leader" in args
+    assert "--lease-namespace=specfleet-system" in args
+    timings = [a for a in args if a.startswith(("--lease-seconds", "--renew", "--retry"))]
+    assert timings == ["--lease-seconds=15", "--renew-deadline-seconds=10", "--retry-seconds=2"]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    [term] = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    selector = spec["selector"]["matchLabels"]
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == selector
+
+
+def test_a_disruption_budget_keeps_one_operator_pod() -> None:
+    [pdb] = kinds(template())["PodDisruptionBudget"]
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["metadata"]["namespace"] == "specfleet-system"
+    assert pdb["spec"]["selector"] == operator_pod()["spec"]["selector"]
+    single = kinds(template("--set", "replicaCount=1"))
+    assert "PodDisruptionBudget" not in single  # one pod and minAvailable 1: no drain could pass
+
+
+def test_the_lease_is_the_only_thing_leader_election_may_touch_in_its_namespace() -> None:
+    objects = kinds(template())
+    [role] = [r for r in objects["Role"] if r["metadata"]["name"] == "sf-specfleet-leader-election"]
+    assert role["metadata"]["namespace"] == "specfleet-system"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+        }
+    ]
+    [binding] = objects["RoleBinding"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "sf-specfleet", "namespace": "specfleet-system"}
+    ]
+    for cluster_role in objects["ClusterRole"]:
+        assert not [r for r in cluster_role["rules"] if "leases" in r["resources"]]
+
+
+def test_without_leader_election_one_replica_runs_and_two_are_refused() -> None:
+    alone = operator_pod("--set", "leaderElection.enabled=false", "--set", "replicaCount=1")
+    assert alone["spec"]["replicas"] == 1
+    assert "--leader-elect" not in alone["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "Role" not in kinds(
+        template("--set", "leaderElection.enabled=false", "--set", "replicaCount=1")
+    )
+    two = helm("template", "sf", str(CHART), "--set", "leaderElection.enabled=false", check=False)
+    assert two.returncode != 0 and "replicaCount > 1 needs leaderElection.enabled" in two.stderr
+
+
+def test_given_affinity_replaces_the_default_spread() -> None:
+    term = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["ops"]}]}
+    required = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    affinity = json.dumps({"nodeAffinity": required})
+    pod = operator_pod("--set-json", f"affinity={affinity}")["spec"]["template"]["spec"]
+    assert set(pod["affinity"]) == {"nodeAffinity"}
