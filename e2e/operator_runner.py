@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.cluster.harness import Cluster, eventually
 from specfleet.controller.metrics import REGISTRY
@@ -88,13 +89,39 @@ def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, p
 class OperatorProcess:
     pid: int
     metrics_url: str
+    health_url: str = ""
+
+    def samples(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """A series of the process's own metrics, by labels; none while it does not answer."""
+        try:
+            with urllib.request.urlopen(self.metrics_url, timeout=2) as response:
+                text = response.read().decode()
+        except OSError:
+            return []
+        return [
+            (sample.labels, float(sample.value))
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name
+        ]
+
+    def total(self, name: str) -> float:
+        """A series summed over its labels (0 before its first sample)."""
+        return sum(value for _, value in self.samples(name))
+
+    def health(self) -> str:
+        with urllib.request.urlopen(self.health_url, timeout=2) as response:
+            return str(response.read().decode())
 
 
 @contextmanager
-def as_process(kubeconfig: Path, log: Path, *args: str) -> Iterator[OperatorProcess]:
-    """`specfleet run` as a subprocess, once its health endpoint answers."""
+def as_process(
+    kubeconfig: Path, log: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[OperatorProcess]:
+    """`specfleet run` as a subprocess, once its health endpoint answers. `env`: added to this
+    process's environment (e.g. the chart's POD_NAME)."""
     health, metrics = free_port(), free_port()
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    env = {**os.environ, **(env or {}), "KUBECONFIG": str(kubeconfig)}
     argv = [
         str(Path(sys.executable).parent / "specfleet"),
         "run",
@@ -110,7 +137,7 @@ def as_process(kubeconfig: Path, log: Path, *args: str) -> Iterator[OperatorProc
         eventually(lambda: _answers(url) or process.poll() is not None, "the operator's health")
         if process.poll() is not None:
             raise RuntimeError(f"specfleet run exited {process.returncode}: {log.read_text()}")
-        yield OperatorProcess(process.pid, f"http://127.0.0.1:{metrics}/metrics")
+        yield OperatorProcess(process.pid, f"http://127.0.0.1:{metrics}/metrics", url)
     finally:
         process.terminate()
         try:

@@ -48,7 +48,7 @@ def test_chart_installs_and_its_operator_becomes_available(
         (deployment,) = local_cluster.kubectl_json(
             "get", "deployments", "-n", namespace, "-l", f"app.kubernetes.io/instance={RELEASE}"
         )["items"]
-        assert deployment["status"]["availableReplicas"] == 1
+        assert deployment["status"]["availableReplicas"] == 2  # a leader and a follower
         local_cluster.kubectl("get", "crd", "specmodels.specfleet.dev")
         account = f"system:serviceaccount:{namespace}:{RELEASE}-specfleet"
         for expected, verb, group, resource, name in [
@@ -59,6 +59,17 @@ def test_chart_installs_and_its_operator_becomes_available(
         ]:
             attributes = {"namespace": "default", "verb": verb, "group": group}
             attributes |= {"resource": resource, "name": name}
+            assert allowed(local_cluster, account, attributes) is expected, attributes
+        for expected, verb, where in [  # the leader election's Lease, only in its namespace
+            (True, "get", namespace),
+            (True, "create", namespace),
+            (True, "update", namespace),
+            (False, "delete", namespace),
+            (False, "list", namespace),
+            (False, "update", "default"),
+        ]:
+            attributes = {"namespace": where, "verb": verb, "group": "coordination.k8s.io"}
+            attributes |= {"resource": "leases", "name": ""}
             assert allowed(local_cluster, account, attributes) is expected, attributes
     finally:
         helm(local_cluster, "uninstall", RELEASE, "-n", namespace, "--wait")
