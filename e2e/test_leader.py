@@ -107,7 +107,9 @@ def test_two_operators_one_leader_paused_and_killed_leaders_hand_over_cleanly(
         [follower_name] = [name for name in operators if name != first]
         follower = operators[follower_name]
         eventually(lambda: leader.total("specfleet_leader") == 1, "the leader's gauge")
-        assert (role(leader), role(follower)) == ("leader", "follower")
+        # kopf's health endpoint caches its probes' answers for 10 s
+        both = lambda: (role(leader), role(follower)) == ("leader", "follower")  # noqa: E731
+        eventually(both, "the health endpoints saying who leads", 15)
         assert follower.total("specfleet_leader") == 0
 
         apply(cluster, namespace, SPECMODEL)
@@ -135,7 +137,7 @@ def test_two_operators_one_leader_paused_and_killed_leaders_hand_over_cleanly(
             os.kill(leader.pid, signal.SIGCONT)
         # Resumed, the old leader has the kill switch's watch events queued and its lease long
         # past its renew deadline: it writes nothing, and says it follows.
-        eventually(lambda: role(leader) == "follower", "the old leader follows")
+        eventually(lambda: role(leader) == "follower", "the old leader follows", 15)
         time.sleep(3)
         assert leader.total(WRITES) == written
         assert leader.total("specfleet_leader") == 0
