@@ -59,8 +59,14 @@ class RecordingKube:
             raise ApiException(status=404, reason="Not Found")
         return self.secrets[(namespace, name, key)]
 
-    def event(self, involved: Body, kind: str, reason: str, message: str) -> None:
+    def event(
+        self, involved: Body, kind: str, reason: str, message: str, name: str | None = None
+    ) -> None:
         self.calls.append(("event", reason))
+
+    def event_exists(self, namespace: str, name: str) -> bool:
+        self.calls.append(("event?", name))
+        return True
 
     def made(self, verb: str) -> list[tuple[Any, ...]]:
         return [call for call in self.calls if call[0] == verb]

@@ -34,6 +34,8 @@ class FakeKube:
     applied: list[dict[str, Any]] = field(default_factory=list)
     deleted: list[tuple[str, str]] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
+    named: dict[str, str] = field(default_factory=dict)
+    """Events posted by name (a decision's idempotency key): name -> reason."""
 
     def apply(self, manifest: dict[str, Any]) -> None:
         self.applied.append(manifest)
@@ -44,8 +46,22 @@ class FakeKube:
     def apply_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         pass
 
-    def event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
+    def event(
+        self,
+        involved: dict[str, Any],
+        kind: str,
+        reason: str,
+        message: str,
+        name: str | None = None,
+    ) -> None:
+        if name in self.named:  # the API server's 409: told already
+            return
         self.events.append(reason)
+        if name is not None:
+            self.named[name] = reason
+
+    def event_exists(self, namespace: str, name: str) -> bool:
+        return name in self.named
 
 
 def complete(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -144,13 +144,28 @@ class Kube:
             raise KeyError(f"Secret {namespace}/{name} has no key {key!r}")
         return base64.b64decode(encoded).decode().strip()
 
-    def event(self, involved: Body, kind: str, reason: str, message: str) -> None:
+    @_retry
+    def event_exists(self, namespace: str, name: str) -> bool:
+        """Whether the Event `name` was posted (a read: a decision's Event, by its key)."""
+        try:
+            resource = self._resource("v1", "Event")
+            _discard(resource.get(name=name, namespace=namespace, serialize=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def event(
+        self, involved: Body, kind: str, reason: str, message: str, name: str | None = None
+    ) -> None:
         """Best effort: an Event the API server refuses, or keeps failing or not answering
         through the retries, is logged and dropped; it never fails the reconcile that tells it
-        (a gone or terminating namespace, an overloaded API server)."""
+        (a gone or terminating namespace, an overloaded API server). `name`: a decision's
+        Event, named by its idempotency key; one posted already (409) is not posted again."""
         self._gate()
         try:
-            self._post_event(involved, kind, reason, message)
+            self._post_event(involved, kind, reason, message, name)
         except (ApiException, *UNANSWERED) as exc:
             level = logging.WARNING if _transient(exc) else logging.INFO
             name = involved["metadata"]["name"]
@@ -158,14 +173,16 @@ class Kube:
             log.log(level, "event %s for %s not posted: %s", reason, name, why)
 
     @_retry
-    def _post_event(self, involved: Body, kind: str, reason: str, message: str) -> None:
+    def _post_event(
+        self, involved: Body, kind: str, reason: str, message: str, name: str | None
+    ) -> None:
         API_WRITES.labels(involved["metadata"]["namespace"], "event").inc()
         meta = involved["metadata"]
         now = datetime.now(UTC).isoformat(timespec="seconds")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}"},
+            "metadata": {"name": name or f"{meta['name']}.{uuid.uuid4().hex[:12]}"},
             "involvedObject": {
                 "apiVersion": involved.get("apiVersion", API_VERSION),
                 "kind": involved.get("kind", KIND),
@@ -184,7 +201,13 @@ class Kube:
             "reportingInstance": FIELD_MANAGER,
             "action": reason,
         }
-        response = self._resource("v1", "Event").create(
-            body=event, namespace=meta["namespace"], serialize=False
-        )
-        _discard(response)
+        try:
+            response = self._resource("v1", "Event").create(
+                body=event, namespace=meta["namespace"], serialize=False
+            )
+            _discard(response)
+        except ApiException as exc:
+            if exc.status == 409 and name is not None:
+                log.info("event %s for %s was posted already (%s)", reason, meta["name"], name)
+                return
+            raise

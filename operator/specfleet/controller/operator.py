@@ -98,6 +98,9 @@ class Operator:
     _measured: dict[Key, float] = field(default_factory=dict)
     """When each experiment's arms were last measured."""
     _experiments_written: LastWritten[SpecExperimentStatus] = field(default_factory=LastWritten)
+    _told: set[Key] = field(default_factory=set)
+    """SpecModels reconciled since this replica started acting: their recent decisions' Events
+    were checked for ones the last leader did not live to post."""
 
     def __post_init__(self) -> None:
         self._own_receivers = ReceiverCache(self.kube, self._http, self.monotonic)
@@ -132,7 +135,9 @@ class Operator:
                 written,
                 self._configs,
                 guard_on=self.reader is not None,
+                first=key not in self._told,
             )
+            self._told.add(key)
             self._written.remember(key, body, outcome.status)
             if outcome.applied_hashes:
                 self._applied[key] = (self.monotonic(), outcome.applied_hashes)
@@ -221,6 +226,7 @@ class Operator:
 
     def forget(self, key: Key) -> None:
         self._backoff.pop(key, None)
+        self._told.discard(key)
         self._written.forget(key)
         self._applied.pop(key, None)
         self._specs.pop(key, None)
@@ -250,6 +256,7 @@ class Operator:
         self._experiments_written = LastWritten()
         self._applied.clear()
         self._measured.clear()
+        self._told.clear()
         if self.alerts:
             self.alerts.forget_all()
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from specfleet.api import InvalidSpecModel, SpecModel, SpecModelStatus
 from specfleet.api.gateway import Mirror
+from specfleet.controller import idempotency
 from specfleet.controller.kube import UNANSWERED, Kube
 from specfleet.controller.revisions import RevisionConfigs
 from specfleet.guard import Action
@@ -64,13 +65,16 @@ def reconcile(
     written: SpecModelStatus | None = None,
     configs: RevisionConfigs | None = None,
     guard_on: bool = True,
+    first: bool = False,
 ) -> Outcome:
     """Read, step, apply, write. `specmodel` is `body` parsed, or why it is invalid. `written` is
     the status this process last wrote: the watch may not have delivered it yet, and the
     operator is the only writer of status, so it is the fresher of the two. `configs` keeps the
     revisions' engine configs read so far. `guard_on`: a guard judges (the operator reads
     Prometheus); without one a new revision rolls out directly, as nothing would judge a
-    canary."""
+    canary. `first`: this replica's first reconcile of the SpecModel since it started acting;
+    the recent decisions in status whose Events are missing are told now (the last leader may
+    have died between writing a decision and telling of it)."""
     if body["metadata"].get("deletionTimestamp"):
         return Outcome(_previous_status(body), 0, 0, None)
     previous = written or _previous_status(body)
@@ -119,8 +123,11 @@ def reconcile(
     if error is not None:
         log.warning("applying %s failed: %s", name, error)
     status = the_step.status if error is None else the_step.failed(error)
+    if first:
+        tell_untold(kube, body, previous, now)
     _write_status(kube, body, previous, status)
-    _post(kube, body, events.of_reconcile(previous, status, the_step.actions))
+    told = events.of_reconcile(previous, status, the_step.actions)
+    _post(kube, body, told, _decision_names(body, now, the_step.actions))
     if applied or pruned:
         message = (
             f"applied {applied} and pruned {pruned} children for revision "
@@ -128,6 +135,21 @@ def reconcile(
         )
         kube.event(body, events.NORMAL, "ChildrenApplied", message)
     return Outcome(status, applied, pruned, error, the_step.actions, applied_hashes)
+
+
+def tell_untold(kube: Kube, body: Body, status: SpecModelStatus, now: datetime) -> int:
+    """Posts the Events of the recent decisions in `status` that have none (found by their
+    idempotency key's name: reads, and a write only for one missing). How many it posted."""
+    meta = body["metadata"]
+    posted = 0
+    for decision in idempotency.untold(status.decisions, now):
+        name = idempotency.event_name(meta["name"], idempotency.key_of(meta.get("uid"), decision))
+        if kube.event_exists(meta["namespace"], name):
+            continue
+        kind = events.action_type(decision.action)
+        kube.event(body, kind, decision.reason, decision.message, name)
+        posted += 1
+    return posted
 
 
 def _previous_status(body: Body) -> SpecModelStatus:
@@ -153,9 +175,28 @@ def _write_status(kube: Kube, body: Body, before: SpecModelStatus, after: SpecMo
     kube.apply_status(meta["namespace"], meta["name"], after.to_wire())
 
 
-def _post(kube: Kube, body: Body, told: list[events.Event]) -> None:
+def _post(
+    kube: Kube,
+    body: Body,
+    told: list[events.Event],
+    names: dict[tuple[str, str], str] | None = None,
+) -> None:
+    """`names`: the Events of decisions, by (reason, message), named by their idempotency keys."""
     for event in told:
-        kube.event(body, event.type, event.reason, event.message)
+        name = (names or {}).get((event.reason, event.message))
+        kube.event(body, event.type, event.reason, event.message, name)
+
+
+def _decision_names(body: Body, now: datetime, actions: list[Action]) -> dict[tuple[str, str], str]:
+    """Each action's Event name: its decision's idempotency key (the decision is recorded at
+    `now`)."""
+    uid, specmodel = body["metadata"].get("uid"), body["metadata"]["name"]
+    return {
+        (a.reason, a.message): idempotency.event_name(
+            specmodel, idempotency.decision_key(uid, now.isoformat(), a.action, a.reason, a.message)
+        )
+        for a in actions
+    }
 
 
 def _namespace_terminating(exc: ApiException) -> bool:
