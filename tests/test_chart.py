@@ -304,3 +304,9 @@ def test_given_affinity_replaces_the_default_spread() -> None:
     affinity = json.dumps({"nodeAffinity": required})
     pod = operator_pod("--set-json", f"affinity={affinity}")["spec"]["template"]["spec"]
     assert set(pod["affinity"]) == {"nodeAffinity"}
+
+
+def test_events_are_read_only_by_name_to_find_a_decision_s_event() -> None:
+    [_, operator] = kinds(template())["ClusterRole"]
+    [rule] = [r for r in operator["rules"] if "events" in r["resources"]]
+    assert rule["verbs"] == ["get", "create", "patch"]  # no list, no watch

@@ -124,7 +124,10 @@ def reconcile(
         log.warning("applying %s failed: %s", name, error)
     status = the_step.status if error is None else the_step.failed(error)
     if first:
-        tell_untold(kube, body, previous, now)
+        try:
+            tell_untold(kube, body, previous, now)
+        except ApiException as exc:  # Events are best effort
+            log.warning("telling %s's recent decisions failed: %s", name, describe(exc))
     _write_status(kube, body, previous, status)
     told = events.of_reconcile(previous, status, the_step.actions)
     _post(kube, body, told, _decision_names(body, now, the_step.actions))
