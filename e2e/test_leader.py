@@ -3,6 +3,9 @@ runs them (its ServiceAccount and RBAC, --leader-elect, a Lease in the release's
 the lease's timings shortened (4 s lease, 3 s renew deadline, 1 s retry) to keep the test short.
 
 - Only the leader writes; the follower says so (health endpoint, `specfleet_leader`).
+- The guard's one decision (MetricsBlind: no gateway runs) is told by one Event, named by its
+  idempotency key; that Event deleted (as if the leader had died between writing the decision
+  and telling of it), the next leader tells it again, once.
 - The leader paused (SIGSTOP) while a kill switch is asked for: the follower takes the Lease and
   engages it; the old leader, resumed, writes nothing (its renew deadline has passed).
 - The new leader killed (SIGKILL) right after the kill switch is released: the other takes
@@ -24,12 +27,23 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster.harness import Cluster, eventually
+from e2e.cluster.harness import Cluster, LocalCluster, eventually
 from e2e.operator_runner import OperatorProcess, as_process, service_account_kubeconfig
 from e2e.readiness import pods_marked_ready
 from e2e.test_operator import ACCOUNT, ROOT, SPECMODEL, apply, engine_args, status, wait_phase
+from specfleet.api.status import Decision
+from specfleet.controller.idempotency import event_name, key_of
 
 LEASE = "e2e-leader"
+GUARDED = {
+    **SPECMODEL,
+    # A guard that evaluates once (blind at once: no gateway runs) and then not for an hour, so
+    # the leader writes nothing more unless asked and every write can be told apart.
+    "spec": {
+        **SPECMODEL["spec"],
+        "guard": {"intervalSeconds": 3600, "windowSeconds": 3600, "blindAfterSeconds": 0},
+    },
+}
 TIMINGS = ["--lease-seconds=4", "--renew-deadline-seconds=3", "--retry-seconds=1"]
 WRITES = "specfleet_api_writes_total"
 RECONCILES = "specfleet_reconcile_total"
@@ -86,12 +100,19 @@ def role(operator: OperatorProcess) -> str:
     return str(answer["leader"])
 
 
+def blind_decision(cluster: Cluster, namespace: str) -> Decision | None:
+    found = status(cluster, namespace).get("decisions", [])
+    return next((Decision.model_validate(d) for d in found if d["reason"] == "MetricsBlind"), None)
+
+
 def test_two_operators_one_leader_paused_and_killed_leaders_hand_over_cleanly(
-    cluster: Cluster, namespace: str, release: str, tmp_path: Path
+    local_cluster: LocalCluster, namespace: str, release: str, tmp_path: Path
 ) -> None:
+    cluster = local_cluster
     kubeconfig = service_account_kubeconfig(cluster, release, ACCOUNT, tmp_path / "sa.kubeconfig")
     args = [f"--namespace={namespace}", "--leader-elect", f"--lease-name={LEASE}"]
     args += [f"--lease-namespace={release}", *TIMINGS]
+    args += [f"--prometheus-url={cluster.prometheus_url}", "--guard-tick-seconds=1"]
     with ExitStack() as stack:
         stack.enter_context(pods_marked_ready(cluster))
         operators = {
@@ -112,12 +133,22 @@ def test_two_operators_one_leader_paused_and_killed_leaders_hand_over_cleanly(
         eventually(both, "the health endpoints saying who leads", 15)
         assert follower.total("specfleet_leader") == 0
 
-        apply(cluster, namespace, SPECMODEL)
+        apply(cluster, namespace, GUARDED)
         wait_phase(cluster, namespace, "Ready")
+        # The guard's first evaluation finds no series (no gateway runs): one decision.
+        eventually(lambda: blind_decision(cluster, namespace), "the MetricsBlind decision")
+        blind = blind_decision(cluster, namespace)
+        assert blind is not None
+        uid = cluster.kubectl_json("get", "sm", "llama", "-n", namespace)["metadata"]["uid"]
+        blind_event = event_name("llama", key_of(uid, blind))
+        exists = lambda: cluster.run_kubectl("get", "event", blind_event, "-n", namespace)  # noqa: E731
+        eventually(lambda: exists().returncode == 0, "the decision's Event, named by its key")
         assert follower.total(WRITES) == 0 and follower.total(RECONCILES) == 0
         time.sleep(1)  # the reconcile in flight ends (its Events follow the status seen)
         written = leader.total(WRITES)
         assert written > 0
+        # As if the leader had died between writing the decision and telling of it.
+        cluster.kubectl("delete", "event", blind_event, "-n", namespace)
 
         # The leader paused (SIGSTOP: a stalled process, a long GC, a partition) while a kill
         # switch is asked for: the follower takes the Lease once it expires and engages it.
@@ -133,6 +164,8 @@ def test_two_operators_one_leader_paused_and_killed_leaders_hand_over_cleanly(
                 lambda: "--speculative-config" not in engine_args(cluster, namespace),
                 "speculation off by the new leader",
             )
+            # The new leader told the decision its predecessor left untold.
+            eventually(lambda: exists().returncode == 0, "the untold decision's Event")
         finally:
             os.kill(leader.pid, signal.SIGCONT)
         # Resumed, the old leader has the kill switch's watch events queued and its lease long
@@ -170,9 +203,12 @@ def test_two_operators_one_leader_paused_and_killed_leaders_hand_over_cleanly(
     told = reasons(cluster, namespace)
     assert told.count("SpeculationDisabled") == 1, told
     assert told.count("SpeculationEnabled") == 1, told
-    decisions = status(cluster, namespace).get("decisions", [])
-    stamped = [(d["time"], d["reason"]) for d in decisions]
-    assert len(stamped) == len(set(stamped)), decisions
+    decisions = [Decision.model_validate(d) for d in status(cluster, namespace)["decisions"]]
+    assert [d.reason for d in decisions] == ["MetricsBlind"]  # decided once, by one leader
+    for decision in decisions:  # each told by the one Event its idempotency key names
+        named = event_name("llama", key_of(uid, decision))
+        assert cluster.run_kubectl("get", "event", named, "-n", namespace).returncode == 0
+        assert told.count(decision.reason) == 1, (decision.reason, told)
     # Lease 4 s, retry 1 s: the follower acquires at most a lease plus a retry after it last saw
     # a renewal; a little more for its first reconcile on this shared machine.
     print(
