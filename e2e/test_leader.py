@@ -10,6 +10,8 @@ the lease's timings shortened (4 s lease, 3 s renew deadline, 1 s retry) to keep
   engages it; the old leader, resumed, writes nothing (its renew deadline has passed).
 - The new leader killed (SIGKILL) right after the kill switch is released: the other takes
   over; failover time (kill to its first reconcile) is measured.
+- An upgrade's way: a new replica up, the leader stopped (SIGTERM) hands the Lease over on its
+  way out, and the new one leads within a retry rather than a lease.
 Each action is told by exactly one Event.
 """
 
@@ -198,6 +200,20 @@ def test_two_operators_one_leader_paused_and_killed_leaders_hand_over_cleanly(
             "speculation on again",
         )
         wait_phase(cluster, namespace, "Ready")
+
+        # An upgrade's way: a new replica comes up, the leader is stopped (SIGTERM). It hands
+        # the Lease over on its way out: the new one leads within a retry, not a lease.
+        newcomer = stack.enter_context(
+            as_process(
+                kubeconfig, tmp_path / "operator-c.log", *args, env={"POD_NAME": "operator-c"}
+            )
+        )
+        eventually(lambda: newcomer.total("specfleet_leader") == 0, "operator-c follows")
+        time.sleep(1.5)  # it has seen the leader's renewals: without a handover it waits a lease
+        os.kill(leader.pid, signal.SIGTERM)
+        stopped = time.monotonic()
+        eventually(lambda: holder(cluster, release) == "operator-c", "operator-c leads", 30)
+        handover = time.monotonic() - stopped
         time.sleep(1)
 
     told = reasons(cluster, namespace)
@@ -213,7 +229,9 @@ def test_two_operators_one_leader_paused_and_killed_leaders_hand_over_cleanly(
     # a renewal; a little more for its first reconcile on this shared machine.
     print(
         f"\nfailover: paused leader -> Lease taken {took_over:.1f} s; killed -> first reconcile "
-        f"{failover:.1f} s (lease 4 s, renew deadline 3 s, retry 1 s)"
+        f"{failover:.1f} s; stopped (SIGTERM) -> Lease with the newcomer {handover:.1f} s "
+        "(lease 4 s, renew deadline 3 s, retry 1 s)"
     )
     assert took_over < 4 + 1 + 3
     assert failover < 4 + 1 + 3
+    assert handover < 4  # handed over: it did not wait for the lease to run out
