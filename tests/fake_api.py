@@ -116,6 +116,13 @@ class FakeApi:
             raise ApiException(status=404, reason="Not Found")
         return SimpleNamespace(data=copy.deepcopy(found["data"]))
 
+    def read_event(self, name: str) -> Response:
+        """A decision's Event looked for by the name its idempotency key gives it."""
+        self.answer("read", f"Event/{name}")
+        if not any(e["metadata"]["name"] == name for e in self.events):
+            raise ApiException(status=404, reason="Not Found")
+        return Response()
+
     def read_secret(self, name: str, namespace: str, **kwargs: Any) -> Any:
         raise ApiException(status=404, reason="Not Found")
 
@@ -145,6 +152,10 @@ class Resource:
         assert self.kind == "Event"
         return self.api.create_event(body, **kwargs)
 
+    def get(self, name: str, **kwargs: Any) -> Response:
+        assert self.kind == "Event"
+        return self.api.read_event(name)
+
     @property
     def status(self) -> Any:
         return SimpleNamespace(server_side_apply=self.api.apply_status)
@@ -153,6 +164,7 @@ class Resource:
 def kube(api: FakeApi) -> Kube:
     """A real `Kube` whose clients are `api`."""
     real = Kube.__new__(Kube)
+    real._gate = lambda: None
     resources = SimpleNamespace(get=lambda api_version, kind: Resource(api, kind))
     real._dynamic = SimpleNamespace(resources=resources)  # type: ignore[assignment]
     real._apps = SimpleNamespace(  # type: ignore[assignment]

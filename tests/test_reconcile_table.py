@@ -121,6 +121,14 @@ def rolled_back_and_restarted() -> World:
     return world
 
 
+def rolled_back_untold_and_taken_over() -> World:
+    """Revision 2 was rolled back by a leader that died between the status write and its
+    Events; another replica leads now."""
+    world = rolled_back_and_restarted()
+    world.api.events.clear()
+    return world
+
+
 def rolled_back_then_reverted() -> World:
     """Revision 2 was rolled back; then Git reverted to revision 1's engine config."""
     world = breaking()
@@ -509,8 +517,16 @@ ROWS = [
     Row(
         "after a restart the served revision's config is read back once; no write",
         rolled_back_and_restarted,
-        requests=("read ControllerRevision/m-*",),
+        # a new process looks for its recent decisions' Events by their keys: told already
+        requests=("read ControllerRevision/m-*", *["read Event/m.*"] * 2),
         alerts=(ROLLBACK_ALERTS,),  # a new process: what holds fires again
+    ),
+    Row(
+        "a new leader tells the decisions its predecessor wrote but did not tell, once",
+        rolled_back_untold_and_taken_over,
+        requests=("read ControllerRevision/m-*", *["read Event/m.*"] * 2),
+        events=("Warning ClassBreach: Class chat *", "Warning RolledBack: *"),
+        alerts=(ROLLBACK_ALERTS,),
     ),
     Row(
         "after a restart a revision's config read that times out is a failed apply",
@@ -518,6 +534,7 @@ ROWS = [
         fail=(Failure("read", "ControllerRevision/*", TIMEOUT, times=RETRIES),),
         requests=(
             *["read ControllerRevision/m-* -> timeout"] * RETRIES,
+            *["read Event/m.*"] * 2,
             "status SpecModel/m: Degraded, revision 1 of 2, speculation on, "
             "Degraded ApplyFailed, RolledBack RolledBackToLastGood",
         ),
