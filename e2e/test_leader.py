@@ -97,6 +97,11 @@ def reasons(cluster: Cluster, namespace: str) -> list[str]:
     return [e["reason"] for e in events]
 
 
+def kill_switch(cluster: Cluster, namespace: str, value: str) -> None:
+    annotation = f"specfleet.dev/kill-switch={value}"
+    cluster.kubectl("annotate", "--overwrite", "sm", "llama", "-n", namespace, annotation)
+
+
 def role(operator: OperatorProcess) -> str:
     answer: dict[str, Any] = json.loads(operator.health())
     return str(answer["leader"])
@@ -157,9 +162,7 @@ def test_two_operators_one_leader_paused_and_killed_leaders_hand_over_cleanly(
         os.kill(leader.pid, signal.SIGSTOP)
         try:
             paused = time.monotonic()
-            cluster.kubectl(
-                "annotate", "sm", "llama", "-n", namespace, "specfleet.dev/kill-switch=engage"
-            )
+            kill_switch(cluster, namespace, "engage")
             eventually(lambda: holder(cluster, release) == follower_name, "the follower leads")
             took_over = time.monotonic() - paused
             eventually(
@@ -181,15 +184,7 @@ def test_two_operators_one_leader_paused_and_killed_leaders_hand_over_cleanly(
 
         # The new leader killed right after the kill switch is released: the other takes over.
         reconciled = leader.total(RECONCILES)
-        cluster.kubectl(
-            "annotate",
-            "--overwrite",
-            "sm",
-            "llama",
-            "-n",
-            namespace,
-            "specfleet.dev/kill-switch=release",
-        )
+        kill_switch(cluster, namespace, "release")
         os.kill(follower.pid, signal.SIGKILL)
         killed = time.monotonic()
         eventually(lambda: leader.total(RECONCILES) > reconciled, "the first reconcile", 30)

@@ -9,13 +9,12 @@ from typing import cast
 
 from conftest import specmodel_doc
 from specfleet.api import parse_specmodel
-from specfleet.api.status import Decision, KillSwitchStatus
+from specfleet.api.status import Decision
 from specfleet.controller import idempotency
 from specfleet.controller.kube import Kube
-from specfleet.controller.reconcile import reconcile, tell_untold
-from specfleet.render import RenderSettings, ServingPlan
-from specfleet.tick.step import GuardTick
-from test_controller_reconcile import NOW, SPEC, FakeKube, body, fleet_without, live, state
+from specfleet.controller.reconcile import tell_untold
+from specfleet.render import ServingPlan
+from test_controller_reconcile import NOW, SPEC, FakeKube, body, live, state, trial_due
 
 UID = "3f1c-uid"
 
@@ -61,31 +60,11 @@ def test_the_decisions_the_last_leader_did_not_tell_are_told_once() -> None:
 
 
 def test_a_decision_s_event_is_named_by_its_key_and_a_repeated_attempt_posts_none() -> None:
-    specmodel = parse_specmodel(specmodel_doc(**SPEC))
-    children = live(specmodel, ServingPlan(speculation=False))
-    engaged = state(specmodel, "engaged", children)
-    due = KillSwitchStatus(state="engaged", source="guard", next_trial_after=NOW.isoformat())
-    the_body = body(engaged.model_copy(update={"kill_switch": due}))
-    the_body["metadata"]["uid"] = UID
     kube = FakeKube()
-
-    def attempt(first: bool) -> list[str]:
-        outcome = reconcile(
-            the_body,
-            specmodel,
-            children,
-            cast(Kube, kube),
-            RenderSettings(),
-            NOW,
-            GuardTick(fleet_without()),
-            first=first,
-        )
-        return [a.reason for a in outcome.actions]
-
-    assert attempt(first=False) == ["TrialStarted"]
+    assert [a.reason for a in trial_due(kube, UID).actions] == ["TrialStarted"]
     assert list(kube.named.values()) == ["TrialStarted"]  # named by its key
     assert kube.events.count("TrialStarted") == 1
     # The same step again (its status write lost with the leader that made it): the same key,
     # the API server's 409, no second Event.
-    assert attempt(first=True) == ["TrialStarted"]
+    assert [a.reason for a in trial_due(kube, UID, first=True).actions] == ["TrialStarted"]
     assert kube.events.count("TrialStarted") == 1

@@ -11,7 +11,7 @@ from conftest import specmodel_doc
 from specfleet.api import SpecModelStatus, parse_specmodel
 from specfleet.api.status import CanaryState, CanaryStatus, KillSwitchStatus
 from specfleet.controller.kube import Kube
-from specfleet.controller.reconcile import Live, reconcile
+from specfleet.controller.reconcile import Live, Outcome, reconcile
 from specfleet.render import RenderSettings, ServingPlan, render
 from specfleet.telemetry.model import ClassWindow, Observation
 from specfleet.tick.children import with_applied_hash
@@ -102,21 +102,29 @@ def fleet_without(canary: Observation | None = None) -> Observation:
     return Observation(NOW, 60, 1, False, classes, canary=canary)
 
 
-def test_a_trial_applies_the_canary_and_leaves_the_fleet_alone() -> None:
+def trial_due(kube: FakeKube, uid: str | None = None, first: bool = False) -> Outcome:
+    """One reconcile of an engaged SpecModel whose trial is due (`uid`: its object's)."""
     specmodel = parse_specmodel(specmodel_doc(**SPEC))
     children = live(specmodel, ServingPlan(speculation=False))
     engaged = state(specmodel, "engaged", children)
     due = KillSwitchStatus(state="engaged", source="guard", next_trial_after=NOW.isoformat())
-    kube = FakeKube()
-    outcome = reconcile(
-        body(engaged.model_copy(update={"kill_switch": due})),
+    the_body = body(engaged.model_copy(update={"kill_switch": due}))
+    the_body["metadata"]["uid"] = uid
+    return reconcile(
+        the_body,
         specmodel,
         children,
         cast(Kube, kube),
         RenderSettings(),
         NOW,
         GuardTick(fleet_without()),
+        first=first,
     )
+
+
+def test_a_trial_applies_the_canary_and_leaves_the_fleet_alone() -> None:
+    kube = FakeKube()
+    outcome = trial_due(kube)
     assert [a.action for a in outcome.actions] == ["trial_started"]
     assert {m["metadata"]["name"] for m in kube.applied} == {"m-canary", "m-canary-gateway"}
     assert kube.deleted == []
