@@ -3,12 +3,16 @@ pod with one GPU on kwok nodes. Measures the time until every SpecModel is Ready
 writes per SpecModel at creation and in steady state, and the operator process's RSS and CPU.
 
 Run on demand: .venv/bin/python bench/operator_scale.py [--counts 100,500,1000] [--floor]
+[--replicas 2]
 Prints a table and writes bench/results/operator_scale.json. Uses a running local cluster
 (`make cluster-up`) or starts one.
 
 `--floor` measures what the control plane alone needs: the same children the operator would
 apply (`specfleet render`), applied by kubectl in the same batches with no operator running,
 timed until every Deployment is available. The operator cannot be faster than that floor.
+
+`--replicas 2` runs two `specfleet run --leader-elect` processes, as the chart does, and adds
+the follower's RSS and CPU, and both processes' CPU over the steady minute.
 """
 
 from __future__ import annotations
@@ -128,33 +132,53 @@ def with_namespace(document: dict[str, Any], namespace: str) -> dict[str, Any]:
     return {**document, "metadata": {**document["metadata"], "namespace": namespace}}
 
 
-def measure(cluster: LocalCluster, count: int, metrics_url: str, pid: int) -> dict[str, Any]:
+def measure(
+    cluster: LocalCluster, count: int, metrics_url: str, pid: int, follower: int | None = None
+) -> dict[str, Any]:
+    """`pid`: the operator (the leader, with --replicas 2); `follower`: the other replica."""
     namespace = f"bench-{count}-{int(time.time())}"
     cluster.kubectl("create", "namespace", namespace)
     before = writes(metrics_url)
     _, cpu_before = process_usage(pid)
+    _, follower_before = process_usage(follower) if follower else (0.0, 0.0)
     started = time.monotonic()
     create(cluster, namespace, count)
     seconds = wait_for(count, lambda: ready_count(cluster, namespace), started)
     at_create = writes(metrics_url) - before
+    _, cpu_ready = process_usage(pid)
+    _, follower_ready = process_usage(follower) if follower else (0.0, 0.0)
     time.sleep(STEADY_SECONDS)
     steady = writes(metrics_url) - before - at_create
     rss, cpu = process_usage(pid)
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")
-    return {
+    result = {
         "specmodels": count,
         "seconds_to_all_ready": round(seconds, 1),
         "writes_per_specmodel_at_create": round(at_create / count, 2),
         "writes_per_minute_steady": round(steady * 60 / STEADY_SECONDS, 1),
         "operator_rss_mib": round(rss, 1),
         "operator_cpu_seconds": round(cpu - cpu_before, 1),
+        "operator_steady_cpu_percent": round(100 * (cpu - cpu_ready) / STEADY_SECONDS, 1),
     }
+    if follower:
+        follower_rss, follower_cpu = process_usage(follower)
+        result |= {
+            "follower_rss_mib": round(follower_rss, 1),
+            "follower_cpu_seconds": round(follower_cpu - follower_before, 1),
+            "follower_steady_cpu_percent": round(
+                100 * (follower_cpu - follower_ready) / STEADY_SECONDS, 1
+            ),
+        }
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", default="100,500,1000")
     parser.add_argument("--floor", action="store_true", help="the control plane alone")
+    parser.add_argument(
+        "--replicas", type=int, choices=(1, 2), default=1, help="2: a leader and a follower"
+    )
     args = parser.parse_args()
     counts = [int(c) for c in args.counts.split(",")]
     cluster = harness.running() or harness.up()
@@ -170,25 +194,48 @@ def main() -> None:
             if args.floor:
                 results = [measure_floor(cluster, count) for count in counts]
             else:
-                results = with_operator(cluster, counts)
+                results = with_operator(cluster, counts, args.replicas)
     finally:
         cluster.start_prometheus()
     columns = list(results[0])
     print("  ".join(f"{c:>30}" for c in columns))
     for result in results:
         print("  ".join(f"{result[c]:>30}" for c in columns))
-    out = ROOT / f"bench/results/operator_scale{'_floor' if args.floor else ''}.json"
+    suffix = "_floor" if args.floor else "_2replicas" if args.replicas == 2 else ""
+    out = ROOT / f"bench/results/operator_scale{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     print(f"wrote {out}")
 
 
-def with_operator(cluster: LocalCluster, counts: list[int]) -> list[dict[str, Any]]:
+def with_operator(
+    cluster: LocalCluster, counts: list[int], replicas: int = 1
+) -> list[dict[str, Any]]:
     log = ROOT / "bench/results/operator_scale.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     arguments = ("--log-level=warning", "--resync-seconds=30")
-    with as_process(cluster.kubeconfig, log, *arguments) as operator:
-        return [measure(cluster, count, operator.metrics_url, operator.pid) for count in counts]
+    if replicas == 1:
+        with as_process(cluster.kubeconfig, log, *arguments) as operator:
+            return [measure(cluster, count, operator.metrics_url, operator.pid) for count in counts]
+    # Two replicas electing a leader, as the chart runs them: the leader acts, the follower
+    # watches and indexes everything, ready to take over.
+    elect = (*arguments, "--leader-elect", "--lease-name=bench-scale", "--lease-namespace=default")
+    with (
+        as_process(cluster.kubeconfig, log, *elect, env={"POD_NAME": "scale-0"}) as first,
+        as_process(
+            cluster.kubeconfig, log.with_suffix(".1.log"), *elect, env={"POD_NAME": "scale-1"}
+        ) as second,
+    ):
+        deadline = time.monotonic() + 60
+        while (leading := [p for p in (first, second) if p.total("specfleet_leader") == 1]) == []:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no leader in 60 s")
+            time.sleep(0.5)
+        [leader] = leading
+        other = second if leader is first else first
+        return [
+            measure(cluster, count, leader.metrics_url, leader.pid, other.pid) for count in counts
+        ]
 
 
 if __name__ == "__main__":
