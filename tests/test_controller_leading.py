@@ -69,6 +69,11 @@ async def test_a_follower_reconciles_nothing_and_a_new_leader_takes_every_specmo
     assert operator.reconciled == [] and len(memo["queue"]) == 0
     clock.now = 5.0  # other's lease (4 s) has run out as mine saw it
     assert mine.attempt(5.0)
+    # It holds the Lease, but until the event loop has begun its term (caches of an earlier
+    # term forgotten) it does not act.
+    memo["queue"].add(("ns", "a"))
+    await asyncio.sleep(0.2)
+    assert operator.reconciled == [] and not handlers._leading(memo)
     handlers._leadership_changed(memo, idx, True)
     await asyncio.sleep(0.2)
     assert sorted(operator.reconciled) == [("ns", "a"), ("ns", "b")]

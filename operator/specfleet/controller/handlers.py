@@ -167,15 +167,17 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 def _leading(memo: Any) -> bool:
-    """This replica may act: it holds the Lease, or runs without leader election."""
+    """This replica may act: it holds the Lease and its term has begun (the caches of an
+    earlier term forgotten: `_leadership_changed`), or it runs without leader election."""
     leadership: Leadership | None = memo.get("leadership")
-    return leadership is None or leadership.leading()
+    return leadership is None or (memo.get("term", False) and leadership.leading())
 
 
 def _leadership_changed(memo: Any, indexes: dict[str, Any], leading: bool) -> None:
     """On the event loop. Starting to lead: forget what an earlier term wrote and take every
     object again, from the watches' view (the status another leader wrote included)."""
     LEADER.set(1 if leading else 0)
+    memo["term"] = leading
     if not leading:
         return
     memo["operator"].new_term()
