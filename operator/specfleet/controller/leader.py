@@ -138,6 +138,7 @@ class Elector:
             current = self.api.read()
             if current is not None and current.holder == self.identity:
                 self.api.replace(replace(current, holder=None, lease_seconds=1))
+                self.holder = None
                 log.info("%s released the lease", self.identity)
         except Exception as exc:
             log.warning("releasing the lease failed (it expires anyway): %s", exc)
@@ -221,10 +222,13 @@ class Leadership:
             return
         self._was = leading
         holder = self.elector.holder
+        identity = self.elector.identity
         if leading:
-            log.info("%s acquired the lease and leads", self.elector.identity)
+            log.info("%s acquired the lease and leads", identity)
+        elif holder in (None, identity):  # released on a clean stop, or not renewed in time
+            log.warning("%s stopped leading", identity)
         else:
-            log.warning("%s stopped leading (the lease is %s's)", self.elector.identity, holder)
+            log.warning("%s stopped leading (the lease is %s's)", identity, holder)
         try:
             self.on_change(leading)
         except Exception:
