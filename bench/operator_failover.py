@@ -109,7 +109,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     cluster = harness.running() or harness.up()
-    cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/specmodel.yaml"))
+    cluster.install_crd()
     cluster.run_kubectl("create", "namespace", NAMESPACE)
     out_dir = ROOT / "bench/results"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -55,8 +55,7 @@ RECONCILES = "specfleet_reconcile_total"
 def release(cluster: Cluster, namespace: str) -> Iterator[str]:
     """The chart installed for `namespace` (its ServiceAccount, RBAC with the Lease's Role);
     the namespace of the release."""
-    cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds/specmodel.yaml"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/specmodels.specfleet.dev")
+    cluster.install_crd()
     release_ns = f"{namespace}-sys"
     cluster.kubectl("create", "namespace", release_ns)
     helm = [os.environ["HELM"], "--kubeconfig", str(cluster.kubeconfig), "-n", release_ns]
