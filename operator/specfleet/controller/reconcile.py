@@ -26,7 +26,7 @@ from specfleet.tick import children, events
 from specfleet.tick.children import ChildKey
 from specfleet.tick.observed import observe
 from specfleet.tick.status import invalid_status
-from specfleet.tick.step import GuardTick, step
+from specfleet.tick.step import GuardTick, Step, step
 
 Body = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -91,38 +91,12 @@ def reconcile(
         specmodel, previous.revisions, previous.active_revision
     )
     the_step = step(specmodel, previous, observed, tick, known, now, guard_on)
-    applied = pruned = 0
-    applied_hashes: dict[ChildKey, str] = {}
-    error = None
-    try:
-        revision = the_step.revision()
-        if revision is not None:
-            kube.apply(revision)
-        todo = children.changes(
-            the_step.children(settings),
-            live.children,
-            live.recently_applied,
-        )
-        for manifest in todo.apply:
-            kube.apply(manifest)
-            applied_hashes[children.key(manifest)] = children.applied_hash(manifest) or ""
-        for child in todo.prune:
-            kube.delete(
-                child["apiVersion"],
-                child["kind"],
-                child["metadata"]["namespace"],
-                child["metadata"]["name"],
-            )
-        applied, pruned = len(todo.apply), len(todo.prune)
-    except ApiException as exc:
-        if _namespace_terminating(exc):  # everything in it is going; nothing to report
-            return Outcome(the_step.guarded, 0, 0, None)
-        error = describe(exc)
-    except (ValueError, *UNANSWERED) as exc:
-        error = describe(exc)
-    if error is not None:
-        log.warning("applying %s failed: %s", name, error)
-    status = the_step.status if error is None else the_step.failed(error)
+    done = _apply(kube, the_step, live, settings)
+    if done.terminating:  # everything in the namespace is going; nothing to report
+        return Outcome(the_step.guarded, 0, 0, None)
+    if done.error is not None:
+        log.warning("applying %s failed: %s", name, done.error)
+    status = the_step.status if done.error is None else the_step.failed(done.error)
     if first:
         try:
             tell_untold(kube, body, previous, now)
@@ -131,13 +105,51 @@ def reconcile(
     _write_status(kube, body, previous, status)
     told = events.of_reconcile(previous, status, the_step.actions)
     _post(kube, body, told, _decision_names(body, now, the_step.actions))
-    if applied or pruned:
+    if done.applied or done.pruned:
         message = (
-            f"applied {applied} and pruned {pruned} children for revision "
+            f"applied {done.applied} and pruned {done.pruned} children for revision "
             f"{the_step.plan.active.number}"
         )
         kube.event(body, events.NORMAL, "ChildrenApplied", message)
-    return Outcome(status, applied, pruned, error, the_step.actions, applied_hashes)
+    return Outcome(
+        status, done.applied, done.pruned, done.error, the_step.actions, done.applied_hashes
+    )
+
+
+@dataclass
+class Applied:
+    """What applying a step's children did. On a failure, `applied_hashes` holds those applied
+    before it (the operator remembers them until the watches show them) and the counts are 0."""
+
+    applied: int = 0
+    pruned: int = 0
+    applied_hashes: dict[ChildKey, str] = field(default_factory=dict)
+    error: str | None = None
+    terminating: bool = False
+
+
+def _apply(kube: Kube, the_step: Step, live: Live, settings: RenderSettings) -> Applied:
+    """The step's new revision, then its children that differ from the watched ones; then
+    prunes the ones it no longer wants."""
+    done = Applied()
+    try:
+        revision = the_step.revision()
+        if revision is not None:
+            kube.apply(revision)
+        todo = children.changes(the_step.children(settings), live.children, live.recently_applied)
+        for manifest in todo.apply:
+            kube.apply(manifest)
+            done.applied_hashes[children.key(manifest)] = children.applied_hash(manifest) or ""
+        for child in todo.prune:
+            meta = child["metadata"]
+            kube.delete(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
+        done.applied, done.pruned = len(todo.apply), len(todo.prune)
+    except ApiException as exc:
+        done.terminating = _namespace_terminating(exc)
+        done.error = describe(exc)
+    except (ValueError, *UNANSWERED) as exc:
+        done.error = describe(exc)
+    return done
 
 
 def tell_untold(kube: Kube, body: Body, status: SpecModelStatus, now: datetime) -> int:
