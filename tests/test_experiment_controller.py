@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import httpx
 import pytest
+import urllib3
 import yaml
 
 from conftest import experiment_doc, merge, specmodel_doc
@@ -587,3 +588,22 @@ async def test_the_guard_loop_queues_only_the_experiments_due_a_measurement() ->
     with contextlib.suppress(asyncio.CancelledError):
         await loop
     assert len(memo["experiments"]) == 1 and await memo["experiments"].get() == Y
+
+
+@dataclass
+class SilentKube(StatusKube):
+    """An API server that never answers an apply (after the client's own retries)."""
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        raise urllib3.exceptions.ReadTimeoutError(None, "/apis", "Read timed out.")  # type: ignore[arg-type]
+
+
+def test_an_api_server_that_never_answers_is_a_failed_apply_in_status_not_an_exception() -> None:
+    kube = SilentKube()
+    status = reconcile_experiment(
+        experiment_doc(), specmodel_body(), {}, cast(Kube, kube), RenderSettings(), T0
+    ).to_wire()
+    assert status["phase"] == "Pending"
+    [ready] = status["conditions"]
+    assert "API server did not answer" in ready["message"], ready
+    assert [kind for kind, _, _ in kube.statuses] == ["SpecExperiment"]

@@ -42,7 +42,7 @@ from specfleet.controller.experiment_status import (
     in_capacity,
     measured_status,
 )
-from specfleet.controller.kube import Kube
+from specfleet.controller.kube import UNANSWERED, Kube
 from specfleet.controller.reconcile import describe
 from specfleet.experiment.capacity_job import render_capacity_jobs, render_requests, requests_name
 from specfleet.experiment.mirror import sample_token
@@ -263,7 +263,7 @@ def _specmodel(experiment: SpecExperiment, body: Body | None) -> SpecModel:
 
 
 def _sync(kube: Kube, desired: list[Manifest], live: dict[ChildKey, Body]) -> str | None:
-    """Applies what differs and prunes the rest; the API server's refusal, if any."""
+    """Applies what differs and prunes the rest; the API server's refusal or silence, if any."""
     todo = children.changes(desired, live)
     try:
         for manifest in todo.apply:
@@ -271,8 +271,8 @@ def _sync(kube: Kube, desired: list[Manifest], live: dict[ChildKey, Body]) -> st
         for child in todo.prune:
             meta = child["metadata"]
             kube.delete(child["apiVersion"], child["kind"], meta["namespace"], meta["name"])
-    except ApiException as exc:
-        log.warning("applying the arms failed: %s", exc.reason)
+    except (ApiException, *UNANSWERED) as exc:
+        log.warning("applying the arms failed: %s", describe(exc))
         return describe(exc)
     return None
 
