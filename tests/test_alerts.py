@@ -21,7 +21,7 @@ from conftest import ROOT, specmodel_doc
 from specfleet import series
 from specfleet.alerts.model import Alert, firing
 from specfleet.alerts.receivers import Alertmanager, Webhook, redacted, slack_message
-from specfleet.alerts.sender import AlertSender
+from specfleet.alerts.sender import AlertSender, transient
 from specfleet.api import Condition, Decision, SpecModelStatus, parse_specmodel
 from specfleet.api.status import DecisionReason, KillSwitchStatus
 from specfleet.controller.metrics import KILL_SWITCH_SOURCES, REGISTRY, record_kill_switch
@@ -414,4 +414,62 @@ def test_a_replica_that_does_not_lead_sends_nothing_and_sends_all_again_once_it_
     time.sleep(0.2)
     assert len(Recorder.received) == 1
     assert Recorder.received[0][1][0]["labels"]["alertname"] == "SpecfleetKillSwitchEngaged"
+    sender.close()
+
+
+def failed(sender: AlertSender) -> None:
+    """Until every attempt of the delivery under way has failed."""
+    deadline = time.monotonic() + 10
+    while (Recorder.failures_left or not sender._failed) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_a_delivery_that_failed_is_sent_again_at_the_next_update_not_the_next_resend(
+    server: str,
+) -> None:
+    """Alertmanager down while an alert fires: every attempt fails. Back, the SpecModel's next
+    update sends the alert once, long before a resend is due; a resolution likewise."""
+    Recorder.failures_left = 4  # every attempt of the first delivery
+    sender = AlertSender(resend_seconds=600, backoff_seconds=0.01)
+    receiver = Alertmanager(server, httpx.Client())
+    alert = firing("ns", "m", engaged_status(), NOW)
+    sender.update(("ns", "m"), alert, [receiver])
+    failed(sender)
+    assert Recorder.received == []
+    sender.update(("ns", "m"), alert, [receiver])  # unchanged, not due: only the failed one
+    wait_for(1)
+    sender.update(("ns", "m"), alert, [receiver])  # delivered: nothing more
+    time.sleep(0.2)
+    assert [body[0]["labels"]["alertname"] for _, body in Recorder.received] == [
+        "SpecfleetKillSwitchEngaged"
+    ]
+    assert "endsAt" not in Recorder.received[0][1][0]
+
+    Recorder.failures_left = 4
+    sender.update(("ns", "m"), [], [receiver])  # cleared: the resolution fails
+    failed(sender)
+    sender.update(("ns", "m"), [], [receiver])
+    wait_for(2)
+    time.sleep(0.2)
+    assert len(Recorder.received) == 2 and "endsAt" in Recorder.received[1][1][0]
+    sender.close()
+
+
+def test_only_a_transient_failure_to_a_receiver_the_specmodel_still_has_is_retried(
+    server: str,
+) -> None:
+    request = httpx.Request("POST", "http://am/api/v2/alerts")
+    for code, again in ((503, True), (429, True), (400, False), (404, False)):
+        response = httpx.Response(code, request=request)
+        assert transient(httpx.HTTPStatusError("x", request=request, response=response)) is again
+    assert transient(httpx.ConnectError("refused")) and not transient(httpx.InvalidURL("x"))
+    Recorder.failures_left = 4
+    sender = AlertSender(resend_seconds=600, backoff_seconds=0.01)
+    alert = firing("ns", "m", engaged_status(), NOW)
+    sender.update(("ns", "m"), alert, [Alertmanager(server, httpx.Client())])
+    failed(sender)
+    rotated = Alertmanager(server, httpx.Client())  # its Secret rotated: another receiver
+    sender.update(("ns", "m"), alert, [rotated])
+    time.sleep(0.3)
+    assert Recorder.received == []  # the next resend's
     sender.close()

@@ -1,5 +1,8 @@
 """Delivers alerts in the background: never blocks reconciliation, retries with backoff, resends
-firing alerts so Alertmanager keeps them alive, resolves them when they clear."""
+firing alerts so Alertmanager keeps them alive, resolves them when they clear. A delivery whose
+every attempt failed (the receiver down) is tried again at the SpecModel's next update, with the
+alerts then current, to that receiver: an alert that fires while Alertmanager is down reaches it
+soon after it is back, not only at the next resend."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ Key = tuple[str, str]
 
 @dataclass(frozen=True)
 class Delivery:
+    key: Key
     receiver: Receiver
     alerts: list[Alert]
     resolved: bool
@@ -48,6 +52,9 @@ class AlertSender:
         self._queue: queue.Queue[Delivery | None] = queue.Queue(maxsize=queue_size)
         self._firing: dict[Key, dict[AlertKey, Alert]] = {}
         self._sent_at: dict[Key, float] = {}
+        self._failed: dict[Key, list[Delivery]] = {}
+        """Deliveries whose every attempt failed, by SpecModel: the worker adds, update takes."""
+        self._failed_lock = threading.Lock()
         self._thread = threading.Thread(target=self._work, name="alert-sender", daemon=True)
         self._thread.start()
 
@@ -57,24 +64,56 @@ class AlertSender:
         new = {a.key: a for a in alerts}
         resolved = [a for k, a in old.items() if k not in new]
         due = time.monotonic() - self._sent_at.get(key, 0.0) >= self.resend_seconds
+        send = bool(new) and (due or new.keys() != old.keys())
         for receiver in receivers:
             if resolved:
-                self._enqueue(Delivery(receiver, resolved, resolved=True))
-            if new and (due or new.keys() != old.keys()):
-                self._enqueue(Delivery(receiver, list(new.values()), resolved=False))
-        if new and (due or new.keys() != old.keys()):
+                self._enqueue(Delivery(key, receiver, resolved, resolved=True))
+            if send:
+                self._enqueue(Delivery(key, receiver, list(new.values()), resolved=False))
+        if send:
             self._sent_at[key] = time.monotonic()
         self._firing[key] = new
+        self._retry(key, new, receivers, resent=send)
+
+    def _retry(
+        self, key: Key, firing: dict[AlertKey, Alert], receivers: list[Receiver], resent: bool
+    ) -> None:
+        """The failed deliveries to receivers the SpecModel still has, again, as of now: its
+        alerts firing now (unless just sent to every receiver), the resolutions of those not
+        firing again."""
+        with self._failed_lock:
+            failed = self._failed.pop(key, [])
+        current = {id(r) for r in receivers}
+        resolving: dict[int, tuple[Receiver, dict[AlertKey, Alert]]] = {}
+        firing_to: dict[int, Receiver] = {}
+        for delivery in failed:
+            receiver = delivery.receiver
+            if id(receiver) not in current:
+                continue
+            if delivery.resolved:
+                _, alerts = resolving.setdefault(id(receiver), (receiver, {}))
+                alerts.update({a.key: a for a in delivery.alerts if a.key not in firing})
+            elif firing and not resent:
+                firing_to[id(receiver)] = receiver
+        for receiver, cleared in resolving.values():
+            if cleared:
+                self._enqueue(Delivery(key, receiver, list(cleared.values()), resolved=True))
+        for receiver in firing_to.values():
+            self._enqueue(Delivery(key, receiver, list(firing.values()), resolved=False))
 
     def forget(self, key: Key) -> None:
         self._firing.pop(key, None)
         self._sent_at.pop(key, None)
+        with self._failed_lock:
+            self._failed.pop(key, None)
 
     def forget_all(self) -> None:
         """What was sent is forgotten: the next update of each SpecModel sends its alerts whole
         (a replica that leads again after another led does not know what that one sent)."""
         self._firing.clear()
         self._sent_at.clear()
+        with self._failed_lock:
+            self._failed.clear()
 
     def close(self, timeout: float = 5.0) -> None:
         self._queue.put(None)
@@ -99,10 +138,22 @@ class AlertSender:
                 ALERT_DELIVERIES.labels(delivery.receiver.name, "ok").inc()
             except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
                 ALERT_DELIVERIES.labels(delivery.receiver.name, "failed").inc()
+                if transient(exc):
+                    with self._failed_lock:
+                        self._failed.setdefault(delivery.key, []).append(delivery)
                 receiver = delivery.receiver
                 log.warning(
                     "alert delivery to %s %s failed: %s", receiver.name, receiver.target, cause(exc)
                 )
+
+
+def transient(exc: Exception) -> bool:
+    """A failure that may pass (the receiver down, overloaded, unreachable), unlike a URL that is
+    no URL or a request the receiver refuses."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        code = exc.response.status_code
+        return code >= 500 or code == 429
+    return isinstance(exc, (httpx.TransportError, OSError))
 
 
 def cause(exc: Exception) -> str:
