@@ -6,6 +6,7 @@ import os
 import re
 import secrets
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -16,6 +17,7 @@ from e2e.cluster import harness
 from e2e.cluster.harness import Cluster, LocalCluster, eventually
 
 E2E_DIR = Path(__file__).parent
+ROOT = E2E_DIR.parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -75,3 +77,35 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     )
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+
+
+@pytest.fixture
+def release(cluster: Cluster, namespace: str) -> Iterator[str]:
+    """The chart installed for `namespace` (its ServiceAccount, RBAC with the Lease's Role);
+    the namespace of the release."""
+    cluster.install_crd()
+    release_ns = f"{namespace}-sys"
+    cluster.kubectl("create", "namespace", release_ns)
+    helm = [os.environ["HELM"], "--kubeconfig", str(cluster.kubeconfig), "-n", release_ns]
+    try:
+        subprocess.run(
+            [
+                *helm,
+                "install",
+                "e2e",
+                str(ROOT / "charts/specfleet"),
+                "--skip-crds",
+                "--wait=false",
+                "--set",
+                "watchNamespaces={" + namespace + "}",
+                "--set",
+                "admissionWebhook.enabled=false",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        yield release_ns
+    finally:
+        subprocess.run([*helm, "uninstall", "e2e"], capture_output=True, check=False)
+        cluster.kubectl("delete", "namespace", release_ns, "--wait=false")

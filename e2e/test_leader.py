@@ -20,19 +20,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from e2e.cluster.harness import Cluster, LocalCluster, eventually
 from e2e.operator_runner import OperatorProcess, as_process, service_account_kubeconfig
 from e2e.readiness import pods_marked_ready
-from e2e.test_operator import ACCOUNT, ROOT, SPECMODEL, apply, engine_args, status, wait_phase
+from e2e.test_operator import ACCOUNT, SPECMODEL, apply, engine_args, status, wait_phase
 from specfleet.api.status import Decision
 from specfleet.controller.idempotency import event_name, key_of
 
@@ -49,38 +45,6 @@ GUARDED = {
 TIMINGS = ["--lease-seconds=4", "--renew-deadline-seconds=3", "--retry-seconds=1"]
 WRITES = "specfleet_api_writes_total"
 RECONCILES = "specfleet_reconcile_total"
-
-
-@pytest.fixture
-def release(cluster: Cluster, namespace: str) -> Iterator[str]:
-    """The chart installed for `namespace` (its ServiceAccount, RBAC with the Lease's Role);
-    the namespace of the release."""
-    cluster.install_crd()
-    release_ns = f"{namespace}-sys"
-    cluster.kubectl("create", "namespace", release_ns)
-    helm = [os.environ["HELM"], "--kubeconfig", str(cluster.kubeconfig), "-n", release_ns]
-    try:
-        subprocess.run(
-            [
-                *helm,
-                "install",
-                "e2e",
-                str(ROOT / "charts/specfleet"),
-                "--skip-crds",
-                "--wait=false",
-                "--set",
-                "watchNamespaces={" + namespace + "}",
-                "--set",
-                "admissionWebhook.enabled=false",
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        yield release_ns
-    finally:
-        subprocess.run([*helm, "uninstall", "e2e"], capture_output=True, check=False)
-        cluster.kubectl("delete", "namespace", release_ns, "--wait=false")
 
 
 def holder(cluster: Cluster, namespace: str) -> str | None:

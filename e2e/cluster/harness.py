@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -114,6 +115,23 @@ class LocalCluster(Cluster):
         """Starts Prometheus again on the same port and data dir; returns once it is ready."""
         _start(self.layout, "prometheus")
         _wait_ready(self.layout, ("prometheus",))
+
+    def stop_alertmanager(self) -> None:
+        procs.stop(self.layout.state, "alertmanager")
+
+    def start_alertmanager(self) -> None:
+        """Starts Alertmanager again on the same port (its alerts, held in memory, are gone);
+        returns once it is ready."""
+        _start(self.layout, "alertmanager")
+        _wait_ready(self.layout, ("alertmanager",))
+
+    def alertmanager_alerts(self, namespace: str) -> list[dict[str, Any]]:
+        """The alerts Alertmanager holds (GET /api/v2/alerts) with label `namespace`."""
+        query = urllib.parse.urlencode({"filter": f'namespace="{namespace}"'})
+        url = f"{self.alertmanager_url}/api/v2/alerts?{query}"
+        with health.opener().open(url, timeout=10) as response:
+            alerts: list[dict[str, Any]] = json.loads(response.read())
+        return alerts
 
     def reload_prometheus(self) -> None:
         """Re-reads the config and the rule files (POST /-/reload)."""
