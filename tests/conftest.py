@@ -1,27 +1,19 @@
-"""Shared test helpers: examples, a valid base SpecModel, deep merge."""
+"""Shared test helpers: examples, a valid base SpecModel, deep merge (the product's own,
+`specfleet.documents.merge`)."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from specfleet.documents import merge
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 INVALID_CASES = yaml.safe_load((ROOT / "tests/data/invalid/specmodels.yaml").read_text())
-
-
-def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def specmodel_doc(**spec: Any) -> dict[str, Any]:
