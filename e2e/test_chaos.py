@@ -29,10 +29,9 @@ from typing import Any
 
 from e2e.cluster.harness import LocalCluster, eventually
 from e2e.fleet import simulated_pods
-from e2e.operator_runner import OperatorProcess, as_process, service_account_kubeconfig
+from e2e.operator_runner import OperatorProcess, as_process
 from e2e.test_guard import apply, deployments, scenario, specmodel, status
-from e2e.test_leader import LEASE, TIMINGS, holder
-from e2e.test_operator import ACCOUNT
+from e2e.test_leader import holder, replica_command, start_replicas
 from specfleet.api.status import Decision
 from specfleet.controller.idempotency import event_name, key_of
 
@@ -170,22 +169,11 @@ def test_leader_killed_mid_canary_step_the_follower_aborts_the_rollout_once(
 ) -> None:
     cluster = local_cluster
     good, bad, plan = broken_revision()
-    kubeconfig = service_account_kubeconfig(cluster, release, ACCOUNT, tmp_path / "sa.kubeconfig")
-    args = [f"--namespace={namespace}", "--leader-elect", f"--lease-name={LEASE}"]
-    args += [f"--lease-namespace={release}", *TIMINGS]
-    args += [f"--prometheus-url={cluster.prometheus_url}", "--guard-tick-seconds=1"]
+    kubeconfig, args = replica_command(cluster, namespace, release, tmp_path)
     started = time.monotonic()
     with ExitStack() as stack:
         fleet = stack.enter_context(simulated_pods(cluster, namespace, plan, tmp_path))
-        operators = {
-            name: stack.enter_context(
-                as_process(kubeconfig, tmp_path / f"{name}.log", *args, env={"POD_NAME": name})
-            )
-            for name in ("operator-a", "operator-b")
-        }
-        eventually(lambda: holder(cluster, release) in operators, "a leader")
-        first = holder(cluster, release)
-        assert first is not None
+        operators, first = start_replicas(stack, cluster, release, kubeconfig, args, tmp_path)
         [second] = [name for name in operators if name != first]
         apply(cluster, namespace, good)
         traffic = fleet.traffic_in_background("agent", "agent", 300)

@@ -75,25 +75,48 @@ def blind_decision(cluster: Cluster, namespace: str) -> Decision | None:
     return next((Decision.model_validate(d) for d in found if d["reason"] == "MetricsBlind"), None)
 
 
-def test_two_operators_one_leader_paused_and_killed_leaders_hand_over_cleanly(
-    local_cluster: LocalCluster, namespace: str, release: str, tmp_path: Path
-) -> None:
-    cluster = local_cluster
+def replica_command(
+    cluster: LocalCluster, namespace: str, release: str, tmp_path: Path
+) -> tuple[Path, list[str]]:
+    """A replica's kubeconfig (the chart's ServiceAccount) and `specfleet run` arguments: leader
+    election on the short test lease, the guard on the local Prometheus every second."""
     kubeconfig = service_account_kubeconfig(cluster, release, ACCOUNT, tmp_path / "sa.kubeconfig")
     args = [f"--namespace={namespace}", "--leader-elect", f"--lease-name={LEASE}"]
     args += [f"--lease-namespace={release}", *TIMINGS]
     args += [f"--prometheus-url={cluster.prometheus_url}", "--guard-tick-seconds=1"]
+    return kubeconfig, args
+
+
+def start_replicas(
+    stack: ExitStack,
+    cluster: Cluster,
+    release: str,
+    kubeconfig: Path,
+    args: list[str],
+    tmp_path: Path,
+) -> tuple[dict[str, OperatorProcess], str]:
+    """Two replicas, operator-a and operator-b, stopped with `stack`; once one leads, the
+    replicas by pod name and the leader's."""
+    operators = {
+        name: stack.enter_context(
+            as_process(kubeconfig, tmp_path / f"{name}.log", *args, env={"POD_NAME": name})
+        )
+        for name in ("operator-a", "operator-b")
+    }
+    eventually(lambda: holder(cluster, release) in operators, "a leader")
+    first = holder(cluster, release)
+    assert first is not None
+    return operators, first
+
+
+def test_two_operators_one_leader_paused_and_killed_leaders_hand_over_cleanly(
+    local_cluster: LocalCluster, namespace: str, release: str, tmp_path: Path
+) -> None:
+    cluster = local_cluster
+    kubeconfig, args = replica_command(cluster, namespace, release, tmp_path)
     with ExitStack() as stack:
         stack.enter_context(pods_marked_ready(cluster))
-        operators = {
-            name: stack.enter_context(
-                as_process(kubeconfig, tmp_path / f"{name}.log", *args, env={"POD_NAME": name})
-            )
-            for name in ("operator-a", "operator-b")
-        }
-        eventually(lambda: holder(cluster, release) in operators, "a leader")
-        first = holder(cluster, release)
-        assert first is not None
+        operators, first = start_replicas(stack, cluster, release, kubeconfig, args, tmp_path)
         leader = operators[first]
         [follower_name] = [name for name in operators if name != first]
         follower = operators[follower_name]
