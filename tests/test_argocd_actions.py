@@ -232,8 +232,8 @@ def test_abort_from_argo_cd_aborts_and_retry_tries_the_revision_again() -> None:
 
 
 def test_a_retry_after_a_rollback_by_the_guard() -> None:
-    loop = started()
-    loop.tick(window({"p95_tpot_seconds": 0.05}, tpot=0.05))
+    loop = started(warm=False)
+    loop.tick(*[window({"p95_tpot_seconds": 0.05}, tpot=0.05)] * 2)
     assert loop.condition("RolledBack") == ("True", "CanaryAborted")
     assert enabled(live(loop)) == {"retry", "kill-switch-engage", "kill-switch-release"}
     run_action(loop, "retry")

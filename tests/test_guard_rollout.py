@@ -99,9 +99,18 @@ def test_broken_tool_calls_breach_against_the_control() -> None:
     assert "vs control 0.980" in breach.words()
 
 
-def test_a_few_invalid_tool_calls_are_noise_not_a_breach() -> None:
+def test_a_few_invalid_tool_calls_are_noise_not_a_breach_nor_yet_proof() -> None:
+    """Two invalid of 25 is no breach; nor is it shown within the limit: the step waits for more
+    evidence (the burden of proof is the same both ways), and with enough it is good."""
     few = canary(tool_calls_valid=23.0, tool_calls_invalid=2.0)
-    assert analyse(policy(), few, CONTROL).verdict == "good"
+    analysis = analyse(policy(), few, CONTROL)
+    assert analysis.verdict == "inconclusive" and not analysis.breaches
+    [unproven] = analysis.unproven
+    assert (unproven.klass, unproven.signal) == ("chat", "toolCallValidity")
+    assert unproven.bound < unproven.needed
+    assert "toolCallValidity 0.920 on the canary, not yet shown within" in unproven.words()
+    more = canary(tool_calls_valid=490.0, tool_calls_invalid=10.0)
+    assert analyse(policy(), more, CONTROL).verdict == "good"
 
 
 def test_answers_cut_off_at_max_tokens_breach_against_the_control() -> None:
@@ -138,14 +147,14 @@ def test_truncation_over_the_slo_breaches_only_where_the_control_meets_it() -> N
 
 def test_too_few_requests_on_the_canary_is_inconclusive_never_bad() -> None:
     thin = Observation(T0, 60, 2, True, {"code": window(0.8, requests=5), "chat": window(0.1, 5)})
-    assert analyse(policy(), thin, CONTROL) == ("inconclusive", [], ["code", "chat"], True)
+    assert analyse(policy(), thin, CONTROL) == ("inconclusive", [], ["code", "chat"], [], True)
 
 
 def test_a_window_is_good_only_once_each_class_the_control_serves_is_judged_on_the_canary() -> None:
     # one canary pod of three sees a third of a small class: too few of its tool calls to judge
     # (the local cluster promoted a revision that broke them, judged on the other classes alone)
     thin_chat = replace(canary(), classes={**canary().classes, "chat": window(0.8, requests=5)})
-    assert analyse(policy(), thin_chat, CONTROL) == ("inconclusive", [], ["chat"], True)
+    assert analyse(policy(), thin_chat, CONTROL) == ("inconclusive", [], ["chat"], [], True)
     # a class nobody sent in the window waits for nothing (code is critical: it always does)
     quiet = replace(CONTROL, classes={"code": CONTROL.classes["code"]})
     assert analyse(policy(), thin_chat, quiet).verdict == "good"

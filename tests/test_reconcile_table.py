@@ -94,12 +94,11 @@ def serving(**spec: Any) -> World:
     return world
 
 
-def rolling_out() -> World:
-    """Serving revision 1; revision 2 on the rollout canary's pod, past its warm-up."""
+def canary_starting() -> World:
+    """Serving revision 1; revision 2's rollout canary pod just became available."""
     world = serving()
     world.change(**NEXT_REVISION)
     world.settle()
-    world.tick(*[beside_rollout()] * 7)
     return world
 
 
@@ -299,7 +298,7 @@ ROWS = [
     ),
     Row(
         "a decisive window aborts a canary rollout: the canary goes, the fleet stays",
-        rolling_out,
+        canary_starting,
         tick=GuardTick(beside_rollout({"p95_tpot_seconds": 0.05}, tpot=0.05)),
         requests=(
             "apply Deployment/m",

@@ -271,7 +271,7 @@ def test_the_canary_rollouts_picture_names_each_revision_and_why() -> None:
     lanes = {plot._canary_lane(result, i) for i in range(len(result.run.serving))}
     assert {("rollout", 2), ("rollout", 3), ("rollout", 4)} <= lanes
     texts = [plot.describe(d) for d in result.run.decisions]
-    assert "rev 2 canary aborted: p95 TTFT, p95 TPOT (code, tools, chat)" in texts
+    assert "rev 2 canary aborted: p95 TTFT, p95 TPOT (chat)" in texts
     assert "rev 3 canary aborted: tool-call validity (tools)" in texts
     assert "rev 4 canary promoted" in texts
     labels = plot._labels(result, 60.0)

@@ -23,6 +23,8 @@ ONE_SHOT_ACTIONS = {
     ActionKind.TRIAL_FAILED,
     ActionKind.CLASS_BREACH,
 }
+DEADLINES = {DecisionReason.STEP_DEADLINE}
+"""A pending judgement its deadline ended, whatever it did then: someone should know."""
 CLASS_LABELS = ("class", "signal")
 """Labels a one-shot alert takes from its decision's evidence: one alert per class breach."""
 AlertKey = tuple[str, ...]
@@ -84,7 +86,11 @@ def firing(namespace: str, name: str, status: SpecModelStatus, now: datetime) ->
         (
             ConditionType.ROLLED_BACK,
             "SpecfleetRolledBack",
-            (DecisionReason.ROLLED_BACK, DecisionReason.ROLLOUT_ABORTED),
+            (
+                DecisionReason.ROLLED_BACK,
+                DecisionReason.ROLLOUT_ABORTED,
+                DecisionReason.STEP_DEADLINE,
+            ),
         ),
         (ConditionType.METRICS_BLIND, "SpecfleetMetricsBlind", (DecisionReason.METRICS_BLIND,)),
         (ConditionType.FLAPPING, "SpecfleetFlapping", (DecisionReason.FLAPPING,)),
@@ -95,7 +101,7 @@ def firing(namespace: str, name: str, status: SpecModelStatus, now: datetime) ->
     alerts += [
         _one_shot(namespace, name, d, now)
         for d in status.decisions
-        if d.action in ONE_SHOT_ACTIONS
+        if (d.action in ONE_SHOT_ACTIONS or d.reason in DEADLINES)
         and now - datetime.fromisoformat(d.time) < timedelta(seconds=ONE_SHOT_SECONDS)
     ]
     return alerts

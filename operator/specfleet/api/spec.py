@@ -639,6 +639,11 @@ class RolloutStrategy(StrEnum):
 MAX_ROLLOUT_STEPS = 10
 
 
+class InconclusivePolicy(StrEnum):
+    ABORT = "abort"
+    PASS = "pass"
+
+
 class RolloutStep(ApiModel):
     """One canary step: the new revision on `pods` pods beside the fleet on the control."""
 
@@ -680,6 +685,18 @@ class RolloutSpec(ApiModel):
         "revision before it (the control), judged against it step by step, promoted or "
         "aborted; `direct`: the whole fleet rolls and probation judges it. Omitted: canary "
         "with pod.replicas >= 2, direct otherwise.",
+    )
+    step_deadline_seconds: int = Field(
+        default=1800,
+        ge=60,
+        le=MAX_DURATION_SECONDS,
+        description="A canary step its evidence has not decided by then ends as onInconclusive "
+        "says.",
+    )
+    on_inconclusive: InconclusivePolicy = Field(
+        default=InconclusivePolicy.ABORT,
+        description="A canary step at its deadline: `abort` (the canary removed, the fleet stays "
+        "on the control) or `pass` (the step passes unproven, and the guard says so).",
     )
     steps: list[RolloutStep] | None = Field(
         default=None,

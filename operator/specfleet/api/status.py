@@ -112,6 +112,31 @@ class RolloutPhase(StrEnum):
     ABORTED = "Aborted"
 
 
+class Evidence(ApiModel):
+    """What one pending judgement (a canary step) has seen since it began:
+    counts summed over the guard's windows (each tick adds what its window holds that was not
+    counted), of the side judged and, for a canary step, of the control over the same time. Its
+    deadline ends it whatever it shows."""
+
+    since: str = Field(description="When the judgement began (RFC 3339).")
+    deadline: str = Field(description="When it ends inconclusive if nothing decided it.")
+    through: str | None = Field(default=None, description="End of the last window counted.")
+    seconds: float = Field(default=0.0, description="Seconds of serving counted.")
+    judged: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="Per class, the counts of the side judged (requests, drafted and accepted "
+        "tokens, valid and invalid answers...), summed; p95s are the last window's.",
+    )
+    control: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="Per class, the control's counts over the same windows."
+    )
+    pending: list[str] = Field(
+        default_factory=list,
+        description="Per class, what the judgement still needs, in words (e.g. `code: 14 of 20 "
+        "requests`).",
+    )
+
+
 class RolloutAnalysis(ApiModel):
     """The last window a canary step judged, canary against control."""
 
@@ -157,6 +182,9 @@ class RolloutStatus(ApiModel):
     good_windows: int = Field(default=0, description="Good windows in a row at this step.")
     bad_windows: int = Field(default=0, description="Breaching windows in a row.")
     last_analysis: RolloutAnalysis | None = Field(default=None, description="The last window.")
+    evidence: Evidence | None = Field(
+        default=None, description="What this step's judgement has seen, and its deadline."
+    )
     message: str = Field(default="", description="Where the rollout stands, in words.")
 
 
@@ -352,6 +380,7 @@ class DecisionReason(StrEnum):
     ROLLOUT_STEP_PASSED = "RolloutStepPassed"
     ROLLOUT_PROMOTED = "RolloutPromoted"
     ROLLOUT_ABORTED = "RolloutAborted"
+    STEP_DEADLINE = "StepDeadline"
     CLASS_BREACH = "ClassBreach"
     CLASS_RECOVERED = "ClassRecovered"
     METRICS_BLIND = "MetricsBlind"

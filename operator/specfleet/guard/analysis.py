@@ -59,6 +59,26 @@ class Breach(NamedTuple):
         }
 
 
+class Unproven(NamedTuple):
+    """A share neither confidently under its limit nor confidently within it (the limit less
+    the hysteresis band): the evidence must grow before the step can pass."""
+
+    klass: str
+    signal: str
+    canary: float
+    samples: float
+    bound: float
+    """The canary's bound on the side of the limit."""
+    needed: float
+    """What that bound must reach: the limit less the band."""
+
+    def words(self) -> str:
+        return (
+            f"{self.klass}: {self.signal} {self.canary:.3f} on the canary, not yet shown within "
+            f"{self.needed:.3f} (bound {self.bound:.3f}, n={self.samples:.0f})"
+        )
+
+
 class Analysis(NamedTuple):
     verdict: str
     """good, bad or inconclusive."""
@@ -66,6 +86,9 @@ class Analysis(NamedTuple):
     unjudged: list[str] = []
     """The classes the control served (or critical ones) with too few requests on the canary:
     a window without them is not good, however the others look."""
+    unproven: list[Unproven] = []
+    """Shares not yet shown within their limits: not good either (the burden of proof is
+    the same both ways)."""
     latency_judged: bool = True
     """False while the canary warms up: its latency counted only where decisive, so the window
     is not good."""
@@ -91,12 +114,15 @@ def analyse(
     """`latency`: whether the canary's latency is judged in full; while it warms up (a fresh
     pod's first requests are slow), only a decisive slowdown counts."""
     breaches: list[Breach] = []
+    unproven: list[Unproven] = []
     minimum = policy.guard.min_requests
     judged = [c for c in policy.classes if _served(canary, c.name, minimum)]
     for klass in judged:
         other = control.classes.get(klass.name) if _served(control, klass.name, minimum) else None
         sides = Sides(klass.name, canary.classes[klass.name], other, klass.slo, minimum)
-        breaches += _class_breaches(sides, policy, latency)
+        found = _class_breaches(sides, policy, latency)
+        breaches += [b for b in found if isinstance(b, Breach)]
+        unproven += [u for u in found if isinstance(u, Unproven)]
     if breaches:
         return Analysis("bad", breaches, latency_judged=latency)
     unjudged = [
@@ -104,8 +130,9 @@ def analyse(
         for c in policy.classes
         if c not in judged and (c.critical or _served(control, c.name, minimum))
     ]
-    verdict = "good" if judged and not unjudged and latency else "inconclusive"
-    return Analysis(verdict, [], unjudged, latency)
+    good = judged and not unjudged and not unproven and latency
+    verdict = "good" if good else "inconclusive"
+    return Analysis(verdict, [], unjudged, unproven, latency)
 
 
 def _served(observation: Observation, klass: str, minimum: int) -> bool:
@@ -113,7 +140,7 @@ def _served(observation: Observation, klass: str, minimum: int) -> bool:
     return window is not None and (window.requests or 0) >= minimum
 
 
-def _class_breaches(sides: Sides, policy: Policy, latency: bool) -> list[Breach]:
+def _class_breaches(sides: Sides, policy: Policy, latency: bool) -> list[Breach | Unproven]:
     slo = sides.slo
     latencies = [
         _latency(sides, P95_TTFT, lambda w: w.p95_ttft_seconds, slo.max_p95_ttft_seconds),
@@ -121,7 +148,7 @@ def _class_breaches(sides: Sides, policy: Policy, latency: bool) -> list[Breach]
     ]
     found = [
         *(b for b in latencies if b is not None and (latency or b.decisive)),
-        *quality_breaches(sides, policy.band),
+        *_qualities(sides, policy.band),
         _acceptance(sides, policy),
     ]
     return [b for b in found if b is not None]
@@ -132,11 +159,15 @@ def quality_breaches(sides: Sides, band: float) -> list[Breach]:
     class's SLOs where the control meets them, on each quality signal (`signals.QUALITY`).
     `band` is the policy's hysteresis band (what makes a breach decisive). Experiments judge
     each arm against the baseline arm with it."""
+    return [b for b in _qualities(sides, band) if isinstance(b, Breach)]
+
+
+def _qualities(sides: Sides, band: float) -> list[Breach | Unproven]:
     found = (_quality(sides, band, signal) for signal in QUALITY)
     return [b for b in found if b is not None]
 
 
-def _quality(sides: Sides, band: float, signal: Signal) -> Breach | None:
+def _quality(sides: Sides, band: float, signal: Signal) -> Breach | Unproven | None:
     """A share judged as the share that is good (`Signal.good`), told in the signal's sense."""
     if signal.rule is Rule.MULTIPLE:
         return _multiple(sides, signal)
@@ -149,6 +180,9 @@ def _quality(sides: Sides, band: float, signal: Signal) -> Breach | None:
     breach = _share(sides, band, signal.name, read, floor, QUALITY_MARGIN)
     if breach is None or signal.higher_is_better:
         return breach
+    if isinstance(breach, Unproven):
+        flipped = (1.0 - breach.canary, 1.0 - breach.bound, 1.0 - breach.needed)
+        return breach._replace(canary=flipped[0], bound=flipped[1], needed=flipped[2])
     control = None if breach.control is None else 1.0 - breach.control
     return breach._replace(canary=1.0 - breach.canary, control=control, limit=1.0 - breach.limit)
 
@@ -190,9 +224,10 @@ def _share(
     read: Callable[[ClassWindow], tuple[float | None, float]],
     floor: float | None,
     margin: float,
-) -> Breach | None:
+) -> Breach | Unproven | None:
     """Confidently below the control's lower bound less the margin, or below the floor where
-    the control meets it."""
+    the control meets it; unproven while the canary's lower bound is under that limit less
+    the band (None: within it, or nothing to judge)."""
     canary, samples = read(sides.canary)
     if canary is None or samples < sides.min_samples:
         return None
@@ -207,14 +242,17 @@ def _share(
     if not limits:
         return None
     limit = max(limits)
-    _, upper = wilson_interval(canary * samples, samples)
+    lower, upper = wilson_interval(canary * samples, samples)
     if upper >= limit:
-        return None
+        needed = limit * (1.0 - band)
+        if lower >= needed:
+            return None
+        return Unproven(sides.name, signal, canary, samples, lower, needed)
     decisive = upper < limit * (1.0 - band)
     return Breach(sides.name, signal, canary, control, samples, control_samples, limit, decisive)
 
 
-def _acceptance(sides: Sides, policy: Policy) -> Breach | None:
+def _acceptance(sides: Sides, policy: Policy) -> Breach | Unproven | None:
     """Acceptance where both sides drafted enough: judged over requests, as the guard does."""
 
     def read(window: ClassWindow) -> tuple[float | None, float]:

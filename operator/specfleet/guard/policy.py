@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specfleet.api import SpecModel
-from specfleet.api.spec import ClassSlo, GuardSpec, SpeculativeSpec
+from specfleet.api.spec import ClassSlo, GuardSpec, RolloutSpec, SpeculativeSpec
 
 QUALITY_MARGIN = 0.02
 """A revision on probation may fall this far (absolute) below the last good one's validity."""
@@ -39,6 +39,8 @@ class Policy:
     replicas: int
     override: str | None
     """`annotation` or `spec` when a human or Git decides speculation; None when the guard does."""
+    rollout: RolloutSpec = field(default_factory=RolloutSpec)
+    """A canary step's deadline and what it does then."""
 
     @property
     def band(self) -> float:
@@ -62,6 +64,7 @@ class Policy:
             per_token_compute=_per_token_compute(spec.speculative or speculative),
             replicas=spec.pod.replicas,
             override=override,
+            rollout=spec.rollout,
         )
 
 

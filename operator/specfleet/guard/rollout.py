@@ -1,10 +1,13 @@
-"""A canary rollout's steps: each window the canary served (`guard.analysis`) counts for or
-against the step. One decisive window or consecutiveBreaches breaching windows in a row abort it
-(the revision is bad, the canary removed, the fleet untouched); the step's windows good in a row
-pass it; passing the last promotes the revision to the whole fleet. Inconclusive windows count
-neither way. A step's first two guard windows are its pods' warm-up: their answers are judged,
-their latency only where decisive (a fresh pod's first requests are slow), and no window is good
-before."""
+"""A canary rollout's steps. Each step is one judgement (`guard.evidence`): the canary and the
+control accumulate what their windows show from when the step's pods were available, and the
+step is judged on the sums at every tick (`guard.analysis`). A breach of a share (quality,
+acceptance) at the stated error rate, a decisive one, or consecutiveBreaches breaching windows in
+a row abort it (the revision is bad, the canary removed, the fleet untouched); the step passes
+once its evidence shows every class within its limits, `windows` judgements in a row; passing
+the last promotes the revision to the whole fleet. A step its evidence has not decided by
+rollout.stepDeadlineSeconds ends as rollout.onInconclusive says (abort by default). A step's
+first two guard windows are its pods' warm-up: their latency counts only where decisive (a fresh
+pod's first requests are slow), and no judgement is good before."""
 
 from __future__ import annotations
 
@@ -12,11 +15,20 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from specfleet.api.status import DecisionReason, RolloutAnalysis, RolloutPhase, RolloutStatus
+from specfleet.api.spec import InconclusivePolicy
+from specfleet.api.status import (
+    DecisionReason,
+    Evidence,
+    RolloutAnalysis,
+    RolloutPhase,
+    RolloutStatus,
+)
+from specfleet.guard import evidence as accumulated
 from specfleet.guard.actions import ActionKind
 from specfleet.guard.analysis import Analysis, analyse
 from specfleet.guard.probation import baseline
 from specfleet.guard.situation import Tick
+from specfleet.signals import P95_TPOT, P95_TTFT
 
 
 @dataclass(frozen=True)
@@ -35,25 +47,90 @@ class StepJudgement:
     """`Promoted` or `Aborted`."""
     message: str | None = None
     """Where the rollout stands, when it passed a step or ended."""
+    evidence: Evidence | None = None
+    """The step's evidence as this evaluation leaves it (None: unchanged)."""
+
+
+LATENCY = (P95_TTFT, P95_TPOT)
+"""Breaches read from one window's p95s, not from the sums: they need company, or to be
+decisive."""
 
 
 def judge_step(tick: Tick) -> StepJudgement | None:
-    """None: no step judged (no rollout, or its canary not yet judged)."""
+    """None: no step judged (no rollout, or its canary's pods not yet all available)."""
     situation, rollout = tick.situation, tick.situation.rollout
     if rollout is not None and situation.rollout_stalled:
         return _abort_stalled(tick, rollout, situation.rollout_stalled)
-    if rollout is None or situation.canary is None or situation.observation is None:
+    if rollout is None or rollout.step_since is None:
         return None
+    deadline = situation.policy.rollout.step_deadline_seconds
+    started = datetime.fromisoformat(rollout.step_since)
+    evidence = rollout.evidence or accumulated.begin(started, deadline)
+    grown = None
+    if situation.canary is not None and situation.observation is not None:
+        grown = accumulated.added(evidence, situation.canary, situation.now, situation.observation)
+    if grown is None:
+        kept = StepJudgement(rollout.good_windows, rollout.bad_windows, evidence=evidence)
+        if accumulated.overdue(evidence, situation.now):
+            return _deadline(tick, rollout, kept)
+        return kept
+    return _judge(tick, rollout, grown)
+
+
+def _judge(tick: Tick, rollout: RolloutStatus, evidence: Evidence) -> StepJudgement:
+    situation = tick.situation
+    assert situation.canary is not None and situation.observation is not None
+    canary = accumulated.observation(evidence, situation.canary)
+    control = accumulated.observation(evidence, situation.observation, control=True)
     window = situation.policy.guard.window_seconds
     warm = _served_for(tick, rollout, 2 * window)  # the window holds none of its first one
-    analysis = analyse(situation.policy, situation.canary, situation.observation, latency=warm)
+    analysis = analyse(situation.policy, canary, control, latency=warm)
     counted = _counted(rollout, analysis, tick.stamp)
+    counted = replace(counted, evidence=_pending(evidence, analysis))
     needed = situation.policy.guard.consecutive_breaches
-    if analysis.verdict == "bad" and (analysis.decisive or counted.bad_windows >= needed):
+    proven = any(b.signal not in LATENCY for b in analysis.breaches)
+    if analysis.verdict == "bad" and (proven or analysis.decisive or counted.bad_windows >= needed):
         return _abort(tick, rollout, counted, analysis)
     if counted.good_windows >= rollout.windows and warm:
         return _pass(tick, rollout, counted)
+    if accumulated.overdue(evidence, situation.now):
+        return _deadline(tick, rollout, counted)
     return counted
+
+
+def _pending(evidence: Evidence, analysis: Analysis) -> Evidence:
+    """The evidence, saying what the step still needs to be decided."""
+    pending = [f"{name}: too few requests on the canary" for name in analysis.unjudged]
+    pending += [u.words() for u in analysis.unproven]
+    if not analysis.latency_judged:
+        pending.append("the canary's latency: warming up")
+    return evidence.model_copy(update={"pending": pending})
+
+
+def _deadline(tick: Tick, rollout: RolloutStatus, counted: StepJudgement) -> StepJudgement:
+    """The step's deadline passed undecided: abort (the safe default) or pass, as the spec
+    says, with what the evidence showed."""
+    evidence = counted.evidence or rollout.evidence
+    policy = tick.situation.policy.rollout.on_inconclusive
+    shown = evidence.pending if evidence else []
+    what = "; ".join(shown) if shown else "no window of the canary"
+    seconds = evidence.seconds if evidence else 0.0
+    told = (
+        f"Revision {rollout.revision}'s canary step {rollout.step} of {rollout.steps} reached "
+        f"its deadline undecided on {seconds:.0f} s of its canary's serving (still unknown: "
+        f"{what})"
+    )
+    facts = {**_evidence(rollout, counted), "deadline": True, "pending": shown}
+    if policy == InconclusivePolicy.PASS:
+        told += ": passed unproven, as rollout.onInconclusive says."
+        return _pass(tick, rollout, counted, told, facts)
+    message = (
+        f"{told}: aborted, as rollout.onInconclusive says. Canary removed; the fleet stays on "
+        f"revision {rollout.control} until the engine config or specfleet.dev/retry changes."
+    )
+    if not tick.act(ActionKind.ROLLOUT_ABORTED, DecisionReason.STEP_DEADLINE, message, facts):
+        return counted
+    return replace(counted, ended=RolloutPhase.ABORTED, message=f"deadline: {message}")
 
 
 def _counted(rollout: RolloutStatus, analysis: Analysis, stamp: str) -> StepJudgement:
@@ -132,13 +209,22 @@ def _abort_stalled(tick: Tick, rollout: RolloutStatus, why: str) -> StepJudgemen
     return replace(kept, ended=RolloutPhase.ABORTED, message=f"canary not available: {message}")
 
 
-def _pass(tick: Tick, rollout: RolloutStatus, counted: StepJudgement) -> StepJudgement:
-    evidence = _evidence(rollout, counted)
+def _pass(
+    tick: Tick,
+    rollout: RolloutStatus,
+    counted: StepJudgement,
+    unproven: str | None = None,
+    facts: dict[str, Any] | None = None,
+) -> StepJudgement:
+    """`unproven`: the words of a deadline that passed the step without proof."""
+    evidence = facts or _evidence(rollout, counted)
     if rollout.step >= rollout.steps:
         message = (
             f"Revision {rollout.revision} passed every canary step ({rollout.steps}): promoted, "
             "the whole fleet rolls to it and the canary is removed."
         )
+        if unproven:
+            message = f"{unproven} Promoted: the whole fleet rolls to it."
         if not tick.act(
             ActionKind.ROLLOUT_PROMOTED, DecisionReason.ROLLOUT_PROMOTED, message, evidence
         ):
@@ -147,7 +233,7 @@ def _pass(tick: Tick, rollout: RolloutStatus, counted: StepJudgement) -> StepJud
         min_requests = tick.situation.policy.guard.min_requests
         tick.guard.baseline = baseline(tick.situation.canary, min_requests)
         return replace(counted, ended=RolloutPhase.PROMOTED, message=message)
-    message = (
+    message = unproven or (
         f"Revision {rollout.revision} passed canary step {rollout.step} of {rollout.steps} "
         f"after {counted.good_windows} good windows against revision {rollout.control}."
     )

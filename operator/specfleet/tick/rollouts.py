@@ -126,7 +126,7 @@ def seen(
     if rollout.step_since:
         if canary.speculation_running in (None, speculation):
             return rollout
-        restart = {"step_since": None, "good_windows": 0, "bad_windows": 0}
+        restart = {"step_since": None, "good_windows": 0, "bad_windows": 0, "evidence": None}
         return rollout.model_copy(update=restart)
     if not canary.complete or canary.replicas.desired != pods:
         return rollout
@@ -143,12 +143,15 @@ def judged(rollout: RolloutStatus | None, judgement: StepJudgement | None) -> Ro
     }
     if judgement.analysis is not None:
         update["last_analysis"] = judgement.analysis
+    if judgement.evidence is not None:
+        update["evidence"] = judgement.evidence
     if judgement.passed:
         update |= {
             "step": rollout.step + 1,
             "step_since": None,
             "good_windows": 0,
             "bad_windows": 0,
+            "evidence": None,
         }
     if judgement.ended is not None:
         update["phase"] = judgement.ended

@@ -1,0 +1,110 @@
+"""Evidence that accumulates: a pending judgement (a canary step) sums the
+counts the guard's windows show, from when it began to its deadline, and is judged on the sum at
+every tick. A quiet class that shows five requests a window is judged on a hundred after twenty
+windows, instead of never.
+
+Telemetry sends no other query: each tick reads its window, and the judgement adds the part of
+it not yet counted, pro rata (a window of 60 s read 15 s after the last adds a quarter of its
+counts), so no request counts twice and the cadence stays the tick's. Counter resets inside a
+window are Prometheus's `increase()`'s to handle. A p95 does not add up: the sum carries the
+last window's. The mean TPOT is summed as its total and count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from specfleet.api.status import Evidence
+from specfleet.telemetry.model import ClassWindow, Observation
+
+LATEST = ("p95_ttft_seconds", "p95_tpot_seconds")
+"""Read from the last window: quantiles do not add."""
+TPOT_SUM = "tpot_seconds"
+"""The stored total of the TPOTs behind the mean (mean × samples)."""
+SUMMED = tuple(
+    f.name
+    for f in fields(ClassWindow)
+    if f.name not in (*LATEST, "mean_tpot_seconds") and f.type in ("float | None", float | None)
+)
+"""The counts that add up across windows."""
+
+
+def begin(now: datetime, deadline_seconds: float) -> Evidence:
+    deadline = now + timedelta(seconds=deadline_seconds)
+    return Evidence(since=now.isoformat(), deadline=deadline.isoformat())
+
+
+def overdue(evidence: Evidence, now: datetime) -> bool:
+    return now >= datetime.fromisoformat(evidence.deadline)
+
+
+def added(
+    evidence: Evidence, window: Observation, now: datetime, control: Observation | None = None
+) -> Evidence | None:
+    """The evidence with the part of this window (read at `now`) not yet counted added, and the
+    control's over the same window; None when nothing of it is new."""
+    fresh = _fresh(evidence, window.window_seconds, now)
+    if fresh <= 0.0:
+        return None
+    update: dict[str, object] = {
+        "through": now.isoformat(),
+        "seconds": evidence.seconds + fresh * window.window_seconds,
+        "judged": _summed(evidence.judged, window, fresh),
+    }
+    if control is not None:
+        update["control"] = _summed(evidence.control, control, fresh)
+    return evidence.model_copy(update=update)
+
+
+def _fresh(evidence: Evidence, seconds: float, now: datetime) -> float:
+    """The share of the window after what was counted (all of it at first: a judgement's first
+    window may reach back before it began, when a canary's series are new and a fleet's earlier
+    pods served another revision)."""
+    if not seconds or now <= datetime.fromisoformat(evidence.since):
+        return 0.0
+    if evidence.through is None:
+        return 1.0
+    new = (now - datetime.fromisoformat(evidence.through)).total_seconds()
+    return min(new / seconds, 1.0)
+
+
+def observation(evidence: Evidence, template: Observation, control: bool = False) -> Observation:
+    """The summed counts as one long window (the template's revision and speculation, over the
+    seconds counted)."""
+    counts = evidence.control if control else evidence.judged
+    return replace(
+        template,
+        window_seconds=evidence.seconds,
+        classes={name: _window(found) for name, found in counts.items()},
+        canary=None,
+    )
+
+
+def _summed(
+    counts: dict[str, dict[str, float]], window: Observation, share: float
+) -> dict[str, dict[str, float]]:
+    total = {name: dict(found) for name, found in counts.items()}
+    for name, klass in window.classes.items():
+        into = total.setdefault(name, {})
+        for attr in SUMMED:
+            value = getattr(klass, attr)
+            if value is not None:
+                into[attr] = into.get(attr, 0.0) + value * share
+        if klass.mean_tpot_seconds is not None and klass.tpot_samples:
+            tpot = klass.mean_tpot_seconds * klass.tpot_samples * share
+            into[TPOT_SUM] = into.get(TPOT_SUM, 0.0) + tpot
+        for attr in LATEST:
+            value = getattr(klass, attr)
+            if value is not None:
+                into[attr] = value
+    return total
+
+
+def _window(counts: dict[str, float]) -> ClassWindow:
+    known: dict[str, Any] = {attr: value for attr, value in counts.items() if attr != TPOT_SUM}
+    samples = counts.get("tpot_samples")
+    if TPOT_SUM in counts and samples:
+        known["mean_tpot_seconds"] = counts[TPOT_SUM] / samples
+    return ClassWindow(**known)
