@@ -92,9 +92,9 @@ def test_over_the_slo_breaches_only_where_the_control_meets_it() -> None:
 
 
 def test_broken_tool_calls_breach_against_the_control() -> None:
-    analysis = analyse(policy(), canary(tool_calls_valid=80.0, tool_calls_invalid=20.0), CONTROL)
+    analysis = analyse(policy(), canary(tool_calls_valid=70.0, tool_calls_invalid=30.0), CONTROL)
     [breach] = analysis.breaches
-    assert (breach.klass, breach.signal, breach.canary) == ("chat", "toolCallValidity", 0.8)
+    assert (breach.klass, breach.signal, breach.canary) == ("chat", "toolCallValidity", 0.7)
     assert breach.control == 0.98 and breach.control_samples == 100
     assert "vs control 0.980" in breach.words()
 

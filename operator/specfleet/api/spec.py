@@ -581,6 +581,14 @@ class GuardSpec(ApiModel):
         description="Bad evaluations in a row before acting (good ones before a trial passes). "
         "A decisive evaluation, its 95% bound outside the hysteresis band, acts alone.",
     )
+    error_rate: float = Field(
+        default=0.05,
+        ge=0.001,
+        le=0.2,
+        description="The chance you accept that a canary step's abort or pass is wrong. The "
+        "step's bounds hold however often the guard looks at its evidence: a smaller rate "
+        "decides later, on more requests.",
+    )
     min_speedup: float = Field(
         default=1.0,
         ge=0.5,

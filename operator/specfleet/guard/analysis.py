@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from specfleet.api.spec import ClassSlo
 from specfleet.guard.policy import MIN_ERROR_RATE_BREACH, MIN_ERRORS, QUALITY_MARGIN, Policy
+from specfleet.guard.sequential import confidence_sequence
 from specfleet.guard.speedup import wilson_interval
 from specfleet.signals import ACCEPTANCE_RATE, P95_TPOT, P95_TTFT, QUALITY, Rule, Signal
 from specfleet.telemetry.model import ClassWindow, Observation
@@ -106,6 +107,14 @@ class Sides(NamedTuple):
     control: ClassWindow | None
     slo: ClassSlo
     min_samples: int
+    error_rate: float | None = None
+    """None: one look, a 95% Wilson interval (an experiment's report); else the bounds hold at
+    this rate however often they are looked at (a canary step's evidence, judged every tick)."""
+
+    def bounds(self, successes: float, trials: float) -> tuple[float, float]:
+        if self.error_rate is None:
+            return wilson_interval(successes, trials)
+        return confidence_sequence(successes, trials, self.error_rate)
 
 
 def analyse(
@@ -115,11 +124,11 @@ def analyse(
     pod's first requests are slow), only a decisive slowdown counts."""
     breaches: list[Breach] = []
     unproven: list[Unproven] = []
-    minimum = policy.guard.min_requests
+    minimum, error_rate = policy.guard.min_requests, policy.guard.error_rate
     judged = [c for c in policy.classes if _served(canary, c.name, minimum)]
     for klass in judged:
         other = control.classes.get(klass.name) if _served(control, klass.name, minimum) else None
-        sides = Sides(klass.name, canary.classes[klass.name], other, klass.slo, minimum)
+        sides = Sides(klass.name, canary.classes[klass.name], other, klass.slo, minimum, error_rate)
         found = _class_breaches(sides, policy, latency)
         breaches += [b for b in found if isinstance(b, Breach)]
         unproven += [u for u in found if isinstance(u, Unproven)]
@@ -234,7 +243,7 @@ def _share(
     control, control_samples = read(sides.control) if sides.control else (None, 0.0)
     limits = []
     if control is not None and control_samples >= sides.min_samples:
-        limits.append(wilson_interval(control * control_samples, control_samples)[0] - margin)
+        limits.append(sides.bounds(control * control_samples, control_samples)[0] - margin)
     else:
         control, control_samples = None, 0.0
     if floor is not None and (control is None or control >= floor):
@@ -242,7 +251,7 @@ def _share(
     if not limits:
         return None
     limit = max(limits)
-    lower, upper = wilson_interval(canary * samples, samples)
+    lower, upper = sides.bounds(canary * samples, samples)
     if upper >= limit:
         needed = limit * (1.0 - band)
         if lower >= needed:
@@ -271,7 +280,7 @@ def _multiple(sides: Sides, signal: Signal) -> Breach | None:
         return None
     control = signal.value(sides.control) if sides.control else None
     limit = max(MIN_ERROR_RATE_BREACH, 2 * (control or 0.0))
-    lower, _ = wilson_interval(count, samples)
+    lower, _ = sides.bounds(count, samples)
     if lower <= limit:
         return None
     others = signal.samples(sides.control) if sides.control else 0.0
