@@ -204,10 +204,10 @@ def test_a_class_answering_empty_over_its_slo_is_named_and_under_it_is_not() -> 
         observation = replace(observe(0.8, 0.8), classes={"code": window(0.8), "chat": chat})
         return decide_every_class(situation(observation, policy=policy(classes=CEILING))).actions
 
-    [breach] = actions(40.0)
+    [breach] = actions(60.0)
     assert (breach.evidence["class"], breach.evidence["signal"]) == ("chat", EMPTY)
-    assert (breach.evidence["value"], breach.evidence["limit"]) == (0.2, 0.05)
-    assert f"{EMPTY} 0.200 > 0.050 (n=200)" in breach.message
+    assert (breach.evidence["value"], breach.evidence["limit"]) == (0.3, 0.05)
+    assert f"{EMPTY} 0.300 > 0.050 (n=200)" in breach.message
     assert actions(6.0) == []
 
 

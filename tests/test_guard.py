@@ -20,6 +20,7 @@ from specfleet.api.status import (
 from specfleet.guard import Decision, Policy, Situation
 from specfleet.guard import decide as decide_every_class
 from specfleet.guard.actions import PER_CLASS
+from specfleet.guard.sequential import confidence_sequence
 from specfleet.guard.speedup import (
     decode_steps,
     expected_speedup,
@@ -315,9 +316,9 @@ def test_an_acceptance_collapse_under_load_is_not_blamed_on_load() -> None:
     assert actions == ["kill_switch_engaged"] and state.guard.trial_max_in_flight is None
 
 
-# code 0.42 against its 0.5 floor over 200 requests: Wilson 95% upper bound 0.489, under the
-# floor but not under 0.45 (the floor less the 10% hysteresis band): a marginal breach
-MARGINAL = observe(code=0.42, chat=0.8)
+# code 0.36 against its 0.5 floor over 200 requests: upper bound 0.480 at error rate 0.05, under
+# the floor but not under 0.45 (the floor less the 10% hysteresis band): a marginal breach
+MARGINAL = observe(code=0.36, chat=0.8)
 
 
 def test_three_marginal_windows_engage_the_kill_switch_two_do_not() -> None:
@@ -330,18 +331,19 @@ def test_three_marginal_windows_engage_the_kill_switch_two_do_not() -> None:
 
 
 def test_one_decisive_window_engages_at_once() -> None:
-    # code 0.1 over 200 requests: upper bound 0.15, far under 0.45
+    # code 0.1 over 200 requests: upper bound 0.19, far under 0.45
     state, actions = run(situation(observe(0.1, 0.1)), [observe(0.1, 0.1)])
     assert actions == ["kill_switch_engaged"]
     assert state.kill_switch.reason.startswith(
         "Speculation off after 1 decisive window: code: acceptance 0.10 < 0.50 "
-        "(95% upper bound 0.15, n=200)"
+        "(upper bound 0.19 at error rate 0.05, n=200)"
     )
-    # without floors the speedup decides: α 0 gives (1 + 4 x 0.019) / 1.2 = 0.90 at its upper
-    # bound, under minSpeedup - releaseMargin; α 0.02 gives 0.90 but a bound of 1.00
+    # without floors the speedup decides: α 0 gives (1 + 4 x 0.031) / 1.2 = 0.94 at its upper
+    # bound over 200 requests, under minSpeedup but not by the band: three windows engage it;
+    # α 0.02 gives 0.90 but a bound of 1.08, two windows do not
     no_floors = policy(classes=[{"name": "code", "critical": True}, {"name": "chat"}])
     useless, slow = observe(0.0, 0.0), observe(0.02, 0.02)
-    _, actions = run(situation(useless, policy=no_floors), [useless])
+    _, actions = run(situation(useless, policy=no_floors), [useless] * 3)
     assert actions == ["kill_switch_engaged"]
     _, actions = run(situation(slow, policy=no_floors), [slow] * 2)
     assert actions == []
@@ -350,7 +352,7 @@ def test_one_decisive_window_engages_at_once() -> None:
     low, high = decision.evaluation.speedup_bounds or (0, 0)
     assert decision.evaluation.speedup == pytest.approx(0.9)
     assert low < 0.9 < high
-    assert high == pytest.approx((1 + 4 * wilson_interval(4, 200)[1]) / 1.2)
+    assert high == pytest.approx((1 + 4 * confidence_sequence(4, 200, 0.05)[1]) / 1.2)
 
 
 def test_engage_decision_carries_its_evidence() -> None:
@@ -365,9 +367,12 @@ def test_engage_decision_carries_its_evidence() -> None:
     assert evidence["minSpeedup"] == 1.0 and evidence["windowSeconds"] == 60
     # E = 1 + accepted / steps = 1.4: the model says 1.4 / 1.2; the critical floor decided
     assert evidence["speedup"] == pytest.approx(1.4 / 1.2, abs=1e-3)
-    assert "code: acceptance 0.10 < 0.50 (95% upper bound 0.15, n=200)" in evidence["breaches"]
+    assert (
+        "code: acceptance 0.10 < 0.50 (upper bound 0.19 at error rate 0.05, n=200)"
+        in evidence["breaches"]
+    )
     assert evidence["decisive"] and evidence["windows"] == 3
-    assert evidence["classes"]["code"]["acceptanceRateBounds"] == [0.0657, 0.1494]
+    assert evidence["classes"]["code"]["acceptanceRateBounds"] == [0.0428, 0.1878]
     assert decision.kill_switch.next_trial_after == (T0 + timedelta(seconds=60)).isoformat()
 
 
@@ -549,7 +554,7 @@ def test_a_decisive_canary_window_releases_at_once_a_marginal_one_waits() -> Non
     start = trial_without_floors()
     state, actions = run(start, [observe(0.8, 0.8, tpot=0.008)])  # 2.5x, lower bound 2.3x
     assert actions == ["kill_switch_released"]
-    assert "after 1 decisive window (traffic-weighted speedup 2.50 (95% lower bound" in (
+    assert "after 1 decisive window (traffic-weighted speedup 2.50 (lower bound" in (
         state.kill_switch.reason or ""
     )
     # α 0.1: 1.17x measured, but its lower bound (E at α 0.066) is 1.05x, under 1.1: three
@@ -651,7 +656,7 @@ def test_bad_tool_calls_on_probation_roll_back() -> None:
 
 
 def test_quality_is_judged_against_the_last_good_revision_too() -> None:
-    slightly_worse = observe(0.8, 0.8, tool_calls_valid=93.0, tool_calls_invalid=7.0)
+    slightly_worse = observe(0.8, 0.8, tool_calls_valid=88.0, tool_calls_invalid=12.0)
     baseline = GuardStatus(baseline=QualityBaseline(tool_call_validity=0.99))
     _, actions = run(on_probation(guard=baseline), [slightly_worse] * 3)
     assert actions == ["rolled_back"]

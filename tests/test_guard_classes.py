@@ -110,12 +110,12 @@ def test_a_non_critical_class_breaking_tool_calls_is_named() -> None:
 
 def test_a_class_cutting_off_answers_over_its_slo_is_named() -> None:
     classes = [*FLOORS, {"name": "prose", "slo": {"maxTruncationRate": 0.05}}]
-    cut = window(0.5, choices=200.0, truncated=40.0)
+    cut = window(0.5, choices=200.0, truncated=60.0)
     observation = replace(observe(None), classes={**observe(None).classes, "prose": cut})
     [breach] = decide(situation(observation, policy=policy(classes=classes))).actions
     assert breach.evidence["class"] == "prose" and breach.evidence["signal"] == "truncationRate"
-    assert (breach.evidence["value"], breach.evidence["limit"]) == (0.2, 0.05)
-    assert "truncationRate 0.200 > 0.050 (n=200)" in breach.message
+    assert (breach.evidence["value"], breach.evidence["limit"]) == (0.3, 0.05)
+    assert "truncationRate 0.300 > 0.050 (n=200)" in breach.message
     few = window(0.5, choices=10.0, truncated=8.0)
     observation = replace(observation, classes={**observation.classes, "prose": few})
     assert decide(situation(observation, policy=policy(classes=classes))).actions == []

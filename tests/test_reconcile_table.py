@@ -51,8 +51,8 @@ def good() -> Observation:
 
 
 def broken() -> Observation:
-    """Chat's tool calls 70% valid, under its 90% floor: the revision's fault."""
-    return observe(0.8, 0.8, tool_calls_valid=70.0, tool_calls_invalid=30.0)
+    """Chat's tool calls 60% valid, far under its 90% floor: the revision's fault."""
+    return observe(0.8, 0.8, tool_calls_valid=60.0, tool_calls_invalid=40.0)
 
 
 def collapsed() -> Observation:
@@ -217,7 +217,7 @@ SCALED_STATUS = "status SpecModel/m: Ready, revision 1, speculation on"
 RETRIES = 5
 """`Kube`'s attempts at a request that keeps failing transiently."""
 ROLLED_BACK = (
-    "Warning RolledBack: Revision 2 breaches its SLOs (chat: toolCallValidity 0.700 < 0.900 "
+    "Warning RolledBack: Revision 2 breaches its SLOs (chat: toolCallValidity 0.600 < 0.900 "
     "(n=100)): rolled back to revision 1 until the engine config or specfleet.dev/retry changes."
 )
 ROLLBACK_ALERTS = (

@@ -41,7 +41,9 @@ def test_every_example_with_outputs_has_a_row() -> None:
 def test_a_hand_edited_number_is_put_back() -> None:
     module = tables()
     text = module.README.read_text()
-    drifted = text.replace("| 0.917 |", "| 0.923 |", 1)
+    number = re.search(r"\| (0\.\d{3}) \|", text)
+    assert number is not None
+    drifted = text.replace(number.group(0), "| 0.123 |", 1)
     assert drifted != text and module.rewrite(drifted) == text
 
 

@@ -579,7 +579,8 @@ class GuardSpec(ApiModel):
         ge=1,
         le=100,
         description="Bad evaluations in a row before acting (good ones before a trial passes). "
-        "A decisive evaluation, its 95% bound outside the hysteresis band, acts alone.",
+        "A decisive evaluation, its bound at errorRate outside the hysteresis band, acts "
+        "alone.",
     )
     error_rate: float = Field(
         default=0.05,
@@ -600,7 +601,7 @@ class GuardSpec(ApiModel):
         ge=0,
         le=5,
         description="Hysteresis: a trial re-enable must reach minSpeedup + releaseMargin. A "
-        "window is decisive when its 95% bound is under minSpeedup - releaseMargin (or a "
+        "window is decisive when its bound at errorRate is under minSpeedup - releaseMargin (or a "
         "critical class's acceptance under its floor by the same fraction) or, in a trial, "
         "at least minSpeedup + releaseMargin.",
     )

@@ -2,10 +2,11 @@
 its SLOs (acceptance floor, p95 TTFT or TPOT, a quality signal's bound: `signals.QUALITY`), is
 named once in a `class_breach` decision, and once in a `class_recovered` decision when it is back.
 
-The kill switch's evidence rules: N breaching windows in a row, or one decisive window (a 95%
-bound past the limit by the hysteresis band; a p95 latency has no interval, so it needs N); a
-signal with too few samples is not judged, and a window that judges none of a class's signals
-(or, while it breaches, not all of those it breaches) is inconclusive and counts for nothing.
+The kill switch's evidence rules: N breaching windows in a row, or one decisive window (a bound
+at guard.errorRate past the limit by the hysteresis band; a p95 latency has no interval, so it
+needs N); a signal with too few samples is not judged, and a window that judges none of a
+class's signals (or, while it breaches, not all of those it breaches) is inconclusive and counts
+for nothing.
 These decisions change nothing that runs, so they never count towards Flapping.
 """
 
@@ -16,8 +17,8 @@ from typing import Any, NamedTuple
 
 from specfleet.api.status import ClassGuardStatus, ClassState, DecisionReason
 from specfleet.guard.actions import ActionKind
+from specfleet.guard.sequential import confidence_sequence
 from specfleet.guard.situation import Tick
-from specfleet.guard.speedup import wilson_interval
 from specfleet.guard.verdict import ClassVerdict, Evaluation
 from specfleet.signals import ACCEPTANCE_RATE, P95_TPOT, P95_TTFT, QUALITY, SPEEDUP, Signal
 from specfleet.telemetry.model import ClassWindow
@@ -107,7 +108,7 @@ def _quality(
     share, floor = signal.good(value), signal.good(bound)
     if share >= floor:
         return Reading(signal.name, value, bound, samples, False, False)
-    _, upper = wilson_interval(share * samples, samples)
+    _, upper = confidence_sequence(share * samples, samples, verdict.policy.guard.error_rate)
     decisive = upper < floor * (1.0 - verdict.policy.band)
     return Reading(signal.name, value, bound, samples, upper < floor, decisive)
 

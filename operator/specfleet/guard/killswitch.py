@@ -5,7 +5,8 @@
 3. spec.guard.mode says `off`; `on` forces it on (source `spec`).
 4. The guard's kill switch is engaged (source `guard`):
    - after N bad windows in a row (speedup below minSpeedup, or a critical class below its
-     acceptance floor), or one decisive window (its 95% bound outside the hysteresis band);
+     acceptance floor), or one decisive window (its bound at guard.errorRate outside the
+     hysteresis band);
    - in a trial: after a cooldown one canary pod runs speculation beside the fleet, which stays
      without; the trial is judged on the canary's windows alone against minSpeedup +
      releaseMargin, held for a window (none for a decisive window), with the fleet's TPOT of
@@ -345,7 +346,8 @@ def _speedup_words(evaluation: Evaluation) -> str:
         return "speedup unknown"
     bound = evaluation.bound
     side = "upper" if evaluation.speculation_bad else "lower"
-    interval = f" (95% {side} bound {bound:.2f})" if bound is not None else ""
+    rate = evaluation.error_rate
+    interval = f" ({side} bound {bound:.2f} at error rate {rate:g})" if bound is not None else ""
     return (
         f"traffic-weighted speedup {evaluation.speedup:.2f}{interval} vs "
         f"{evaluation.threshold:.2f} needed"

@@ -45,7 +45,7 @@ class Policy:
     @property
     def band(self) -> float:
         """The hysteresis band's half-width relative to minSpeedup (releaseMargin / minSpeedup):
-        a window whose 95% bound lies this far past a threshold decides on its own."""
+        a window whose bound lies this far past a threshold decides on its own."""
         return self.guard.release_margin / self.guard.min_speedup
 
     @classmethod

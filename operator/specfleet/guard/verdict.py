@@ -1,6 +1,7 @@
 """Per-class verdicts for one window: good, bad or inconclusive, per signal, with evidence.
 
-Too few samples or no data is inconclusive, never bad. A window whose 95% bounds lie outside
+Too few samples or no data is inconclusive, never bad. Bounds are always valid at the stated
+`guard.errorRate` (`guard.sequential`). A window whose bounds lie outside
 the hysteresis band (`decisive`) is evidence enough on its own; a marginal one needs company.
 """
 
@@ -19,12 +20,12 @@ from specfleet.guard.policy import (
     ClassPolicy,
     Policy,
 )
+from specfleet.guard.sequential import confidence_sequence
 from specfleet.guard.speedup import (
     decode_steps,
     expected_tokens_per_step,
     load_factor,
     speedup,
-    wilson_interval,
 )
 from specfleet.signals import (
     ACCEPTANCE_RATE,
@@ -38,7 +39,7 @@ from specfleet.signals import (
 from specfleet.telemetry.model import ClassWindow, Observation
 
 Bounds = tuple[float, float]
-"""A 95% confidence interval: (lower, upper)."""
+"""Confidence bounds at the guard's error rate: (lower, upper)."""
 
 
 class Judged(NamedTuple):
@@ -70,9 +71,9 @@ class ClassVerdict(NamedTuple):
     load: float = 1.0
     """The model's load factor at the window's requests in flight (1: no load term)."""
     speedup_bounds: Bounds | None = None
-    """The speedup's 95% interval, from the acceptance rate's."""
+    """The speedup's bounds, from the acceptance rate's."""
     acceptance_bounds: Bounds | None = None
-    """The acceptance rate's 95% interval (Wilson, over the window's requests)."""
+    """The acceptance rate's bounds (over the window's requests)."""
     drafts_per_step: float | None = None
     """δ: draft tokens per decode step, steps that drafted nothing included (None: unknown,
     the acceptance rate was read as an i.i.d. α at depth k)."""
@@ -111,8 +112,9 @@ class ClassVerdict(NamedTuple):
     def quality(self) -> Judged:
         if self.window is None:
             return Judged([], {})
+        guard = self.policy.guard
         return _judge_quality(
-            self.name, self.slo, self.window, self.baseline, self.policy.guard.min_requests
+            self.name, self.slo, self.window, self.baseline, guard.min_requests, guard.error_rate
         )
 
     def latency(self, plain: float = 1.0) -> Judged:
@@ -178,7 +180,9 @@ class Evaluation(NamedTuple):
     below_acceptance_floor: bool = False
     """A critical class's acceptance rate is confidently below its floor."""
     speedup_bounds: Bounds | None = None
-    """The traffic-weighted speedup's 95% interval."""
+    """The traffic-weighted speedup's bounds."""
+    error_rate: float = 0.05
+    """The error rate the bounds hold at (`guard.errorRate`)."""
     decisive: bool = False
     """This window alone settles `speculation_bad`: bad with the speedup's upper bound under
     minSpeedup - releaseMargin or a critical class's acceptance as far under its floor, good
@@ -264,6 +268,7 @@ def evaluate(
         critical_breach,
         below_floor,
         bounds,
+        policy.guard.error_rate,
         decisive,
     )
 
@@ -369,7 +374,7 @@ def _judge_speculation(
     tpot_off: float | None,
     load: float,
 ) -> tuple[float, str, list[str], Bounds, Bounds | None, float | None] | None:
-    """The class's speedup, its source, the breaches, the 95% bounds of the speedup and the
+    """The class's speedup, its source, the breaches, the bounds of the speedup and the
     acceptance rate, and δ. Too little drafted is no evidence of a collapse (a drafter that
     drafted nothing matched nothing or was told not to): see `_judge_few_drafts`."""
     alpha = window.acceptance_rate
@@ -386,7 +391,7 @@ def _judge_speculation(
     # as trials is a conservative bound (tokens of one request are not independent). Sampling
     # noise in TPOT is the tokens per step's, so every source scales with its bounds.
     requests = window.requests or 0.0
-    low, high = wilson_interval(alpha * requests, requests)
+    low, high = confidence_sequence(alpha * requests, requests, policy.guard.error_rate)
     speedup_bounds = (
         modelled * _tokens_per_step(drafting, policy.k, low) / tokens,
         modelled * _tokens_per_step(drafting, policy.k, high) / tokens,
@@ -395,7 +400,8 @@ def _judge_speculation(
     floor = klass.slo.min_acceptance_rate
     if floor is not None and high < floor:
         breaches.append(
-            f"acceptance {alpha:.2f} < {floor:.2f} (95% upper bound {high:.2f}, n={requests:.0f})"
+            f"acceptance {alpha:.2f} < {floor:.2f} (upper bound {high:.2f} at error rate "
+            f"{policy.guard.error_rate:g}, n={requests:.0f})"
         )
     if modelled < threshold:
         breaches.append(f"speedup {modelled:.2f} < {threshold:.2f}")
@@ -478,6 +484,7 @@ def _judge_quality(
     window: ClassWindow,
     baseline: QualityBaseline | None,
     min_samples: int,
+    error_rate: float,
 ) -> Judged:
     """Each quality signal (`signals.QUALITY`) against the stricter of the class's SLO and the
     last good revision's value."""
@@ -486,9 +493,9 @@ def _judge_quality(
     for signal in QUALITY:
         good = signal.last_good(baseline, klass) if baseline else None
         if signal.rule is Rule.MULTIPLE:
-            breach = _judge_multiple(signal, window, good, readings)
+            breach = _judge_multiple(signal, window, good, readings, error_rate)
         else:
-            breach = _judge_share(signal, slo, window, good, min_samples, readings)
+            breach = _judge_share(signal, slo, window, good, min_samples, readings, error_rate)
         if breach is not None:
             breaches.append(breach)
     return Judged(breaches, readings)
@@ -501,6 +508,7 @@ def _judge_share(
     good: float | None,
     min_samples: int,
     readings: dict[str, Any],
+    error_rate: float,
 ) -> str | None:
     """Judged as the share that is good (`Signal.good`) against a floor: the SLO's, or the last
     good revision's share less the margin."""
@@ -509,7 +517,7 @@ def _judge_share(
         return None
     readings[signal.name] = value
     limit = _limit(signal.floor(slo), None if good is None else signal.good(good))
-    if not _confidently_below(signal.good(value), samples, limit):
+    if not _confidently_below(signal.good(value), samples, limit, error_rate):
         return None
     left_out = sum(signal.unjudged(window).values()) if signal.unjudged else 0.0
     apart = f", {left_out:.0f} unjudged" if left_out else ""
@@ -517,12 +525,12 @@ def _judge_share(
     return f"{signal.name} {told} (n={samples:.0f}{apart})"
 
 
-def _confidently_below(value: float, samples: float, limit: float) -> bool:
-    """The Wilson 95% upper bound is under the limit: a breach, not a noisy dip. (The interval
-    holds the value itself, so a value at or above the limit needs no interval.)"""
+def _confidently_below(value: float, samples: float, limit: float, error_rate: float) -> bool:
+    """The upper bound is under the limit: a breach, not a noisy dip. (The bounds hold the
+    value itself, so a value at or above the limit needs none.)"""
     if value >= limit:
         return False
-    _, upper = wilson_interval(value * samples, samples)
+    _, upper = confidence_sequence(value * samples, samples, error_rate)
     return upper < limit
 
 
@@ -537,7 +545,11 @@ def _limit(floor: float | None, good: float | None) -> float:
 
 
 def _judge_multiple(
-    signal: Signal, window: ClassWindow, good: float | None, readings: dict[str, Any]
+    signal: Signal,
+    window: ClassWindow,
+    good: float | None,
+    readings: dict[str, Any],
+    error_rate: float,
 ) -> str | None:
     """The rate's lower bound over twice the last good revision's (at least 1%)."""
     value = signal.value(window)
@@ -548,7 +560,7 @@ def _judge_multiple(
     if count < MIN_ERRORS:
         return None
     limit = max(MIN_ERROR_RATE_BREACH, 2 * (good or 0.0))
-    lower, _ = wilson_interval(count, signal.samples(window))
+    lower, _ = confidence_sequence(count, signal.samples(window), error_rate)
     return f"{signal.name} {value:.3f} {signal.worse} {limit:.3f}" if lower > limit else None
 
 
