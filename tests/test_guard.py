@@ -491,9 +491,12 @@ def test_tpot_without_speculation_is_evidence_for_its_own_revision_alone() -> No
 def test_cooldown_trial_and_release_with_hysteresis() -> None:
     bad, good = observe(0.1, 0.1), observe(0.8, 0.8, tpot=0.008)
     off = observe(0.8, 0.8, speculation=False)
-    ticks = [bad] * 3 + [off] * 20 + [good] * 6
-    state, actions = run(situation(bad), ticks)
-    assert actions == ["kill_switch_engaged", "trial_started", "kill_switch_released"]
+    state, actions = run(situation(bad), [bad] * 3)
+    while state.kill_switch.state != "trial":  # the fleet without speculation, a cooldown
+        state, more = run(replace(state, now=state.now + timedelta(seconds=15)), [off])
+        actions += more
+    state, more = run(replace(state, now=state.now + timedelta(seconds=15)), [good] * 6)
+    assert actions + more == ["kill_switch_engaged", "trial_started", "kill_switch_released"]
     assert state.kill_switch.state == "released" and state.kill_switch.failed_trials == 0
     assert state.guard.tpot_without_speculation == {"code": 0.02, "chat": 0.02}
 
@@ -521,7 +524,8 @@ def test_the_backoff_stops_at_half_an_hour_by_default() -> None:
 
 def test_trial_needs_the_stricter_threshold() -> None:
     # speedup (1 + 4 x 0.06) / 1.2 = 1.03: above minSpeedup 1.0, below 1.0 + releaseMargin 0.1;
-    # no acceptance floors, so only the stricter threshold can fail the trial
+    # no acceptance floors, so only the stricter threshold can fail the trial, once the canary's
+    # evidence shows the speedup's upper bound under it
     marginal = observe(0.06, 0.06)
     no_floors = policy(classes=[{"name": "code", "critical": True}, {"name": "chat"}])
     guard = GuardStatus(consecutive_bad=2)
@@ -530,10 +534,19 @@ def test_trial_needs_the_stricter_threshold() -> None:
     trial = KillSwitchStatus(state="trial", source="guard", failed_trials=0)
     # the fleet beside the canary measures TPOT without speculation in the same window: 1.03x
     fleet = observe(0.06, 0.06, speculation=False, tpot=0.0206)
-    beside = situation(fleet, policy=no_floors, kill_switch=trial, guard=guard)
-    decision = decide(replace(beside, canary=marginal))
+    beside = replace(
+        situation(fleet, policy=no_floors, kill_switch=trial, guard=guard), canary=marginal
+    )
+    decision = decide(beside)
+    assert decision.actions == [] and decision.kill_switch.state == "trial"  # not shown yet
+    ticks = 1
+    while not decision.actions and ticks < 120:  # its evidence grows a quarter window a tick
+        now = T0 + timedelta(seconds=15 * ticks)
+        state = replace(beside, guard=decision.guard, kill_switch=decision.kill_switch, now=now)
+        decision = decide(state)
+        ticks += 1
     [failed] = decision.actions
-    assert failed.action == "trial_failed"
+    assert failed.action == "trial_failed" and ticks * 15 < 1800  # before its deadline
     assert failed.message.startswith("Trial failed on the canary: code: speedup 1.03 < 1.10; ")
     assert failed.evidence["classes"]["code"]["speedupSource"] == "measured"
     assert decision.guard.tpot_without_speculation == {"code": 0.0206, "chat": 0.0206}
@@ -550,33 +563,37 @@ def trial_without_floors() -> Situation:
     )
 
 
-def test_a_decisive_canary_window_releases_at_once_a_marginal_one_waits() -> None:
+def test_a_paying_canary_releases_once_held_a_marginal_one_once_its_evidence_shows_it() -> None:
     start = trial_without_floors()
-    state, actions = run(start, [observe(0.8, 0.8, tpot=0.008)])  # 2.5x, lower bound 2.3x
-    assert actions == ["kill_switch_released"]
-    assert "after 1 decisive window (traffic-weighted speedup 2.50 (lower bound" in (
+    state, actions = run(start, [observe(0.8, 0.8, tpot=0.008)] * 5)  # 2.5x, lower bound 2.2x
+    assert actions == ["kill_switch_released"]  # held for a window (60 s, the fifth tick)
+    assert "shown on 120 s of its serving (traffic-weighted speedup 2.50 (lower bound" in (
         state.kill_switch.reason or ""
     )
-    # α 0.1: 1.17x measured, but its lower bound (E at α 0.066) is 1.05x, under 1.1: three
-    # good windows, held for a window since the trial started
+    # α 0.1: 1.17x measured, but on one window its lower bound is 0.98x, under 1.1: the
+    # evidence grows until the bound reaches it
     marginal = observe(0.1, 0.1, tpot=0.02 * 1.2 / 1.4)
-    _, actions = run(start, [marginal] * 4)
+    _, actions = run(start, [marginal] * 5)
     assert actions == []
-    state, actions = run(start, [marginal] * 5)
+    state, actions = run(start, [marginal] * 60)  # 15 minutes, within the trial's deadline
     assert actions == ["kill_switch_released"]
-    assert "after 5 windows in a row" in (state.kill_switch.reason or "")
+    assert state.kill_switch.evidence is None  # released: the judgement ended
 
 
 def test_a_trial_is_judged_only_once_every_critical_class_is_judged_on_the_canary() -> None:
     start = trial_without_floors()
-    marginal = observe(0.1, 0.1, tpot=0.02 * 1.2 / 1.4)  # good, not decisive
+    paying = observe(0.8, 0.8, tpot=0.008)
     thin_code = replace(
-        marginal,
-        classes={**marginal.classes, "code": window(0.1, requests=5, mean_tpot_seconds=0.017)},
+        paying,
+        classes={**paying.classes, "code": window(0.8, requests=5, mean_tpot_seconds=0.008)},
     )
+    # code, critical, shows five requests a window: too few to judge, so the trial waits
+    # however well chat pays; its evidence adds a quarter of a window a tick, so code is judged
+    # once twenty have served and the trial is released
     state, actions = run(start, [thin_code] * 8)
-    assert actions == [] and state.guard.consecutive_good == 0
-    _, actions = run(state, [marginal] * 5)
+    assert actions == [] and state.kill_switch.evidence is not None
+    assert state.kill_switch.evidence.judged["code"]["requests"] < 20
+    _, actions = run(start, [thin_code] * 14)
     assert actions == ["kill_switch_released"]
     # a canary bad on the classes it could judge waits for the critical one: the canary's
     # share of a class's traffic is thin, and the speedup over some classes is not the fleet's
@@ -586,16 +603,45 @@ def test_a_trial_is_judged_only_once_every_critical_class_is_judged_on_the_canar
     state, actions = run(start, [collapsed_chat] * 4)
     assert actions == [] and state.kill_switch.state == "trial"
     judged = replace(
-        collapsed_chat, classes={**collapsed_chat.classes, "code": marginal.classes["code"]}
+        collapsed_chat,
+        classes={**collapsed_chat.classes, "code": window(0.1, mean_tpot_seconds=0.02)},
     )
-    state, actions = run(state, [judged])
+    state, actions = run(replace(state, now=state.now + timedelta(seconds=15)), [judged])
     assert actions == ["trial_failed"]
-    assert (state.kill_switch.reason or "").startswith("Trial failed on the canary: chat: ")
-    # a critical class's breach fails the trial at once
-    _, actions = run(
-        start, [replace(thin_code, classes={**marginal.classes, "code": window(0.01)})]
+    assert (state.kill_switch.reason or "").startswith("Trial failed on the canary: code: ")
+    # a critical class shown short fails the trial at once, whatever the others show
+    short = window(0.01, mean_tpot_seconds=0.03)  # 0.67x measured
+    _, actions = run(start, [replace(paying, classes={**paying.classes, "code": short})])
+    assert actions == ["trial_failed"]
+
+
+def test_a_quiet_trial_ends_at_its_deadline_failed_inconclusive_its_backoff_not_doubled() -> None:
+    """One request of each class a window on the canary, marginal: its evidence grows but shows
+    neither; at trialDeadlineSeconds the trial fails inconclusive, named TrialDeadline in its
+    decision and alert, and the next one waits the cooldown it waited before."""
+    quiet = replace(policy(trialDeadlineSeconds=300), classes=trial_without_floors().policy.classes)
+    start = replace(trial_without_floors(), policy=quiet)
+    start = replace(start, kill_switch=start.kill_switch.model_copy(update={"failed_trials": 2}))
+    marginal = observe(0.1, 0.1, tpot=0.02 * 1.2 / 1.4)
+    few = replace(
+        marginal, classes={n: replace(w, requests=20.0) for n, w in marginal.classes.items()}
     )
+    state, actions = run(start, [few] * 20)  # 285 s
+    assert actions == [] and state.kill_switch.trial and state.kill_switch.evidence
+    assert state.kill_switch.evidence.deadline == (T0 + timedelta(seconds=300)).isoformat()
+    state, actions = run(replace(state, now=T0 + timedelta(seconds=300)), [few])
     assert actions == ["trial_failed"]
+    switch = state.kill_switch
+    assert switch.state == "engaged" and switch.failed_trials == 2  # not doubled again
+    assert switch.next_trial_after == (T0 + timedelta(seconds=300 + 60 * 4)).isoformat()
+    assert switch.reason.startswith("Trial ended at its deadline (300 s) undecided")
+    decision = decide(
+        replace(start, observation=FLEET_WITHOUT, canary=None, now=T0 + timedelta(seconds=300))
+    )
+    # a canary that never served (no window at all) ends at the deadline too
+    [ended] = decision.actions
+    assert (ended.action, ended.reason) == ("trial_failed", "TrialDeadline")
+    assert ended.evidence["deadline"] is True and ended.evidence["evidenceSeconds"] == 0
 
 
 def test_a_trial_is_judged_on_its_canary_alone() -> None:

@@ -152,9 +152,9 @@ def cooling_down() -> World:
 
 
 def on_trial() -> World:
-    """Engaged; after the cooldown a trial's canary has run speculation for 30 s."""
+    """Engaged; after the cooldown a trial's canary has run speculation for a minute."""
     world = cooling_down()
-    world.tick(*[observe(0.8, 0.8, speculation=False, **VALID)] * 3)
+    world.tick(*[observe(0.8, 0.8, speculation=False, **VALID)] * 5)
     return world
 
 
@@ -371,8 +371,8 @@ ROWS = [
         events=(
             "Normal SpeculationEnabled: speculation on (by guard)",
             "Normal CanaryRemoved: canary m-canary removed",
-            "Normal SpeculationPays: Speculation pays again on the canary after 1 decisive "
-            "window *: kill switch released, the fleet rolls to speculation and the canary is "
+            "Normal SpeculationPays: Speculation pays again on the canary, shown on 60 s of its "
+            "serving *: kill switch released, the fleet rolls to speculation and the canary is "
             "removed.",
             "Normal ChildrenApplied: applied 2 and pruned 2 children for revision 1",
         ),

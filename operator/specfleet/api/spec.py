@@ -586,9 +586,17 @@ class GuardSpec(ApiModel):
         default=0.05,
         ge=0.001,
         le=0.2,
-        description="The chance you accept that a canary step's abort or pass is wrong. The "
-        "step's bounds hold however often the guard looks at its evidence: a smaller rate "
-        "decides later, on more requests.",
+        description="The chance you accept that any one guard decision is wrong: every bound "
+        "it acts on (acceptance, quality shares, error rates, the speedup) holds at this rate "
+        "however often it looks. A smaller rate decides later, on more requests.",
+    )
+    trial_deadline_seconds: int = Field(
+        default=1800,
+        ge=60,
+        le=MAX_DURATION_SECONDS,
+        description="A trial its canary's evidence has not decided by then (from its start) "
+        "ends failed inconclusive: the canary is removed, speculation stays off and the "
+        "backoff is not doubled.",
     )
     min_speedup: float = Field(
         default=1.0,

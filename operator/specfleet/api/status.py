@@ -113,7 +113,7 @@ class RolloutPhase(StrEnum):
 
 
 class Evidence(ApiModel):
-    """What one pending judgement (a canary step) has seen since it began:
+    """What one pending judgement (a canary step, a trial) has seen since it began:
     counts summed over the guard's windows (each tick adds what its window holds that was not
     counted), of the side judged and, for a canary step, of the control over the same time. Its
     deadline ends it whatever it shows."""
@@ -219,6 +219,9 @@ class KillSwitchStatus(ApiModel):
     failed_trials: int = Field(default=0, description="Trials that failed in a row (backoff).")
     next_trial_after: str | None = Field(
         default=None, description="Earliest time of the next trial re-enable."
+    )
+    evidence: Evidence | None = Field(
+        default=None, description="In a trial: what its canary has shown, and its deadline."
     )
 
     @property
@@ -381,6 +384,7 @@ class DecisionReason(StrEnum):
     ROLLOUT_PROMOTED = "RolloutPromoted"
     ROLLOUT_ABORTED = "RolloutAborted"
     STEP_DEADLINE = "StepDeadline"
+    TRIAL_DEADLINE = "TrialDeadline"
     CLASS_BREACH = "ClassBreach"
     CLASS_RECOVERED = "ClassRecovered"
     METRICS_BLIND = "MetricsBlind"

@@ -236,7 +236,9 @@ def _share(
 ) -> Breach | Unproven | None:
     """Confidently below the control's lower bound less the margin, or below the floor where
     the control meets it; unproven while the canary's lower bound is under that limit less
-    the band (None: within it, or nothing to judge)."""
+    the hysteresis band (None: within it, or nothing to judge). The band is the indifference
+    zone that lets every step end: a canary a tenth under its limit, or worse, is aborted, one
+    at its limit passes, and in between the evidence decides which bound crosses first."""
     canary, samples = read(sides.canary)
     if canary is None or samples < sides.min_samples:
         return None

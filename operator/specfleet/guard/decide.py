@@ -93,6 +93,7 @@ def decide(situation: Situation) -> Decision:
     judged = _judge_canary(tick) if situation.kill_switch.trial else evaluation
     if judged is not None:
         killswitch.transition(tick, judged)
+    killswitch.end_overdue_trial(tick)
     ratelimit.limit(tick)
     return _decision(tick, step)
 
@@ -125,12 +126,12 @@ def _judge(tick: Tick, observation: Observation, policy: Policy) -> Evaluation:
 
 
 def _judge_canary(tick: Tick) -> Evaluation | None:
-    """A trial is judged on its canary alone (None until it has served long enough): one pod,
-    so the requests in flight per replica are its own."""
-    situation = tick.situation
-    if situation.canary is None:
+    """A trial is judged on what its canary alone has shown since the trial began (None while
+    nothing new): one pod, so the requests in flight per replica are its own."""
+    canary = killswitch.trial_evidence(tick)
+    if canary is None:
         return None
-    return _judge(tick, situation.canary, replace(situation.policy, replicas=1))
+    return _judge(tick, canary, replace(tick.situation.policy, replicas=1))
 
 
 def _has_data(observation: Observation | None) -> bool:

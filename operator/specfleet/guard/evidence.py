@@ -59,10 +59,10 @@ def added(
 
 
 def _fresh(evidence: Evidence, seconds: float, now: datetime) -> float:
-    """The share of the window after what was counted (all of it at first: a judgement's first
-    window may reach back before it began, when a canary's series are new and a fleet's earlier
-    pods served another revision)."""
-    if not seconds or now <= datetime.fromisoformat(evidence.since):
+    """The share of the window after what was counted: all of it at first (a judgement's first
+    window may reach back before it began: its side's series are its own, a canary's new, a
+    fleet's earlier pods labelled with another revision or speculation)."""
+    if not seconds:
         return 0.0
     if evidence.through is None:
         return 1.0

@@ -8,11 +8,15 @@
      acceptance floor), or one decisive window (its bound at guard.errorRate outside the
      hysteresis band);
    - in a trial: after a cooldown one canary pod runs speculation beside the fleet, which stays
-     without; the trial is judged on the canary's windows alone against minSpeedup +
-     releaseMargin, held for a window (none for a decisive window), with the fleet's TPOT of
-     the same window as the measure without speculation; a failed trial engages it again and
-     doubles the cooldown; a trial waits while the load that made speculation lose holds, and
-     while a canary rollout runs (the two never run at once; a rollout waits for a trial);
+     without; the trial is one judgement on what the canary alone has shown since it began
+     (`guard.evidence`), against minSpeedup + releaseMargin, with the fleet's TPOT as the
+     measure without speculation. It is released once the speedup's lower bound reaches that
+     and every critical class's acceptance is shown at or over its floor, held for a window;
+     it fails once the upper bound is under it or a critical class's acceptance is shown under
+     its floor (engaged again, the cooldown doubled); undecided at trialDeadlineSeconds it
+     fails inconclusive (the cooldown not doubled). A trial waits while the load that made
+     speculation lose holds, and while a canary rollout runs (the two never run at once; a
+     rollout waits for a trial);
    - latched by more than maxActionsPerHour actions (Flapping, `guard.ratelimit`) until the
      next revision.
    A dry run decides and says so, never engages; a blind guard holds the switch as it is; a
@@ -38,6 +42,7 @@ from specfleet.api.status import (
     KillSwitchStatus,
     SpeculationSource,
 )
+from specfleet.guard import evidence as accumulated
 from specfleet.guard.actions import ActionKind, named
 from specfleet.guard.policy import TPOT_MEMORY_SECONDS
 from specfleet.guard.situation import Situation, Tick
@@ -159,14 +164,11 @@ def transition(tick: Tick, evaluation: Evaluation) -> None:
     state = tick.kill_switch.state
     if state == ENGAGED:
         _maybe_trial(tick, evaluation)
+    elif state == TRIAL:
+        _judge_trial(tick, evaluation)
     elif evaluation.speculation_bad is not None:
-        trial = state == TRIAL
-        if trial and not evaluation.critical_judged and not evaluation.critical_breach:
-            return  # a canary is judged on the classes that matter, or not yet
         _count(tick, evaluation.speculation_bad)
-        if trial:
-            _judge_trial(tick, evaluation)
-        elif _convinced(tick, evaluation):
+        if _convinced(tick, evaluation):
             _engage(
                 tick,
                 evaluation,
@@ -280,42 +282,99 @@ def _maybe_trial(tick: Tick, evaluation: Evaluation) -> None:
         {"failedTrials": tick.kill_switch.failed_trials},
     ):
         tick.kill_switch = tick.kill_switch.model_copy(
-            update={"state": KillSwitchState.TRIAL, "since": tick.stamp, "reason": message}
+            update={
+                "state": KillSwitchState.TRIAL,
+                "since": tick.stamp,
+                "reason": message,
+                "evidence": None,
+            }
         )
         tick.guard.trial_since = tick.stamp
         tick.guard.consecutive_bad = tick.guard.consecutive_good = 0
 
 
+def trial_evidence(tick: Tick) -> Observation | None:
+    """What the trial's canary has shown since the trial began, this tick's window added (None:
+    nothing new to judge)."""
+    situation, switch = tick.situation, tick.kill_switch
+    evidence = switch.evidence or accumulated.begin(
+        _trial_start(tick), situation.policy.guard.trial_deadline_seconds
+    )
+    canary = situation.canary
+    grown = accumulated.added(evidence, canary, situation.now) if canary else None
+    tick.kill_switch = switch.model_copy(update={"evidence": grown or evidence})
+    if grown is None or canary is None:
+        return None
+    return accumulated.observation(grown, canary)
+
+
+def _trial_start(tick: Tick) -> datetime:
+    return datetime.fromisoformat(tick.guard.trial_since or tick.kill_switch.since or tick.stamp)
+
+
 def _judge_trial(tick: Tick, evaluation: Evaluation) -> None:
-    """A trial is released after N good windows at the stricter threshold held for a window,
-    or one decisive good window; it fails on the first window that would have engaged the
-    kill switch on its own: a bad trial costs one window, not N."""
-    guard = tick.situation.policy.guard
-    plainly_bad = evaluation.speedup is not None and evaluation.speedup < guard.min_speedup
-    breached = evaluation.critical_breach
-    if plainly_bad or breached or tick.guard.consecutive_bad >= guard.consecutive_breaches:
+    """Failed once the canary's evidence shows the traffic-weighted speedup short of
+    minSpeedup + releaseMargin (its upper bound), or a critical class short of what engages
+    the switch (its speedup under minSpeedup, its acceptance under its floor); released once
+    it shows the converse of all of them (lower bounds), held for a window. The burden of
+    proof is the same both ways; a canary is judged on the classes that matter, or not yet."""
+    bounds, needed = evaluation.speedup_bounds, evaluation.threshold
+    minimum = tick.situation.policy.guard.min_speedup
+    critical_short = evaluation.critical_short(minimum)
+    if bounds is None or not (evaluation.critical_judged or critical_short):
+        return
+    if bounds[1] < needed or critical_short:
         _engage(tick, evaluation, ActionKind.TRIAL_FAILED, DecisionReason.TRIAL_FAILED)
         return
-    since = datetime.fromisoformat(tick.guard.trial_since or tick.stamp)
-    held = (tick.situation.now - since).total_seconds() >= guard.window_seconds
-    windows = tick.guard.consecutive_good
-    if (held and windows >= guard.consecutive_breaches) or evaluation.decisive:
-        message = (
-            f"Speculation pays again on the canary after "
-            f"{_windows_words(evaluation, windows)} ({_speedup_words(evaluation)}): kill "
-            "switch released, the fleet rolls to speculation and the canary is removed."
+    served = (tick.situation.now - _trial_start(tick)).total_seconds()
+    held = served >= tick.situation.policy.guard.window_seconds
+    if not (held and bounds[0] >= needed and evaluation.critical_paying(minimum)):
+        return
+    seconds = tick.kill_switch.evidence.seconds if tick.kill_switch.evidence else 0.0
+    message = (
+        f"Speculation pays again on the canary, shown on {seconds:.0f} s of its serving "
+        f"({_speedup_words(evaluation)}): kill switch released, the fleet rolls to "
+        "speculation and the canary is removed."
+    )
+    evidence = {**evaluation.evidence(), "evidenceSeconds": round(seconds)}
+    if tick.act(
+        ActionKind.KILL_SWITCH_RELEASED, DecisionReason.SPECULATION_PAYS, message, evidence
+    ):
+        tick.kill_switch = KillSwitchStatus(
+            state=KillSwitchState.RELEASED,
+            source=SpeculationSource.GUARD,
+            since=tick.stamp,
+            reason=message,
         )
-        evidence = {**evaluation.evidence(), "windows": windows}
-        if tick.act(
-            ActionKind.KILL_SWITCH_RELEASED, DecisionReason.SPECULATION_PAYS, message, evidence
-        ):
-            tick.kill_switch = KillSwitchStatus(
-                state=KillSwitchState.RELEASED,
-                source=SpeculationSource.GUARD,
-                since=tick.stamp,
-                reason=message,
-            )
-            tick.guard.consecutive_good = 0
+
+
+def end_overdue_trial(tick: Tick) -> None:
+    """A trial its evidence has not decided by its deadline fails inconclusive: the canary is
+    removed, speculation stays off, and the cooldown is not doubled (nothing showed it
+    short)."""
+    switch, situation = tick.kill_switch, tick.situation
+    if not switch.trial or switch.evidence is None:
+        return
+    if not accumulated.overdue(switch.evidence, situation.now):
+        return
+    guard = situation.policy.guard
+    cooldown = min(guard.cooldown_seconds * 2**switch.failed_trials, guard.max_cooldown_seconds)
+    seconds = switch.evidence.seconds
+    message = (
+        f"Trial ended at its deadline ({guard.trial_deadline_seconds} s) undecided on "
+        f"{seconds:.0f} s of its canary's serving: canary removed, speculation stays off; "
+        f"next trial in {cooldown}s (not doubled)."
+    )
+    facts = {"deadline": True, "evidenceSeconds": round(seconds), "cooldownSeconds": cooldown}
+    if tick.act(ActionKind.TRIAL_FAILED, DecisionReason.TRIAL_DEADLINE, message, facts):
+        tick.kill_switch = KillSwitchStatus(
+            state=KillSwitchState.ENGAGED,
+            source=SpeculationSource.GUARD,
+            since=tick.stamp,
+            reason=message,
+            failed_trials=switch.failed_trials,
+            next_trial_after=(situation.now + timedelta(seconds=cooldown)).isoformat(),
+        )
 
 
 def _lost_to_load(situation: Situation, evaluation: Evaluation) -> float | None:

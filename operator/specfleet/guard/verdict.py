@@ -91,6 +91,22 @@ class ClassVerdict(NamedTuple):
         """Confidently below the floor by the hysteresis band: a decisive breach."""
         return self._upper_acceptance_under(1.0 - self.policy.band)
 
+    def shown_short(self, minimum: float) -> bool:
+        """Its speedup's upper bound is under `minimum`, or its acceptance under its floor."""
+        bounds = self.speedup_bounds
+        return (bounds is not None and bounds[1] < minimum) or self.below_acceptance_floor
+
+    def shown_paying(self, minimum: float) -> bool:
+        """Judged, its speedup's lower bound at `minimum` or over, and its acceptance at or
+        over its floor (no floor: nothing to show): what releasing the kill switch needs of a
+        critical class, the converse of what engages it."""
+        speedup, floor, acceptance = self.speedup_bounds, self.slo.min_acceptance_rate, None
+        if self.acceptance_bounds is not None:
+            acceptance = self.acceptance_bounds[0]
+        if not self.conclusive or speedup is None or speedup[0] < minimum:
+            return False
+        return floor is None or (acceptance is not None and acceptance >= floor)
+
     def _upper_acceptance_under(self, share_of_floor: float) -> bool:
         floor = self.slo.min_acceptance_rate
         bounds = self.acceptance_bounds
@@ -199,6 +215,14 @@ class Evaluation(NamedTuple):
     def critical_judged(self) -> bool:
         """Every critical class's window was conclusive."""
         return all(v.conclusive for v in self.classes if v.critical)
+
+    def critical_short(self, minimum: float) -> bool:
+        """A critical class is shown short (`ClassVerdict.shown_short`)."""
+        return any(v.shown_short(minimum) for v in self.classes if v.critical)
+
+    def critical_paying(self, minimum: float) -> bool:
+        """Every critical class is shown paying (`ClassVerdict.shown_paying`)."""
+        return all(v.shown_paying(minimum) for v in self.classes if v.critical)
 
     @property
     def revision_bad(self) -> bool | None:
