@@ -701,6 +701,48 @@ def test_bad_tool_calls_on_probation_roll_back() -> None:
     assert state.revision.verdict == "bad"
 
 
+def quiet_window(**chat: Any) -> Observation:
+    """Four requests of each class a window, tool calls valid unless `chat` says otherwise."""
+    valid = {"tool_calls_valid": 4.0, "tool_calls_invalid": 0.0} | chat
+    return replace(
+        observe(0.8, 0.8),
+        classes={"code": window(0.8, requests=4.0), "chat": window(0.8, requests=4.0, **valid)},
+    )
+
+
+def test_a_quiet_revision_is_judged_on_its_evidence_not_on_windows_it_never_fills() -> None:
+    """Four requests a window never make one conclusive (twenty needed); the probation's
+    evidence adds a quarter window a tick: a revision breaking half its tool calls is rolled back
+    on it, a good one is promoted once every signal is shown within its limits."""
+    broken = quiet_window(tool_calls_valid=2.0, tool_calls_invalid=2.0)
+    state, actions = run(on_probation(), [broken] * 120)
+    assert actions == ["rolled_back"]
+    fine = quiet_window()
+    state, actions = run(on_probation(), [fine] * 240)  # an hour
+    assert actions == ["revision_promoted"]
+    assert state.guard.probation_evidence is not None
+    assert state.guard.probation_evidence.judged["chat"]["requests"] > 20
+
+
+def test_a_revision_its_probation_never_judges_is_kept_unproven_at_the_deadline() -> None:
+    """Two requests a window, tool calls 90% valid against a 0.9 floor: never shown under it,
+    never shown within it. At probationDeadlineSeconds the revision is kept: verdict `kept`,
+    a ProbationDeadline decision and alert, and it is no rollback target."""
+    quiet = on_probation(policy=policy(probationDeadlineSeconds=900))
+    marginal = quiet_window(tool_calls_valid=3.6, tool_calls_invalid=0.4)
+    state, actions = run(quiet, [marginal] * 60)  # 885 s
+    assert actions == [] and state.revision.verdict == "probation"
+    decision = decide(replace(state, observation=marginal, now=T0 + timedelta(seconds=900)))
+    [kept] = decision.actions
+    assert (kept.action, kept.reason, decision.verdict) == (
+        "revision_kept",
+        "ProbationDeadline",
+        "kept",
+    )
+    assert kept.message.startswith("Revision 2 kept unproven: its probation reached its deadline")
+    assert kept.evidence["deadline"] is True and kept.evidence["evidenceSeconds"] > 800
+
+
 def test_quality_is_judged_against_the_last_good_revision_too() -> None:
     slightly_worse = observe(0.8, 0.8, tool_calls_valid=88.0, tool_calls_invalid=12.0)
     baseline = GuardStatus(baseline=QualityBaseline(tool_call_validity=0.99))

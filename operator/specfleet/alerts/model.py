@@ -23,7 +23,11 @@ ONE_SHOT_ACTIONS = {
     ActionKind.TRIAL_FAILED,
     ActionKind.CLASS_BREACH,
 }
-DEADLINES = {DecisionReason.STEP_DEADLINE, DecisionReason.TRIAL_DEADLINE}
+DEADLINES = {
+    DecisionReason.STEP_DEADLINE,
+    DecisionReason.TRIAL_DEADLINE,
+    DecisionReason.PROBATION_DEADLINE,
+}
 """A pending judgement its deadline ended, whatever it did then: someone should know."""
 CLASS_LABELS = ("class", "signal")
 """Labels a one-shot alert takes from its decision's evidence: one alert per class breach."""

@@ -590,6 +590,13 @@ class GuardSpec(ApiModel):
         "it acts on (acceptance, quality shares, error rates, the speedup) holds at this rate "
         "however often it looks. A smaller rate decides later, on more requests.",
     )
+    probation_deadline_seconds: int = Field(
+        default=7200,
+        ge=60,
+        le=MAX_DURATION_SECONDS,
+        description="A revision on probation its evidence has not judged by then is kept, "
+        "unproven (verdict `kept`, no rollback target), and the guard says so.",
+    )
     trial_deadline_seconds: int = Field(
         default=1800,
         ge=60,

@@ -59,6 +59,9 @@ class RevisionVerdict(StrEnum):
     PROBATION = "probation"
     GOOD = "good"
     BAD = "bad"
+    KEPT = "kept"
+    """Probation's deadline passed undecided: it serves on, unproven, and is no rollback
+    target until it served clean."""
 
 
 class Condition(ApiModel):
@@ -113,7 +116,7 @@ class RolloutPhase(StrEnum):
 
 
 class Evidence(ApiModel):
-    """What one pending judgement (a canary step, a trial) has seen since it began:
+    """What one pending judgement (a canary step, a trial, a probation) has seen since it began:
     counts summed over the guard's windows (each tick adds what its window holds that was not
     counted), of the side judged and, for a canary step, of the control over the same time. Its
     deadline ends it whatever it shows."""
@@ -197,7 +200,9 @@ class RevisionRecord(ApiModel):
         default=None, description="SpecModel generation that introduced it."
     )
     verdict: str = Field(
-        default="probation", description="`probation`, `good` or `bad` (rolled back)."
+        default="probation",
+        description="`probation`, `good`, `bad` (rolled back) or `kept` (its probation's "
+        "deadline passed undecided: it serves on, unproven).",
     )
     created: str | None = Field(default=None, description="When it was first seen.")
     served_clean: bool = Field(
@@ -337,6 +342,9 @@ class GuardStatus(ApiModel):
         default=None, description="Revision whose probation started at probationSince."
     )
     probation_since: str | None = Field(default=None, description="When probation started.")
+    probation_evidence: Evidence | None = Field(
+        default=None, description="What the revision on probation has shown, and its deadline."
+    )
     trial_since: str | None = Field(default=None, description="When the trial re-enable began.")
     trial_max_in_flight: float | None = Field(
         default=None,
@@ -385,6 +393,7 @@ class DecisionReason(StrEnum):
     ROLLOUT_ABORTED = "RolloutAborted"
     STEP_DEADLINE = "StepDeadline"
     TRIAL_DEADLINE = "TrialDeadline"
+    PROBATION_DEADLINE = "ProbationDeadline"
     CLASS_BREACH = "ClassBreach"
     CLASS_RECOVERED = "ClassRecovered"
     METRICS_BLIND = "MetricsBlind"

@@ -19,6 +19,7 @@ class ActionKind(StrEnum):
     TRIAL_FAILED = "trial_failed"
     ROLLED_BACK = "rolled_back"
     REVISION_PROMOTED = "revision_promoted"
+    REVISION_KEPT = "revision_kept"
     QUALITY_BREACH = "quality_breach"
     ALERT = "alert"
     FLAPPING = "flapping"

@@ -88,7 +88,7 @@ def decide(situation: Situation) -> Decision:
     if not situation.observation.speculation:
         killswitch.remember_tpot_without_speculation(tick, situation.observation)
     evaluation = _judge(tick, situation.observation, situation.policy)
-    probation.judge_revision(tick, evaluation)
+    probation.judge_revision(tick, evaluation, lambda seen: _evaluate(tick, seen, situation.policy))
     classes.judge(tick, evaluation)
     judged = _judge_canary(tick) if situation.kill_switch.trial else evaluation
     if judged is not None:
@@ -112,17 +112,22 @@ def _decision(tick: Tick, rollout_step: StepJudgement | None = None) -> Decision
 
 
 def _judge(tick: Tick, observation: Observation, policy: Policy) -> Evaluation:
-    """Evaluates a window with TPOT without speculation as last measured (this window's own,
-    when the fleet runs without)."""
+    """Evaluates a window, as what status shows."""
     tick.observation = observation
-    tick.evaluation = evaluate(
+    tick.evaluation = _evaluate(tick, observation, policy)
+    return tick.evaluation
+
+
+def _evaluate(tick: Tick, observation: Observation, policy: Policy) -> Evaluation:
+    """With TPOT without speculation as last measured (this window's own, when the fleet runs
+    without)."""
+    return evaluate(
         policy,
         observation,
         killswitch.threshold(tick.situation),
         killswitch.tpot_without_speculation(tick),
         tick.guard.baseline,
     )
-    return tick.evaluation
 
 
 def _judge_canary(tick: Tick) -> Evaluation | None:

@@ -1,7 +1,11 @@
-"""Probation: a new revision that breaches a class's quality limits (tool-call / structured-output
-validity, truncation, error rate) or latency SLOs (p95 TTFT and TPOT, against the SLO and the last
-good revision's) N evaluations in a row is rolled back to the rollback target; after
-probationSeconds without breach, and N good evaluations, it becomes the last good.
+"""Probation: one judgement on what the new revision has shown since it began (`guard.evidence`:
+the fleet's windows summed, a tick at a time). A revision whose evidence breaches a class's
+quality limits (tool-call / structured-output validity, truncation, error rate) or latency SLOs
+(p95 TTFT and TPOT of the last window, against the SLO and the last good revision's) N
+evaluations in a row is rolled back to the rollback target; after probationSeconds without
+breach, N good evaluations, and every judged class's quality shown within its limits (the
+converse of a breach, at the same error rate), it becomes the last good. Undecided at
+probationDeadlineSeconds it is kept, unproven (`kept`): it serves on and the guard says so.
 
 Attribution: a latency breach that speculation explains (it does not pay, and plain decoding
 would meet the limit) is the kill switch's to answer, not the revision's; one it does not
@@ -11,6 +15,7 @@ evaluations in a row make the revision a rollback target (it served clean) befor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from specfleet.api.status import (
@@ -19,6 +24,7 @@ from specfleet.api.status import (
     QualityBaseline,
     RevisionVerdict,
 )
+from specfleet.guard import evidence as accumulated
 from specfleet.guard.actions import ActionKind, named
 from specfleet.guard.situation import Tick
 from specfleet.guard.verdict import Evaluation
@@ -29,15 +35,38 @@ PROBATION = RevisionVerdict.PROBATION
 """Read once (as `killswitch.TRIAL`)."""
 
 
-def judge_revision(tick: Tick, evaluation: Evaluation) -> None:
+def judge_revision(
+    tick: Tick, window: Evaluation, evaluate: Callable[[Observation], Evaluation]
+) -> None:
+    """`window`: this tick's window judged; `evaluate`: the guard's evaluation, which judges the
+    evidence so far. Either may show a breach: the window a sudden one, the evidence a quiet
+    revision's."""
     situation, guard = tick.situation, tick.guard
     revision = situation.revision
-    if revision.verdict != PROBATION:
+    if revision.verdict != PROBATION or situation.observation is None:
         return
     if guard.probation_revision != revision.number:
         guard.probation_revision, guard.probation_since = revision.number, tick.stamp
         guard.quality_bad, guard.quality_good, guard.flapping = 0, 0, False
-    bad = evaluation.revision_bad
+        guard.probation_evidence = None
+    deadline = situation.policy.guard.probation_deadline_seconds
+    since = datetime.fromisoformat(guard.probation_since or tick.stamp)
+    evidence = guard.probation_evidence or accumulated.begin(since, deadline)
+    grown = accumulated.added(evidence, situation.observation, situation.now)
+    guard.probation_evidence = grown or evidence
+    summed = None
+    if grown is not None:
+        summed = evaluate(accumulated.observation(grown, situation.observation))
+    _judge(tick, window, summed)
+    if tick.verdict == PROBATION and accumulated.overdue(guard.probation_evidence, situation.now):
+        _keep(tick)
+
+
+def _judge(tick: Tick, window: Evaluation, summed: Evaluation | None) -> None:
+    situation, guard = tick.situation, tick.guard
+    revision = situation.revision
+    shown = [window.revision_bad, summed.revision_bad if summed else None]
+    bad = True if True in shown else (False if False in shown else None)
     if bad:
         guard.quality_bad, guard.quality_good = guard.quality_bad + 1, 0
         tick.revision_suspect = situation.has_last_good
@@ -45,21 +74,39 @@ def judge_revision(tick: Tick, evaluation: Evaluation) -> None:
         guard.quality_bad, guard.quality_good = 0, guard.quality_good + 1
     needed = situation.policy.guard.consecutive_breaches
     if guard.quality_bad >= needed:
-        _breach(tick, evaluation)
+        _breach(tick, window if window.revision_bad or summed is None else summed)
         return
     tick.served_clean = guard.quality_good >= needed
     since = datetime.fromisoformat(guard.probation_since or tick.stamp)
     served = (situation.now - since).total_seconds() >= situation.policy.guard.probation_seconds
-    # Time alone proves nothing: the last N windows must have judged the revision good.
-    if served and tick.served_clean:
+    # Time alone proves nothing: the last N evaluations must have judged the revision good, and
+    # its evidence shown every quality signal within its limits.
+    if served and tick.served_clean and summed is not None and not summed.revision_unproven:
         tick.verdict = RevisionVerdict.GOOD
         guard.baseline = baseline(situation.observation, situation.policy.guard.min_requests)
         tick.act(
             ActionKind.REVISION_PROMOTED,
             DecisionReason.REVISION_PROMOTED,
             f"Revision {revision.number} passed probation and is the last good revision.",
-            evaluation.evidence(),
+            window.evidence(),
         )
+
+
+def _keep(tick: Tick) -> None:
+    """Probation's deadline passed undecided: the revision serves on, unproven."""
+    guard, situation = tick.guard, tick.situation
+    evidence = guard.probation_evidence
+    seconds = evidence.seconds if evidence else 0.0
+    deadline = situation.policy.guard.probation_deadline_seconds
+    message = (
+        f"Revision {situation.revision.number} kept unproven: its probation reached its "
+        f"deadline ({deadline} s) undecided on {seconds:.0f} s of serving. It serves on and is "
+        "no rollback target until it has served clean; a breach the guard sees later is the "
+        "kill switch's and the classes' to name."
+    )
+    facts = {"deadline": True, "evidenceSeconds": round(seconds)}
+    if tick.act(ActionKind.REVISION_KEPT, DecisionReason.PROBATION_DEADLINE, message, facts):
+        tick.verdict = RevisionVerdict.KEPT
 
 
 def _breach(tick: Tick, evaluation: Evaluation) -> None:

@@ -47,6 +47,9 @@ class Judged(NamedTuple):
 
     breaches: list[str]
     readings: dict[str, Any]
+    unproven: list[str] = []
+    """Signals neither confidently past their limits nor shown within them (the limit less the
+    hysteresis band): what promoting a revision still needs."""
 
 
 class ClassVerdict(NamedTuple):
@@ -128,10 +131,7 @@ class ClassVerdict(NamedTuple):
     def quality(self) -> Judged:
         if self.window is None:
             return Judged([], {})
-        guard = self.policy.guard
-        return _judge_quality(
-            self.name, self.slo, self.window, self.baseline, guard.min_requests, guard.error_rate
-        )
+        return _judge_quality(self.name, self.slo, self.window, self.baseline, self.policy)
 
     def latency(self, plain: float = 1.0) -> Judged:
         """Against the stricter of the SLO and the last good revision's p95 (LATENCY_MARGIN
@@ -223,6 +223,16 @@ class Evaluation(NamedTuple):
     def critical_paying(self, minimum: float) -> bool:
         """Every critical class is shown paying (`ClassVerdict.shown_paying`)."""
         return all(v.shown_paying(minimum) for v in self.classes if v.critical)
+
+    @property
+    def revision_unproven(self) -> list[str]:
+        """Each judged class's quality signals not yet shown within their limits."""
+        return [
+            f"{v.name}: {words}"
+            for v in self.classes
+            if v.conclusive
+            for words in v.quality().unproven
+        ]
 
     @property
     def revision_bad(self) -> bool | None:
@@ -507,22 +517,21 @@ def _judge_quality(
     slo: ClassSlo,
     window: ClassWindow,
     baseline: QualityBaseline | None,
-    min_samples: int,
-    error_rate: float,
+    policy: Policy,
 ) -> Judged:
     """Each quality signal (`signals.QUALITY`) against the stricter of the class's SLO and the
     last good revision's value."""
-    breaches: list[str] = []
-    readings: dict[str, Any] = {}
+    judged = Judged([], {}, [])
+    error_rate = policy.guard.error_rate
     for signal in QUALITY:
         good = signal.last_good(baseline, klass) if baseline else None
         if signal.rule is Rule.MULTIPLE:
-            breach = _judge_multiple(signal, window, good, readings, error_rate)
+            breach = _judge_multiple(signal, window, good, judged.readings, error_rate)
         else:
-            breach = _judge_share(signal, slo, window, good, min_samples, readings, error_rate)
+            breach = _judge_share(signal, slo, window, good, policy, judged)
         if breach is not None:
-            breaches.append(breach)
-    return Judged(breaches, readings)
+            judged.breaches.append(breach)
+    return judged
 
 
 def _judge_share(
@@ -530,32 +539,30 @@ def _judge_share(
     slo: ClassSlo,
     window: ClassWindow,
     good: float | None,
-    min_samples: int,
-    readings: dict[str, Any],
-    error_rate: float,
+    policy: Policy,
+    judged: Judged,
 ) -> str | None:
     """Judged as the share that is good (`Signal.good`) against a floor: the SLO's, or the last
-    good revision's share less the margin."""
+    good revision's share less the margin; unproven while its lower bound is under the floor
+    less the hysteresis band."""
     value, samples = signal.value(window), signal.samples(window)
-    if value is None or samples < min_samples:
+    if value is None or samples < policy.guard.min_requests:
         return None
-    readings[signal.name] = value
+    judged.readings[signal.name] = value
     limit = _limit(signal.floor(slo), None if good is None else signal.good(good))
-    if not _confidently_below(signal.good(value), samples, limit, error_rate):
+    share = signal.good(value)
+    lower, upper = confidence_sequence(share * samples, samples, policy.guard.error_rate)
+    if share >= limit or upper >= limit:
+        needed = limit * (1.0 - policy.band)
+        if lower < needed:
+            side = "at or over" if signal.higher_is_better else "at or under"
+            shown = f"{signal.name} {value:.3f} not yet shown {side} {signal.good(needed):.3f}"
+            judged.unproven.append(f"{shown} (n={samples:.0f})")
         return None
     left_out = sum(signal.unjudged(window).values()) if signal.unjudged else 0.0
     apart = f", {left_out:.0f} unjudged" if left_out else ""
     told = f"{value:.3f} {signal.worse} {signal.good(limit):.3f}"
     return f"{signal.name} {told} (n={samples:.0f}{apart})"
-
-
-def _confidently_below(value: float, samples: float, limit: float, error_rate: float) -> bool:
-    """The upper bound is under the limit: a breach, not a noisy dip. (The bounds hold the
-    value itself, so a value at or above the limit needs none.)"""
-    if value >= limit:
-        return False
-    _, upper = confidence_sequence(value * samples, samples, error_rate)
-    return upper < limit
 
 
 def _limit(floor: float | None, good: float | None) -> float:
