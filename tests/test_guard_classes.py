@@ -94,10 +94,15 @@ def test_a_marginal_breach_needs_n_windows_in_a_row() -> None:
     assert not breach.evidence["decisive"] and "p95TpotSeconds 0.060 > 0.050" in breach.message
 
 
-def test_too_few_requests_never_count() -> None:
+def test_too_few_requests_count_once_the_fleets_evidence_adds_them_up() -> None:
+    """Ten requests a window are too few to judge (twenty needed); the fleet's evidence adds a
+    quarter window a tick, so the class is judged from the fifth tick on, and named once its
+    breach holds consecutiveBreaches evaluations."""
     few = window(0.02, requests=10)
-    current, decisions = run(start(), *[few] * 5)
+    current, decisions = run(start(), *[few] * 4)
     assert named(decisions) == [] and prose_state(current).bad == 0
+    current, decisions = run(start(), *[few] * 8)
+    assert [a.action for a in named(decisions)] == ["class_breach"]
 
 
 def test_a_non_critical_class_breaking_tool_calls_is_named() -> None:

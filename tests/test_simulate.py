@@ -219,12 +219,18 @@ def test_noisy_healthy_two_hours_takes_no_action() -> None:
     assert [a for _, a in actions(result)] == ["revision_promoted"]
 
 
-def test_low_traffic_is_inconclusive_and_never_acts() -> None:
+def test_a_collapse_at_low_traffic_is_found_on_the_fleets_evidence() -> None:
+    """At 0.15 req/s per class no window holds enough requests to judge (the episode is not
+    "detectable" a window at a time); the fleet's evidence adds them up and the kill switch
+    engages within minutes of the collapse, on the critical class's floor, and nothing else
+    acts falsely."""
     result = run("low-traffic")
-    assert result.acting == []
+    engaged = result.acting[0]
+    assert engaged["action"] == "kill_switch_engaged" and 600 < engaged["t"] < 600 + 300
+    assert "code: acceptance" in engaged["message"]
     [episode] = result.episodes
-    assert not episode.detectable and episode.detected_at is None
-    assert all(tick.speedup is None for tick in result.run.ticks)  # no conclusive class, ever
+    assert not episode.detectable and episode.detected_at == engaged["t"]
+    assert result.false_actions == [] and result.missed == []
 
 
 def test_the_summary_names_the_rule_with_the_true_speedup_beside_it(collapse: Result) -> None:

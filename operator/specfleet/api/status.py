@@ -116,13 +116,15 @@ class RolloutPhase(StrEnum):
 
 
 class Evidence(ApiModel):
-    """What one pending judgement (a canary step, a trial, a probation) has seen since it began:
+    """What one pending judgement (a canary step, a trial, a probation, a quiet fleet) has seen
+    since it began:
     counts summed over the guard's windows (each tick adds what its window holds that was not
     counted), of the side judged and, for a canary step, of the control over the same time. Its
     deadline ends it whatever it shows."""
 
     since: str = Field(description="When the judgement began (RFC 3339).")
     deadline: str = Field(description="When it ends inconclusive if nothing decided it.")
+    serving: str = Field(default="", description="What served it, when that can change.")
     through: str | None = Field(default=None, description="End of the last window counted.")
     seconds: float = Field(default=0.0, description="Seconds of serving counted.")
     judged: dict[str, dict[str, float]] = Field(
@@ -344,6 +346,11 @@ class GuardStatus(ApiModel):
     probation_since: str | None = Field(default=None, description="When probation started.")
     probation_evidence: Evidence | None = Field(
         default=None, description="What the revision on probation has shown, and its deadline."
+    )
+    fleet_evidence: Evidence | None = Field(
+        default=None,
+        description="While a window holds too few requests of a class to judge it: what the "
+        "fleet has shown since its judgement began.",
     )
     trial_since: str | None = Field(default=None, description="When the trial re-enable began.")
     trial_max_in_flight: float | None = Field(

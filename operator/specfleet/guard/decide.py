@@ -18,10 +18,10 @@ One evaluation per tick and SpecModel, each concern in its module:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, partial
 
 from specfleet.api.status import ClassObservation, GuardStatus, KillSwitchStatus
-from specfleet.guard import blindness, classes, killswitch, probation, ratelimit, rollout
+from specfleet.guard import blindness, classes, killswitch, probation, quiet, ratelimit, rollout
 from specfleet.guard.actions import Action
 from specfleet.guard.policy import Policy
 from specfleet.guard.rollout import StepJudgement
@@ -88,7 +88,9 @@ def decide(situation: Situation) -> Decision:
     if not situation.observation.speculation:
         killswitch.remember_tpot_without_speculation(tick, situation.observation)
     evaluation = _judge(tick, situation.observation, situation.policy)
-    probation.judge_revision(tick, evaluation, lambda seen: _evaluate(tick, seen, situation.policy))
+    judge_evidence = partial(_evaluate, tick, policy=situation.policy)
+    probation.judge_revision(tick, evaluation, judge_evidence)
+    evaluation = quiet.judged(tick, evaluation, judge_evidence)
     classes.judge(tick, evaluation)
     judged = _judge_canary(tick) if situation.kill_switch.trial else evaluation
     if judged is not None:

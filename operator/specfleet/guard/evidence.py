@@ -70,14 +70,17 @@ def _fresh(evidence: Evidence, seconds: float, now: datetime) -> float:
     return min(new / seconds, 1.0)
 
 
-def observation(evidence: Evidence, template: Observation, control: bool = False) -> Observation:
+def observation(
+    evidence: Evidence, template: Observation, control: bool = False, latency: bool = True
+) -> Observation:
     """The summed counts as one long window (the template's revision and speculation, over the
-    seconds counted)."""
+    seconds counted). `latency`: with the last window's p95s (a canary beside its control on
+    the same window); without, latency is left to the windows."""
     counts = evidence.control if control else evidence.judged
     return replace(
         template,
         window_seconds=evidence.seconds,
-        classes={name: _window(found) for name, found in counts.items()},
+        classes={name: _window(found, latency) for name, found in counts.items()},
         canary=None,
     )
 
@@ -102,8 +105,9 @@ def _summed(
     return total
 
 
-def _window(counts: dict[str, float]) -> ClassWindow:
-    known: dict[str, Any] = {attr: value for attr, value in counts.items() if attr != TPOT_SUM}
+def _window(counts: dict[str, float], latency: bool) -> ClassWindow:
+    left_out = (TPOT_SUM,) if latency else (TPOT_SUM, *LATEST)
+    known: dict[str, Any] = {attr: value for attr, value in counts.items() if attr not in left_out}
     samples = counts.get("tpot_samples")
     if TPOT_SUM in counts and samples:
         known["mean_tpot_seconds"] = counts[TPOT_SUM] / samples

@@ -14,6 +14,9 @@ LATENCY_MARGIN = 1.5
 MIN_ERROR_RATE_BREACH = 0.01
 MIN_ERRORS = 5
 """Fewer upstream errors in a window are never a quality breach, whatever the rate."""
+QUIET_HORIZON_SECONDS = 3600
+"""A quiet fleet's evidence (`guard.quiet`) undecided this long starts over: a change is judged
+on at most this much past."""
 TPOT_MEMORY_SECONDS = 3600
 """TPOT measured without speculation stands in for the model this long, then expires."""
 

@@ -56,7 +56,7 @@ def judge_revision(
     guard.probation_evidence = grown or evidence
     summed = None
     if grown is not None:
-        summed = evaluate(accumulated.observation(grown, situation.observation))
+        summed = evaluate(accumulated.observation(grown, situation.observation, latency=False))
     _judge(tick, window, summed)
     if tick.verdict == PROBATION and accumulated.overdue(guard.probation_evidence, situation.now):
         _keep(tick)
