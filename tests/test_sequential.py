@@ -14,6 +14,7 @@ from specfleet.guard.sequential import (
     MAX_TRIALS,
     PRIOR,
     confidence_sequence,
+    excludes,
     log_martingale,
     trials_to_decide,
 )
@@ -260,3 +261,15 @@ def test_trials_to_decide_edges() -> None:
     healthy = trials_to_decide(0.995, 0.98, 0.05)
     assert healthy is not None and 300 < healthy < 1500
     assert (stricter := trials_to_decide(0.05, 0.3, 0.01)) is not None and stricter > collapse
+
+
+@given(fraction_st, trials_st, error_st, st.floats(0.001, 0.999))
+def test_excludes_says_what_the_bounds_say(
+    fraction: float, trials: float, alpha: float, p: float
+) -> None:
+    """The guard's one-evaluation test agrees with the bounds' roots, but within a hair of an
+    end (where the root finder's tolerance decides)."""
+    lower, upper = confidence_sequence(fraction * trials, trials, alpha)
+    if min(abs(p - lower), abs(p - upper)) < 1e-6:
+        return
+    assert excludes(p, fraction * trials, trials, alpha) == (p < lower or p > upper)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from specfleet.api.status import ClassGuardStatus, ClassState, DecisionReason
 from specfleet.guard.actions import ActionKind
-from specfleet.guard.sequential import confidence_sequence
+from specfleet.guard.sequential import excludes
 from specfleet.guard.situation import Tick
 from specfleet.guard.verdict import ClassVerdict, Evaluation
 from specfleet.signals import ACCEPTANCE_RATE, P95_TPOT, P95_TTFT, QUALITY, SPEEDUP, Signal
@@ -108,9 +108,11 @@ def _quality(
     share, floor = signal.good(value), signal.good(bound)
     if share >= floor:
         return Reading(signal.name, value, bound, samples, False, False)
-    _, upper = confidence_sequence(share * samples, samples, verdict.policy.guard.error_rate)
-    decisive = upper < floor * (1.0 - verdict.policy.band)
-    return Reading(signal.name, value, bound, samples, upper < floor, decisive)
+    error_rate, good = verdict.policy.guard.error_rate, share * samples
+    breached = excludes(floor, good, samples, error_rate)
+    far = floor * (1.0 - verdict.policy.band)
+    decisive = breached and share < far and excludes(far, good, samples, error_rate)
+    return Reading(signal.name, value, bound, samples, breached, decisive)
 
 
 def _next(tick: Tick, verdict: ClassVerdict, old: ClassGuardStatus | None) -> ClassGuardStatus:

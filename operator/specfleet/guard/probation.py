@@ -40,7 +40,7 @@ def judge_revision(
 ) -> None:
     """`window`: this tick's window judged; `evaluate`: the guard's evaluation, which judges the
     evidence so far. Either may show a breach: the window a sudden one, the evidence a quiet
-    revision's."""
+    revision's. A revision whose windows judge every class keeps no evidence: they suffice."""
     situation, guard = tick.situation, tick.guard
     revision = situation.revision
     if revision.verdict != PROBATION or situation.observation is None:
@@ -49,16 +49,20 @@ def judge_revision(
         guard.probation_revision, guard.probation_since = revision.number, tick.stamp
         guard.quality_bad, guard.quality_good, guard.flapping = 0, 0, False
         guard.probation_evidence = None
-    deadline = situation.policy.guard.probation_deadline_seconds
     since = datetime.fromisoformat(guard.probation_since or tick.stamp)
-    evidence = guard.probation_evidence or accumulated.begin(since, deadline)
-    grown = accumulated.added(evidence, situation.observation, situation.now)
-    guard.probation_evidence = grown or evidence
+    deadline = situation.policy.guard.probation_deadline_seconds
     summed = None
-    if grown is not None:
-        summed = evaluate(accumulated.observation(grown, situation.observation, latency=False))
+    if all(v.conclusive for v in window.classes):
+        guard.probation_evidence = None
+    else:
+        evidence = guard.probation_evidence or accumulated.begin(since, deadline)
+        grown = accumulated.added(evidence, situation.observation, situation.now)
+        guard.probation_evidence = grown or evidence
+        if grown is not None:
+            summed = evaluate(accumulated.observation(grown, situation.observation, latency=False))
     _judge(tick, window, summed)
-    if tick.verdict == PROBATION and accumulated.overdue(guard.probation_evidence, situation.now):
+    overdue = (situation.now - since).total_seconds() >= deadline
+    if tick.verdict == PROBATION and overdue:
         _keep(tick)
 
 
@@ -81,7 +85,7 @@ def _judge(tick: Tick, window: Evaluation, summed: Evaluation | None) -> None:
     served = (situation.now - since).total_seconds() >= situation.policy.guard.probation_seconds
     # Time alone proves nothing: the last N evaluations must have judged the revision good, and
     # its evidence shown every quality signal within its limits.
-    if served and tick.served_clean and summed is not None and not summed.revision_unproven:
+    if served and tick.served_clean and not (summed or window).revision_unproven:
         tick.verdict = RevisionVerdict.GOOD
         guard.baseline = baseline(situation.observation, situation.policy.guard.min_requests)
         tick.act(
@@ -100,7 +104,8 @@ def _keep(tick: Tick) -> None:
     deadline = situation.policy.guard.probation_deadline_seconds
     message = (
         f"Revision {situation.revision.number} kept unproven: its probation reached its "
-        f"deadline ({deadline} s) undecided on {seconds:.0f} s of serving. It serves on and is "
+        f"deadline ({deadline} s) undecided, its evidence {seconds:.0f} s of quiet serving. It "
+        "serves on and is "
         "no rollback target until it has served clean; a breach the guard sees later is the "
         "kill switch's and the classes' to name."
     )

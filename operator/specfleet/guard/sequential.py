@@ -106,6 +106,16 @@ def log_martingale(
     return _log_marginal(successes, failures, *prior) + against
 
 
+def excludes(p: float, successes: float, trials: float, error_rate: float) -> bool:
+    """Whether the bounds at `error_rate` leave `p` out: `p` is shown on the far side of the
+    share. One evaluation of the martingale (about 1 µs) instead of the bounds' roots: the
+    guard asks this of every class and signal of every SpecModel each tick."""
+    if trials <= 0.0:
+        return False
+    successes = min(max(successes, 0.0), trials)
+    return log_martingale(p, successes, trials) >= -math.log(error_rate)
+
+
 def _check(error_rate: float) -> None:
     if not 0.0 < error_rate < 1.0:
         raise ValueError(f"error_rate must lie strictly between 0 and 1, not {error_rate}")

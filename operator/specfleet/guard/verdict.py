@@ -20,7 +20,7 @@ from specfleet.guard.policy import (
     ClassPolicy,
     Policy,
 )
-from specfleet.guard.sequential import confidence_sequence
+from specfleet.guard.sequential import confidence_sequence, excludes
 from specfleet.guard.speedup import (
     decode_steps,
     expected_tokens_per_step,
@@ -47,9 +47,6 @@ class Judged(NamedTuple):
 
     breaches: list[str]
     readings: dict[str, Any]
-    unproven: list[str] = []
-    """Signals neither confidently past their limits nor shown within them (the limit less the
-    hysteresis band): what promoting a revision still needs."""
 
 
 class ClassVerdict(NamedTuple):
@@ -132,6 +129,14 @@ class ClassVerdict(NamedTuple):
         if self.window is None:
             return Judged([], {})
         return _judge_quality(self.name, self.slo, self.window, self.baseline, self.policy)
+
+    def unproven(self) -> list[str]:
+        """Quality signals neither past their limits nor shown within them (the limit less the
+        hysteresis band, at the guard's error rate): what promoting a revision still needs.
+        Asked only then: it costs a bound per signal."""
+        if self.window is None:
+            return []
+        return _unproven_quality(self.name, self.slo, self.window, self.baseline, self.policy)
 
     def latency(self, plain: float = 1.0) -> Judged:
         """Against the stricter of the SLO and the last good revision's p95 (LATENCY_MARGIN
@@ -228,10 +233,7 @@ class Evaluation(NamedTuple):
     def revision_unproven(self) -> list[str]:
         """Each judged class's quality signals not yet shown within their limits."""
         return [
-            f"{v.name}: {words}"
-            for v in self.classes
-            if v.conclusive
-            for words in v.quality().unproven
+            f"{v.name}: {words}" for v in self.classes if v.conclusive for words in v.unproven()
         ]
 
     @property
@@ -521,14 +523,14 @@ def _judge_quality(
 ) -> Judged:
     """Each quality signal (`signals.QUALITY`) against the stricter of the class's SLO and the
     last good revision's value."""
-    judged = Judged([], {}, [])
+    judged = Judged([], {})
     error_rate = policy.guard.error_rate
     for signal in QUALITY:
         good = signal.last_good(baseline, klass) if baseline else None
         if signal.rule is Rule.MULTIPLE:
             breach = _judge_multiple(signal, window, good, judged.readings, error_rate)
         else:
-            breach = _judge_share(signal, slo, window, good, policy, judged)
+            breach = _judge_share(signal, slo, window, good, policy, judged.readings)
         if breach is not None:
             judged.breaches.append(breach)
     return judged
@@ -540,29 +542,46 @@ def _judge_share(
     window: ClassWindow,
     good: float | None,
     policy: Policy,
-    judged: Judged,
+    readings: dict[str, Any],
 ) -> str | None:
     """Judged as the share that is good (`Signal.good`) against a floor: the SLO's, or the last
-    good revision's share less the margin; unproven while its lower bound is under the floor
-    less the hysteresis band."""
+    good revision's share less the margin."""
     value, samples = signal.value(window), signal.samples(window)
     if value is None or samples < policy.guard.min_requests:
         return None
-    judged.readings[signal.name] = value
+    readings[signal.name] = value
     limit = _limit(signal.floor(slo), None if good is None else signal.good(good))
     share = signal.good(value)
-    lower, upper = confidence_sequence(share * samples, samples, policy.guard.error_rate)
-    if share >= limit or upper >= limit:
-        needed = limit * (1.0 - policy.band)
-        if lower < needed:
-            side = "at or over" if signal.higher_is_better else "at or under"
-            shown = f"{signal.name} {value:.3f} not yet shown {side} {signal.good(needed):.3f}"
-            judged.unproven.append(f"{shown} (n={samples:.0f})")
+    if not (share < limit and excludes(limit, share * samples, samples, policy.guard.error_rate)):
         return None
     left_out = sum(signal.unjudged(window).values()) if signal.unjudged else 0.0
     apart = f", {left_out:.0f} unjudged" if left_out else ""
     told = f"{value:.3f} {signal.worse} {signal.good(limit):.3f}"
     return f"{signal.name} {told} (n={samples:.0f}{apart})"
+
+
+def _unproven_quality(
+    klass: str,
+    slo: ClassSlo,
+    window: ClassWindow,
+    baseline: QualityBaseline | None,
+    policy: Policy,
+) -> list[str]:
+    """Each share signal judged whose lower bound is under its limit less the hysteresis band."""
+    unproven = []
+    for signal in QUALITY:
+        value, samples = signal.value(window), signal.samples(window)
+        if signal.rule is Rule.MULTIPLE or value is None or samples < policy.guard.min_requests:
+            continue
+        good = signal.last_good(baseline, klass) if baseline else None
+        limit = _limit(signal.floor(slo), None if good is None else signal.good(good))
+        share, needed = signal.good(value), limit * (1.0 - policy.band)
+        if share > needed and excludes(needed, share * samples, samples, policy.guard.error_rate):
+            continue
+        side = "at or over" if signal.higher_is_better else "at or under"
+        shown = f"{signal.name} {value:.3f} not yet shown {side} {signal.good(needed):.3f}"
+        unproven.append(f"{shown} (n={samples:.0f})")
+    return unproven
 
 
 def _limit(floor: float | None, good: float | None) -> float:
@@ -591,8 +610,8 @@ def _judge_multiple(
     if count < MIN_ERRORS:
         return None
     limit = max(MIN_ERROR_RATE_BREACH, 2 * (good or 0.0))
-    lower, _ = confidence_sequence(count, signal.samples(window), error_rate)
-    return f"{signal.name} {value:.3f} {signal.worse} {limit:.3f}" if lower > limit else None
+    shown = value > limit and excludes(limit, count, signal.samples(window), error_rate)
+    return f"{signal.name} {value:.3f} {signal.worse} {limit:.3f}" if shown else None
 
 
 def _judge_latency(
