@@ -628,6 +628,8 @@ def test_a_quiet_trial_ends_at_its_deadline_failed_inconclusive_its_backoff_not_
     )
     state, actions = run(start, [few] * 20)  # 285 s
     assert actions == [] and state.kill_switch.trial and state.kill_switch.evidence
+    pending = state.kill_switch.evidence.pending  # what status says it still needs
+    assert pending[0].startswith("traffic-weighted speedup 1.17: lower bound ")
     assert state.kill_switch.evidence.deadline == (T0 + timedelta(seconds=300)).isoformat()
     state, actions = run(replace(state, now=T0 + timedelta(seconds=300)), [few])
     assert actions == ["trial_failed"]

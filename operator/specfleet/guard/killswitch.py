@@ -45,6 +45,7 @@ from specfleet.api.status import (
 from specfleet.guard import evidence as accumulated
 from specfleet.guard.actions import ActionKind, named
 from specfleet.guard.policy import TPOT_MEMORY_SECONDS
+from specfleet.guard.sequential import trials_to_decide
 from specfleet.guard.situation import Situation, Tick
 from specfleet.guard.speedup import paying_batch
 from specfleet.guard.verdict import Evaluation
@@ -321,14 +322,18 @@ def _judge_trial(tick: Tick, evaluation: Evaluation) -> None:
     bounds, needed = evaluation.speedup_bounds, evaluation.threshold
     minimum = tick.situation.policy.guard.min_speedup
     critical_short = evaluation.critical_short(minimum)
-    if bounds is None or not (evaluation.critical_judged or critical_short):
-        return
-    if bounds[1] < needed or critical_short:
+    short = bounds is not None and evaluation.critical_judged and bounds[1] < needed
+    if short or critical_short:
         _engage(tick, evaluation, ActionKind.TRIAL_FAILED, DecisionReason.TRIAL_FAILED)
         return
     served = (tick.situation.now - _trial_start(tick)).total_seconds()
-    held = served >= tick.situation.policy.guard.window_seconds
-    if not (held and bounds[0] >= needed and evaluation.critical_paying(minimum)):
+    pending = _trial_pending(evaluation, minimum)
+    if served < tick.situation.policy.guard.window_seconds:
+        pending.append("held for a window: not yet")
+    if pending:
+        if tick.kill_switch.evidence is not None:
+            shown = tick.kill_switch.evidence.model_copy(update={"pending": pending})
+            tick.kill_switch = tick.kill_switch.model_copy(update={"evidence": shown})
         return
     seconds = tick.kill_switch.evidence.seconds if tick.kill_switch.evidence else 0.0
     message = (
@@ -346,6 +351,37 @@ def _judge_trial(tick: Tick, evaluation: Evaluation) -> None:
             since=tick.stamp,
             reason=message,
         )
+
+
+def _trial_pending(evaluation: Evaluation, minimum: float) -> list[str]:
+    """What the trial's evidence does not show yet, in words: what status says it needs."""
+    bounds, needed = evaluation.speedup_bounds, evaluation.threshold
+    if bounds is None:
+        return ["the canary's speedup: too few drafted tokens yet"]
+    pending = []
+    if bounds[0] < needed:
+        pending.append(
+            f"traffic-weighted speedup {evaluation.speedup or 0.0:.2f}: lower bound "
+            f"{bounds[0]:.2f}, not yet {needed:.2f}"
+        )
+    for v in evaluation.classes:
+        if not v.critical or v.shown_paying(minimum):
+            continue
+        if not v.conclusive or v.window is None:
+            pending.append(f"{v.name} (critical): too few requests on the canary yet")
+            continue
+        floor, share = v.slo.min_acceptance_rate, v.window.acceptance_rate
+        requests = v.window.requests or 0.0
+        if floor is not None and share is not None and share > floor:
+            more = trials_to_decide(share, floor, evaluation.error_rate)
+            of = f" of about {more:.0f} needed at this share" if more else ""
+            pending.append(
+                f"{v.name} (critical): acceptance {share:.2f} not yet shown at its floor "
+                f"{floor:.2f} (n={requests:.0f}{of})"
+            )
+        else:
+            pending.append(f"{v.name} (critical): its speedup not yet shown at {minimum:.2f}")
+    return pending
 
 
 def end_overdue_trial(tick: Tick) -> None:
