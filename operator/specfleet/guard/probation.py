@@ -40,7 +40,7 @@ def judge_revision(
 ) -> None:
     """`window`: this tick's window judged; `evaluate`: the guard's evaluation, which judges the
     evidence so far. Either may show a breach: the window a sudden one, the evidence a quiet
-    revision's. A revision whose windows judge every class keeps no evidence: they suffice."""
+    revision's; the promotion's proof is the evidence's (one window rarely holds enough)."""
     situation, guard = tick.situation, tick.guard
     revision = situation.revision
     if revision.verdict != PROBATION or situation.observation is None:
@@ -51,15 +51,12 @@ def judge_revision(
         guard.probation_evidence = None
     since = datetime.fromisoformat(guard.probation_since or tick.stamp)
     deadline = situation.policy.guard.probation_deadline_seconds
+    evidence = guard.probation_evidence or accumulated.begin(since, deadline)
+    grown = accumulated.added(evidence, situation.observation, situation.now)
+    guard.probation_evidence = grown or evidence
     summed = None
-    if all(v.conclusive for v in window.classes):
-        guard.probation_evidence = None
-    else:
-        evidence = guard.probation_evidence or accumulated.begin(since, deadline)
-        grown = accumulated.added(evidence, situation.observation, situation.now)
-        guard.probation_evidence = grown or evidence
-        if grown is not None:
-            summed = evaluate(accumulated.observation(grown, situation.observation, latency=False))
+    if grown is not None:
+        summed = evaluate(accumulated.observation(grown, situation.observation, latency=False))
     _judge(tick, window, summed)
     overdue = (situation.now - since).total_seconds() >= deadline
     if tick.verdict == PROBATION and overdue:
@@ -85,7 +82,7 @@ def _judge(tick: Tick, window: Evaluation, summed: Evaluation | None) -> None:
     served = (situation.now - since).total_seconds() >= situation.policy.guard.probation_seconds
     # Time alone proves nothing: the last N evaluations must have judged the revision good, and
     # its evidence shown every quality signal within its limits.
-    if served and tick.served_clean and not (summed or window).revision_unproven:
+    if served and tick.served_clean and summed is not None and not summed.revision_unproven:
         tick.verdict = RevisionVerdict.GOOD
         guard.baseline = baseline(situation.observation, situation.policy.guard.min_requests)
         tick.act(
