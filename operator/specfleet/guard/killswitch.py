@@ -317,8 +317,10 @@ def _judge_trial(tick: Tick, evaluation: Evaluation) -> None:
     """Failed once the canary's evidence shows the traffic-weighted speedup short of
     minSpeedup + releaseMargin (its upper bound), or a critical class short of what engages
     the switch (its speedup under minSpeedup, its acceptance under its floor); released once
-    it shows the converse of all of them (lower bounds), held for a window. The burden of
-    proof is the same both ways; a canary is judged on the classes that matter, or not yet."""
+    it shows the converse of what engages it (the speedup's lower bound at minSpeedup, every
+    critical class's speedup and acceptance floor, lower bounds) with the speedup at
+    minSpeedup + releaseMargin (the hysteresis), held for a window. The burden of proof is the
+    same both ways; a canary is judged on the classes that matter, or not yet."""
     bounds, needed = evaluation.speedup_bounds, evaluation.threshold
     minimum = tick.situation.policy.guard.min_speedup
     critical_short = evaluation.critical_short(minimum)
@@ -359,10 +361,11 @@ def _trial_pending(evaluation: Evaluation, minimum: float) -> list[str]:
     if bounds is None:
         return ["the canary's speedup: too few drafted tokens yet"]
     pending = []
-    if bounds[0] < needed:
+    speedup = evaluation.speedup or 0.0
+    if bounds[0] < minimum or speedup < needed:
         pending.append(
-            f"traffic-weighted speedup {evaluation.speedup or 0.0:.2f}: lower bound "
-            f"{bounds[0]:.2f}, not yet {needed:.2f}"
+            f"traffic-weighted speedup {speedup:.2f} (needs {needed:.2f}): lower bound "
+            f"{bounds[0]:.2f}, needs {minimum:.2f}"
         )
     for v in evaluation.classes:
         if not v.critical or v.shown_paying(minimum):
