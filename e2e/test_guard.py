@@ -27,6 +27,9 @@ GUARD = {
     "cooldownSeconds": 30,
     "probationSeconds": 30,
     "blindAfterSeconds": 15,
+    # a trial that began in the collapse sums collapsed and recovered requests: its deadline,
+    # shortened here, ends it and the next one judges the recovery alone
+    "trialDeadlineSeconds": 60,
 }
 
 
@@ -181,7 +184,7 @@ def test_collapse_engages_the_kill_switch_then_a_trial_re_enables(
             namespace,
             "llama",
             "kill_switch_released",
-            recover + 150 - fleet.scenario_time(),
+            recover + 210 - fleet.scenario_time(),
         )
         history = actions(local_cluster, namespace, "llama")
         assert history.index("trial_started") < history.index("kill_switch_released")
