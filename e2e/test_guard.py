@@ -146,7 +146,7 @@ def test_collapse_engages_the_kill_switch_then_a_trial_re_enables(
     plan = scenario([[0, 0.85], [collapse, 0.1], [recover, 0.85]])
     apply(local_cluster, namespace, specmodel("llama"))
     with simulated_pods(local_cluster, namespace, plan, tmp_path) as fleet:
-        traffic = fleet.traffic_in_background("llama", "llama", recover + 120)
+        traffic = fleet.traffic_in_background("llama", "llama", recover + 180)
         wait_action(local_cluster, namespace, "llama", "kill_switch_engaged", collapse + 60)
         detected = fleet.scenario_time() - collapse
         st = status(local_cluster, namespace, "llama")
