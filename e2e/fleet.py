@@ -47,20 +47,29 @@ class Fleet:
         seconds: float,
         seed: int = 0,
         stop: threading.Event | None = None,
+        plan: dict[str, Any] | None = None,
     ) -> TrafficReport:
+        """`plan`: a scenario for this generator alone, its rate (`traffic_rps`, on the shared
+        clock) and class mix (`share`, `tool_call_rate`: whether requests offer tools); the
+        pods keep the fleet's scenario, which decides how they answer."""
         api = config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
         stop = stop or threading.Event()
+        scenario = self.scenario if plan is None else parse_scenario(plan)
         try:
             traffic = Traffic(
-                api, self.namespace, specmodel, model, self.scenario, self.epoch, seed, stop
+                api, self.namespace, specmodel, model, scenario, self.epoch, seed, stop
             )
             return asyncio.run(traffic.run(seconds))
         finally:
             api.close()
 
-    def traffic_in_background(self, specmodel: str, model: str, seconds: float) -> Background:
+    def traffic_in_background(
+        self, specmodel: str, model: str, seconds: float, plan: dict[str, Any] | None = None
+    ) -> Background:
         stop = threading.Event()
-        return Background(lambda: self.traffic(specmodel, model, seconds, stop=stop), stop)
+        return Background(
+            lambda: self.traffic(specmodel, model, seconds, stop=stop, plan=plan), stop
+        )
 
     def scenario_time(self) -> float:
         return time.time() - self.epoch
