@@ -31,9 +31,9 @@ SUMMED = tuple(
 """The counts that add up across windows."""
 
 
-def begin(now: datetime, deadline_seconds: float) -> Evidence:
+def begin(now: datetime, deadline_seconds: float, serving: str = "") -> Evidence:
     deadline = now + timedelta(seconds=deadline_seconds)
-    return Evidence(since=now.isoformat(), deadline=deadline.isoformat())
+    return Evidence(since=now.isoformat(), deadline=deadline.isoformat(), serving=serving)
 
 
 def overdue(evidence: Evidence, now: datetime) -> bool:
@@ -41,10 +41,15 @@ def overdue(evidence: Evidence, now: datetime) -> bool:
 
 
 def added(
-    evidence: Evidence, window: Observation, now: datetime, control: Observation | None = None
+    evidence: Evidence,
+    window: Observation | None,
+    now: datetime,
+    control: Observation | None = None,
 ) -> Evidence | None:
     """The evidence with the part of this window (read at `now`) not yet counted added, and the
-    control's over the same window; None when nothing of it is new."""
+    control's over the same window; None when nothing of it is new (or there is no window)."""
+    if window is None:
+        return None
     fresh = _fresh(evidence, window.window_seconds, now)
     if fresh <= 0.0:
         return None

@@ -302,7 +302,7 @@ def trial_evidence(tick: Tick) -> Observation | None:
         _trial_start(tick), situation.policy.guard.trial_deadline_seconds
     )
     canary = situation.canary
-    grown = accumulated.added(evidence, canary, situation.now) if canary else None
+    grown = accumulated.added(evidence, canary, situation.now)
     tick.kill_switch = switch.model_copy(update={"evidence": grown or evidence})
     if grown is None or canary is None:
         return None

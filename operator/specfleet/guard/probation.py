@@ -57,13 +57,13 @@ def judge_revision(
     summed = None
     if grown is not None:
         summed = evaluate(accumulated.observation(grown, situation.observation, latency=False))
-    _judge(tick, window, summed)
-    overdue = (situation.now - since).total_seconds() >= deadline
-    if tick.verdict == PROBATION and overdue:
+    _judge(tick, window, summed, since)
+    if tick.verdict == PROBATION and accumulated.overdue(guard.probation_evidence, situation.now):
         _keep(tick)
 
 
-def _judge(tick: Tick, window: Evaluation, summed: Evaluation | None) -> None:
+def _judge(tick: Tick, window: Evaluation, summed: Evaluation | None, since: datetime) -> None:
+    """`since`: when probation began."""
     situation, guard = tick.situation, tick.guard
     revision = situation.revision
     shown = [window.revision_bad, summed.revision_bad if summed else None]
@@ -78,7 +78,6 @@ def _judge(tick: Tick, window: Evaluation, summed: Evaluation | None) -> None:
         _breach(tick, window if window.revision_bad or summed is None else summed)
         return
     tick.served_clean = guard.quality_good >= needed
-    since = datetime.fromisoformat(guard.probation_since or tick.stamp)
     served = (situation.now - since).total_seconds() >= situation.policy.guard.probation_seconds
     # Time alone proves nothing: the last N evaluations must have judged the revision good, and
     # its evidence shown every quality signal within its limits.

@@ -48,9 +48,7 @@ def _grown(tick: Tick, observation: Observation) -> Evidence | None:
     serving = f"revision {observation.revision}, speculation {observation.speculation}"
     now, evidence = tick.situation.now, tick.guard.fleet_evidence
     if evidence is None or evidence.serving != serving or accumulated.overdue(evidence, now):
-        evidence = accumulated.begin(now, QUIET_HORIZON_SECONDS).model_copy(
-            update={"serving": serving}
-        )
+        evidence = accumulated.begin(now, QUIET_HORIZON_SECONDS, serving)
     grown = accumulated.added(evidence, observation, now)
     tick.guard.fleet_evidence = grown or evidence
     return grown

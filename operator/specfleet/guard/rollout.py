@@ -67,7 +67,7 @@ def judge_step(tick: Tick) -> StepJudgement | None:
     started = datetime.fromisoformat(rollout.step_since)
     evidence = rollout.evidence or accumulated.begin(started, deadline)
     grown = None
-    if situation.canary is not None and situation.observation is not None:
+    if situation.observation is not None:
         grown = accumulated.added(evidence, situation.canary, situation.now, situation.observation)
     if grown is None:
         kept = StepJudgement(rollout.good_windows, rollout.bad_windows, evidence=evidence)
