@@ -10,13 +10,13 @@
    - in a trial: after a cooldown one canary pod runs speculation beside the fleet, which stays
      without; the trial is one judgement on what the canary alone has shown since it began
      (`guard.evidence`), against minSpeedup + releaseMargin, with the fleet's TPOT as the
-     measure without speculation. It is released once the speedup's lower bound reaches that
-     and every critical class's acceptance is shown at or over its floor, held for a window;
-     it fails once the upper bound is under it or a critical class's acceptance is shown under
-     its floor (engaged again, the cooldown doubled); undecided at trialDeadlineSeconds it
-     fails inconclusive (the cooldown not doubled). A trial waits while the load that made
-     speculation lose holds, and while a canary rollout runs (the two never run at once; a
-     rollout waits for a trial);
+     measure without speculation. It is released once the speedup reaches that with its lower
+     bound at minSpeedup, and every critical class is shown paying (its speedup and its
+     acceptance floor), held for a window; it fails once the upper bound is under that or a
+     critical class is shown short (engaged again, the cooldown doubled); undecided at
+     trialDeadlineSeconds it fails inconclusive (the cooldown not doubled). A trial waits
+     while the load that made speculation lose holds, and while a canary rollout runs (the
+     two never run at once; a rollout waits for a trial);
    - latched by more than maxActionsPerHour actions (Flapping, `guard.ratelimit`) until the
      next revision.
    A dry run decides and says so, never engages; a blind guard holds the switch as it is; a
