@@ -646,6 +646,37 @@ def test_a_quiet_trial_ends_at_its_deadline_failed_inconclusive_its_backoff_not_
     assert ended.evidence["deadline"] is True and ended.evidence["evidenceSeconds"] == 0
 
 
+def test_the_next_trial_adds_to_the_evidence_of_one_that_ended_undecided() -> None:
+    """A quiet canary needs more than one trial's deadline to show what a release needs: the
+    next trial of the same revision counts on from what the last one saw, with a deadline of its
+    own; a trial of another revision starts from nothing."""
+    quiet = replace(policy(trialDeadlineSeconds=300), classes=trial_without_floors().policy.classes)
+    start = replace(trial_without_floors(), policy=quiet)
+    marginal = observe(0.1, 0.1, tpot=0.02 / 1.05)
+    few = replace(
+        marginal, classes={n: replace(w, requests=20.0) for n, w in marginal.classes.items()}
+    )
+    state, _ = run(start, [few] * 20)
+    state, actions = run(replace(state, now=T0 + timedelta(seconds=300)), [few])
+    assert actions == ["trial_failed"] and state.kill_switch.evidence is not None
+    counted = state.kill_switch.evidence.seconds
+    requests = state.kill_switch.evidence.judged["code"]["requests"]
+    due = datetime.fromisoformat(state.kill_switch.next_trial_after or "")
+    state, actions = run(replace(state, now=due), [FLEET_WITHOUT, few, few])
+    assert actions == ["trial_started"] and state.kill_switch.evidence is not None
+    grown = state.kill_switch.evidence
+    assert grown.seconds == pytest.approx(counted + 60 + 15)  # a whole first window, a quarter
+    assert grown.judged["code"]["requests"] == pytest.approx(requests + 20 + 5)
+    assert grown.deadline == (due + timedelta(seconds=300)).isoformat()
+    # another revision serves by the next trial: what the last one saw is not its evidence
+    state, _ = run(replace(state, now=due + timedelta(seconds=300)), [few])
+    assert state.kill_switch.state == "engaged" and state.kill_switch.evidence is not None
+    later = datetime.fromisoformat(state.kill_switch.next_trial_after or "")
+    newer = state.revision.model_copy(update={"number": 2})
+    state, actions = run(replace(state, now=later, revision=newer), [FLEET_WITHOUT])
+    assert actions == ["trial_started"] and state.kill_switch.evidence is None
+
+
 def test_a_trial_is_judged_on_its_canary_alone() -> None:
     trial = KillSwitchStatus(state="trial", source="guard")
     collapsed = observe(0.1, 0.1)

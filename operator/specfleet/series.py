@@ -15,6 +15,8 @@ REQUESTS = "specfleet_requests"
 DRAFT_TOKENS = "specfleet_spec_draft_tokens"
 ACCEPTED_TOKENS = "specfleet_spec_accepted_tokens"
 SPEC_STEPS = "specfleet_spec_steps"
+SPEC_MOMENTS = "specfleet_spec_request_moments"
+"""Per-request sums behind the acceptance rate's spread, by `MOMENT`."""
 OUTPUT_TOKENS = "specfleet_output_tokens"
 REQUEST_SECONDS = "specfleet_request_seconds"
 TTFT = "specfleet_ttft_seconds"
@@ -62,6 +64,7 @@ REASON = "reason"
 STAGE = "stage"
 STATUS = "status"
 ARM = "arm"
+MOMENT = "moment"
 
 # Labels the scrape adds.
 NAMESPACE = "namespace"
@@ -76,6 +79,9 @@ mirrored series name in `ARM` the arm they went to."""
 OUTCOMES = ("ok", "client_error", "upstream_error", "gateway_error", "cancelled")
 """upstream_error is the engine's failure only; gateway_error the gateway's own."""
 UPSTREAM_ERROR = "upstream_error"
+MOMENTS = ("requests", "accepted_squared", "drafted_squared", "accepted_drafted")
+"""The `MOMENT`s of SPEC_MOMENTS: requests that reported drafts, Σ accepted², Σ drafted²,
+Σ accepted·drafted."""
 TRUNCATED = "length"
 """The finish `reason` of a choice cut at its token limit (max_tokens or the context)."""
 

@@ -72,6 +72,11 @@ class GatewayMetrics:
         self.spec_steps = Counter(
             series.SPEC_STEPS, "Speculative verify steps.", [series.CLASS], registry=r
         )
+        self.spec_moments = Counter(
+            series.SPEC_MOMENTS, "Per-request sums behind the acceptance rate's spread: "
+            "requests that reported drafts, and the sums of accepted², drafted² and "
+            "accepted·drafted tokens over them.", [series.CLASS, series.MOMENT], registry=r,
+        )  # fmt: skip
         self.output_tokens = Counter(
             series.OUTPUT_TOKENS, "Output tokens (usage.completion_tokens).", [series.CLASS],
             registry=r,
@@ -208,6 +213,7 @@ class _ClassSeries:
         self.draft_tokens = metrics.draft_tokens.labels(name)
         self.accepted_tokens = metrics.accepted_tokens.labels(name)
         self.spec_steps = metrics.spec_steps.labels(name)
+        self.spec_moments = [metrics.spec_moments.labels(name, m) for m in series.MOMENTS]
         self.output_tokens = metrics.output_tokens.labels(name)
         self.request_seconds = metrics.request_seconds.labels(name)
         self.ttft = metrics.ttft.labels(name)
@@ -238,6 +244,7 @@ class _ClassSeries:
             self.draft_tokens.inc(record.spec.drafted)
             self.accepted_tokens.inc(record.spec.accepted)
             self.spec_steps.inc(record.spec.steps)
+            self._record_moments(record.spec)
         for valid in record.verdicts.tool_calls:
             self.tool_calls[valid].inc()
         for valid in record.verdicts.structured_outputs:
@@ -249,3 +256,10 @@ class _ClassSeries:
                 self.finish_reasons.get(reason, self.finish_reasons["other"]).inc()
         if record.empty_answers:
             self.empty_answers.inc(record.empty_answers)
+
+    def _record_moments(self, spec: SpecCounts) -> None:
+        requests, accepted_squared, drafted_squared, both = self.spec_moments
+        requests.inc()
+        accepted_squared.inc(spec.accepted * spec.accepted)
+        drafted_squared.inc(spec.drafted * spec.drafted)
+        both.inc(spec.accepted * spec.drafted)

@@ -38,6 +38,7 @@ from specfleet.api import KILL_SWITCH_ANNOTATION, SpecModel
 from specfleet.api.spec import GuardMode, GuardSpec
 from specfleet.api.status import (
     DecisionReason,
+    Evidence,
     KillSwitchState,
     KillSwitchStatus,
     SpeculationSource,
@@ -45,10 +46,9 @@ from specfleet.api.status import (
 from specfleet.guard import evidence as accumulated
 from specfleet.guard.actions import ActionKind, named
 from specfleet.guard.policy import TPOT_MEMORY_SECONDS
-from specfleet.guard.sequential import trials_to_decide
 from specfleet.guard.situation import Situation, Tick
 from specfleet.guard.speedup import paying_batch
-from specfleet.guard.verdict import Evaluation
+from specfleet.guard.verdict import Evaluation, requests_to_show
 from specfleet.telemetry.model import Observation
 
 ANNOTATION_SPECULATION = {"engage": False, "release": True}
@@ -287,19 +287,36 @@ def _maybe_trial(tick: Tick, evaluation: Evaluation) -> None:
                 "state": KillSwitchState.TRIAL,
                 "since": tick.stamp,
                 "reason": message,
-                "evidence": None,
+                "evidence": _carried(tick),
             }
         )
         tick.guard.trial_since = tick.stamp
         tick.guard.consecutive_bad = tick.guard.consecutive_good = 0
 
 
+def _carried(tick: Tick) -> Evidence | None:
+    """The evidence of the last trial, when it ended at its deadline undecided on the revision
+    that serves now: the next trial adds to it, with a deadline of its own. A quiet fleet's trial
+    would otherwise start from nothing each time and never gather what a release needs."""
+    carried = tick.kill_switch.evidence
+    if carried is None or carried.serving != _serving(tick):
+        return None
+    deadline = tick.situation.now + timedelta(
+        seconds=tick.situation.policy.guard.trial_deadline_seconds
+    )
+    return carried.model_copy(update={"deadline": deadline.isoformat(), "pending": []})
+
+
+def _serving(tick: Tick) -> str:
+    return f"revision {tick.situation.revision.number}"
+
+
 def trial_evidence(tick: Tick) -> Observation | None:
-    """What the trial's canary has shown since the trial began, this tick's window added (None:
-    nothing new to judge)."""
+    """What the trial's canary has shown since the trial began (or the last ones, ended
+    undecided, began), this tick's window added (None: nothing new to judge)."""
     situation, switch = tick.situation, tick.kill_switch
     evidence = switch.evidence or accumulated.begin(
-        _trial_start(tick), situation.policy.guard.trial_deadline_seconds
+        _trial_start(tick), situation.policy.guard.trial_deadline_seconds, _serving(tick)
     )
     canary = situation.canary
     grown = accumulated.added(evidence, canary, situation.now)
@@ -376,7 +393,7 @@ def _trial_pending(evaluation: Evaluation, minimum: float) -> list[str]:
         floor, share = v.slo.min_acceptance_rate, v.window.acceptance_rate
         requests = v.window.requests or 0.0
         if floor is not None and share is not None and share > floor:
-            more = trials_to_decide(share, floor, evaluation.error_rate)
+            more = requests_to_show(v.window, floor, evaluation.error_rate)
             of = f" of about {more:.0f} needed at this share" if more else ""
             pending.append(
                 f"{v.name} (critical): acceptance {share:.2f} not yet shown at its floor "
@@ -402,7 +419,7 @@ def end_overdue_trial(tick: Tick) -> None:
     message = (
         f"Trial ended at its deadline ({guard.trial_deadline_seconds} s) undecided on "
         f"{seconds:.0f} s of its canary's serving: canary removed, speculation stays off; "
-        f"next trial in {cooldown}s (not doubled)."
+        f"next trial in {cooldown}s (not doubled), adding to this one's evidence."
     )
     facts = {"deadline": True, "evidenceSeconds": round(seconds), "cooldownSeconds": cooldown}
     if tick.act(ActionKind.TRIAL_FAILED, DecisionReason.TRIAL_DEADLINE, message, facts):
@@ -413,6 +430,7 @@ def end_overdue_trial(tick: Tick) -> None:
             reason=message,
             failed_trials=switch.failed_trials,
             next_trial_after=(situation.now + timedelta(seconds=cooldown)).isoformat(),
+            evidence=switch.evidence,
         )
 
 

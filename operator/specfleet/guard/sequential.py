@@ -38,6 +38,7 @@ exact inputs, a repeated call 0.3 µs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 
 PRIOR = (0.5, 0.5)
@@ -201,9 +202,12 @@ def _trials(
         return None
     level = math.log(1.0 / error_rate)
 
-    def decided(n: float) -> bool:
-        return log_martingale(limit, share * n, n, prior=prior) >= level
+    return _fewest(lambda n: log_martingale(limit, share * n, n, prior=prior) >= level)
 
+
+def _fewest(decided: Callable[[float], bool]) -> float | None:
+    """The fewest trials (to 0.1%, the larger end) at which `decided` holds, by doubling from
+    one and bisecting; None past MAX_TRIALS. `decided` must stay true once it is."""
     low, high = 0.0, 1.0
     while not decided(high):
         if high >= MAX_TRIALS:
@@ -216,3 +220,68 @@ def _trials(
         else:
             low = middle
     return high
+
+
+TUNED_REQUESTS = 100.0
+"""The number of requests the ratio's bound is tightest at (its mixture's spread is chosen for
+it): the guard's judgements are decided between tens and a few hundred requests."""
+PRIOR_REQUESTS = 10.0
+"""Pseudo-requests at the largest spread a rate can have, added to the observed spread: few
+requests that happen to agree cannot make the bound narrow, nor can a rare kind of request
+(one in twenty that accepts nothing) the first requests have not shown yet. Two were not
+enough for that: bench/sequential_error.py measures both."""
+
+
+def ratio_confidence_sequence(
+    numerator: float,
+    denominator: float,
+    deviations: float,
+    requests: float,
+    error_rate: float,
+) -> tuple[float, float]:
+    """(lower, upper) bounds of a rate of sums, Σa / Σd over requests (accepted over drafted
+    tokens), from `deviations` = Σ(a - rate·d)²: how much requests differ from one another.
+
+    The bound of `confidence_sequence` on requests assumes the largest spread a rate in [0, 1]
+    can have; the requests of one class differ far less, and the bound here is as wide as they
+    do. It is the asymptotic confidence sequence of Waudby-Smith, Arbour, Sinha, Kennedy and
+    Ramdas (2021, "Time-uniform central limit theory and asymptotic confidence sequences"):
+    Robbins' two-sided normal mixture applied to the mean of a - rate·d, its spread estimated
+    (with PRIOR_REQUESTS at the largest), and divided by the mean d. It is valid as the number
+    of requests grows; bench/sequential_error.py measures what it delivers from twenty.
+    """
+    _check(error_rate)
+    if not 0.0 < requests < math.inf or not denominator > 0.0:
+        return 0.0, 1.0
+    drafted = denominator / requests
+    half = _ratio_half_width(requests, max(deviations, 0.0) / requests / drafted**2, error_rate)
+    rate = numerator / denominator
+    return max(rate - half, 0.0), min(rate + half, 1.0)
+
+
+def requests_to_decide(rate: float, limit: float, spread: float, error_rate: float) -> float | None:
+    """The fewest requests at which `ratio_confidence_sequence` puts an observed `rate`, whose
+    requests differ from it by `spread` (a standard deviation, in the rate's units), on its side
+    of `limit`: what a pending judgement still needs. None when rate == limit or more than
+    MAX_TRIALS would be needed."""
+    _check(error_rate)
+    gap = abs(rate - limit)
+    if not gap > 0.0:
+        return None
+    return _fewest(lambda n: _ratio_half_width(n, spread * spread, error_rate) < gap)
+
+
+def _ratio_half_width(requests: float, spread2: float, error_rate: float) -> float:
+    """The half-width of the rate's bound over `requests` that differ by a variance `spread2`
+    (in the rate's units), PRIOR_REQUESTS of them at the largest, 1/4."""
+    variance = (requests * spread2 + PRIOR_REQUESTS * 0.25) / (requests + PRIOR_REQUESTS)
+    return math.sqrt(variance) * _mixture_radius(requests, error_rate)
+
+
+def _mixture_radius(n: float, error_rate: float) -> float:
+    """The half-width of the normal mixture's sequence for the mean of n unit-variance terms,
+    its mixing variance (the paper's rho squared) tuned for TUNED_REQUESTS."""
+    level = -2.0 * math.log(error_rate)
+    rho2 = (level + math.log(level + 1.0)) / TUNED_REQUESTS
+    spread = n * rho2 + 1.0
+    return math.sqrt(2.0 * spread / (n * n * rho2) * math.log(math.sqrt(spread) / error_rate))

@@ -7,6 +7,7 @@ the hysteresis band (`decisive`) is evidence enough on its own; a marginal one n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -20,7 +21,13 @@ from specfleet.guard.policy import (
     ClassPolicy,
     Policy,
 )
-from specfleet.guard.sequential import confidence_sequence, excludes
+from specfleet.guard.sequential import (
+    confidence_sequence,
+    excludes,
+    ratio_confidence_sequence,
+    requests_to_decide,
+    trials_to_decide,
+)
 from specfleet.guard.speedup import (
     decode_steps,
     expected_tokens_per_step,
@@ -423,11 +430,8 @@ def _judge_speculation(
     # Without step counts the rate is read as an i.i.d. α: an underestimate.
     source = "model" if drafting is not None else "model (rate)"
     modelled, source = _measured_speedup(policy, window, tpot_off) or (modelled, source)
-    # A request's own rate lies in [0, 1], so its variance is at most α(1-α): counting requests
-    # as trials is a conservative bound (tokens of one request are not independent). Sampling
-    # noise in TPOT is the tokens per step's, so every source scales with its bounds.
-    requests = window.requests or 0.0
-    low, high = confidence_sequence(alpha * requests, requests, policy.guard.error_rate)
+    # Sampling noise in TPOT is the tokens per step's, so every source scales with its bounds.
+    requests, (low, high) = acceptance_bounds(window, policy.guard.error_rate)
     speedup_bounds = (
         modelled * _tokens_per_step(drafting, policy.k, low) / tokens,
         modelled * _tokens_per_step(drafting, policy.k, high) / tokens,
@@ -442,6 +446,35 @@ def _judge_speculation(
     if modelled < threshold:
         breaches.append(f"speedup {modelled:.2f} < {threshold:.2f}")
     return modelled, source, breaches, speedup_bounds, (low, high), drafting
+
+
+def acceptance_bounds(window: ClassWindow, error_rate: float) -> tuple[float, Bounds]:
+    """The requests behind the acceptance rate and its bounds: as wide as the requests differ
+    where the gateway reported their spread; else counting requests as trials, a conservative
+    bound (a request's own rate lies in [0, 1], so its variance is at most α(1-α); tokens of one
+    request are not independent)."""
+    alpha, deviations = window.acceptance_rate or 0.0, window.acceptance_deviations
+    if deviations is not None and window.spec_requests:
+        requests, drafted = window.spec_requests, window.draft_tokens or 0.0
+        bounds = ratio_confidence_sequence(
+            alpha * drafted, drafted, deviations, requests, error_rate
+        )
+        return requests, bounds
+    requests = window.requests or 0.0
+    return requests, confidence_sequence(alpha * requests, requests, error_rate)
+
+
+def requests_to_show(window: ClassWindow, limit: float, error_rate: float) -> float | None:
+    """About how many requests `acceptance_bounds` needs to put the window's acceptance rate on
+    its side of `limit`, were it to stay where it is: what a pending judgement still waits for."""
+    rate, deviations = window.acceptance_rate, window.acceptance_deviations
+    if rate is None:
+        return None
+    if deviations is not None and window.spec_requests and window.draft_tokens:
+        drafted = window.draft_tokens / window.spec_requests
+        spread = math.sqrt(deviations / window.spec_requests) / drafted
+        return requests_to_decide(rate, limit, spread, error_rate)
+    return trials_to_decide(rate, limit, error_rate)
 
 
 def _judge_few_drafts(

@@ -33,6 +33,10 @@ class ClassSlice:
     draft_tokens: int = 0
     accepted_tokens: int = 0
     steps: int = 0
+    accepted_squares: float = 0.0
+    drafted_squares: float = 0.0
+    accepted_by_drafted: float = 0.0
+    """The per-request sums the gateway exports (`moments`)."""
     tpot_seconds_total: float = 0.0
     """Σ over output tokens of their TPOT: mean TPOT = this / output_tokens."""
     p95_tpot_total: float = 0.0
@@ -78,6 +82,7 @@ def realize(
         draft_tokens=drafted,
         accepted_tokens=accepted,
         steps=steps,
+        **moments(ok if drafted else 0, drafted, accepted, spread),
         tpot_seconds_total=tpot * tokens,
         p95_tpot_total=p95 * tokens,
         p95_ttft_total=klass.p95_ttft_seconds * tokens,
@@ -90,6 +95,22 @@ def realize(
         valid_tokens=_valid(ok - tools_bad - structured_bad - truncated, klass),
         decode_seconds=tpot * n * klass.output_tokens,
     )
+
+
+def moments(requests: int, drafted: int, accepted: int, spread: float) -> dict[str, float]:
+    """The sums of accepted², drafted² and accepted·drafted over requests that drafted alike
+    and accepted at rates `spread` apart (a standard deviation), each accepting its drafts as
+    Bernoulli draws: as expected, not drawn. What makes Σ(accepted - rate·drafted)² the
+    (requests - 1) spreads² of a sample plus the draws' binomial variance."""
+    if not requests:
+        return {}
+    each, rate = drafted / requests, accepted / drafted
+    between = (requests - 1) * (each * spread) ** 2
+    return {
+        "accepted_squares": accepted * accepted / requests + between + accepted * (1.0 - rate),
+        "drafted_squares": requests * each * each,
+        "accepted_by_drafted": each * accepted,
+    }
 
 
 def _valid(requests: int, klass: ClassConditions) -> int:
@@ -159,6 +180,10 @@ def window(slices: list[ClassSlice], speculation: bool, tool_calls: bool) -> Cla
         draft_tokens=float(total.draft_tokens) if speculation else None,
         accepted_tokens=float(total.accepted_tokens) if speculation else None,
         steps=float(total.steps) if speculation else None,
+        spec_requests=float(total.choices) if speculation and total.draft_tokens else None,
+        accepted_squares=total.accepted_squares if speculation else None,
+        drafted_squares=total.drafted_squares if speculation else None,
+        accepted_by_drafted=total.accepted_by_drafted if speculation else None,
         output_tokens=float(tokens),
         request_seconds=total.decode_seconds,
         p95_ttft_seconds=per_token(total.p95_ttft_total),

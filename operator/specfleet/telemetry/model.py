@@ -19,6 +19,15 @@ class ClassWindow:
     """Requests with outcome upstream_error."""
     draft_tokens: float | None = None
     accepted_tokens: float | None = None
+    spec_requests: float | None = None
+    """Requests whose drafted and accepted tokens the engine reported: the terms of the draft
+    and accepted tokens above and of the three sums below."""
+    accepted_squares: float | None = None
+    """Σ accepted² over those requests."""
+    drafted_squares: float | None = None
+    """Σ drafted² over those requests."""
+    accepted_by_drafted: float | None = None
+    """Σ accepted·drafted over those requests."""
     steps: float | None = None
     """Verify steps (engine `num_drafts`): the decode steps that drafted, not the others (an
     n-gram step without a match, k = 0 in a depth schedule)."""
@@ -61,6 +70,17 @@ class ClassWindow:
         if not self.draft_tokens or self.accepted_tokens is None:
             return None
         return self.accepted_tokens / self.draft_tokens
+
+    @property
+    def acceptance_deviations(self) -> float | None:
+        """Σ (accepted - acceptance rate·drafted)² over the requests: how much they differ
+        from one another, in tokens²; None without the sums."""
+        rate = self.acceptance_rate
+        sums = (self.accepted_squares, self.drafted_squares, self.accepted_by_drafted)
+        if rate is None or any(value is None for value in sums):
+            return None
+        accepted, drafted, both = (value or 0.0 for value in sums)
+        return max(accepted - 2.0 * rate * both + rate * rate * drafted, 0.0)
 
     @property
     def mean_acceptance_length(self) -> float | None:

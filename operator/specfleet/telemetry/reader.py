@@ -58,6 +58,9 @@ def _samples(metric: str, group: str, selector: str) -> str:
     return f"sum by ({group}) (increase({metric}_count{selector}[{{w}}]))"
 
 
+MOMENT_FIELDS = ("spec_requests", "accepted_squares", "drafted_squares", "accepted_by_drafted")
+"""The ClassWindow fields of series.MOMENTS, in their order."""
+
 Query = tuple[str, str | None, str | None]
 """A PromQL template (`{w}`: the window), and the label that must match with its value."""
 
@@ -74,6 +77,9 @@ def queries(group: str, selector: str = "") -> dict[str, Query]:
     def validity(metric: str, valid: bool) -> Query:
         return increase(metric, series.VALID), series.VALID, series.valid_value(valid)
 
+    def moment(name: str) -> Query:
+        return increase(series.SPEC_MOMENTS, series.MOMENT), series.MOMENT, name
+
     return {
         "requests": (increase(series.REQUESTS), None, None),
         "errors": (
@@ -83,6 +89,7 @@ def queries(group: str, selector: str = "") -> dict[str, Query]:
         ),
         "draft_tokens": (increase(series.DRAFT_TOKENS), None, None),
         "accepted_tokens": (increase(series.ACCEPTED_TOKENS), None, None),
+        **{field: moment(name) for field, name in zip(MOMENT_FIELDS, series.MOMENTS, strict=True)},
         "steps": (increase(series.SPEC_STEPS), None, None),
         "output_tokens": (increase(series.OUTPUT_TOKENS), None, None),
         "request_seconds": (increase(series.REQUEST_SECONDS), None, None),
