@@ -15,6 +15,7 @@ from specfleet.gateway.metrics import GatewayMetrics, RequestRecord
 from specfleet.gateway.stats import SpecCounts
 from specfleet.guard.sequential import (
     confidence_sequence,
+    mean_confidence_sequence,
     ratio_confidence_sequence,
     requests_to_decide,
 )
@@ -52,19 +53,20 @@ def test_the_gateway_exports_the_per_request_sums_per_class() -> None:
         metrics.record(RequestRecord("code", "ok", spec=spec))
     metrics.record(RequestRecord("code", "ok"))  # no counts reported: in no sum
     families = text_string_to_metric_families(metrics.exposition().decode())
-    [family] = [f for f in families if f.name == series.SPEC_MOMENTS]
+    [family] = [f for f in families if f.name == series.REQUEST_MOMENTS]
     code = {s.labels[series.MOMENT]: s.value for s in family.samples if s.labels["class"] == "code"}
     assert code == {
-        "requests": 2.0,
+        "drafting_requests": 2.0,
         "accepted_squared": 30.0**2 + 4.0**2,
         "drafted_squared": 40.0**2 + 20.0**2,
         "accepted_drafted": 30.0 * 40 + 4.0 * 20,
+        "tpot_squared_seconds": 0.0,  # none streamed
     }
 
 
 def test_telemetry_reads_each_sum_with_one_query() -> None:
     templates = {QUERIES[field][0] for field in MOMENT_FIELDS}
-    assert len(templates) == 1 and f"{series.SPEC_MOMENTS}_total" in templates.pop()
+    assert len(templates) == 1 and f"{series.REQUEST_MOMENTS}_total" in templates.pop()
     assert [QUERIES[field][2] for field in MOMENT_FIELDS] == list(series.MOMENTS)
 
 
@@ -160,3 +162,48 @@ def test_looked_at_after_every_request_it_errs_about_as_often_as_it_says() -> No
                 errs += 1
                 break
     assert errs / streams <= alpha + 0.035
+
+
+def test_the_gateway_sums_the_squares_of_the_tpots_it_observes() -> None:
+    metrics = GatewayMetrics()
+    for tpot in (0.02, 0.03):
+        metrics.record(RequestRecord("chat", "ok", tpot=tpot))
+    families = text_string_to_metric_families(metrics.exposition().decode())
+    [family] = [f for f in families if f.name == series.REQUEST_MOMENTS]
+    [squares] = [
+        s.value for s in family.samples if s.labels[series.MOMENT] == "tpot_squared_seconds"
+    ]
+    assert squares == pytest.approx(0.02**2 + 0.03**2)
+
+
+def test_a_mean_s_bound_narrows_as_streams_agree_and_grow() -> None:
+    assert mean_confidence_sequence(0.0, 0.0, 0.0, 0.05) == (0.0, math.inf)
+
+    def width(samples: float, cv: float) -> float:
+        low, high = mean_confidence_sequence(
+            0.03 * samples, samples * 0.03**2 * (1 + cv * cv), samples, 0.05
+        )
+        assert low <= 0.03 <= high
+        return high - low
+
+    assert width(100, 0.1) < width(100, 0.5) < width(20, 0.5)
+    assert width(1000, 0.3) < 0.1 * 0.03
+
+
+def test_a_mean_tpot_looked_at_after_every_stream_errs_within_its_rate() -> None:
+    """Lognormal TPOTs (a heavy right tail: a stalled stream now and then) bounded after each
+    of 300 streams: the true mean is excluded in at most the error rate of 300 runs."""
+    rng = random.Random(5)
+    sigma, alpha, runs = 0.6, 0.05, 300
+    truth = 0.03 * math.exp(sigma * sigma / 2)
+    errs = 0
+    for _ in range(runs):
+        total = squares = 0.0
+        for n in range(1, 301):
+            x = 0.03 * math.exp(rng.gauss(0.0, sigma))
+            total, squares = total + x, squares + x * x
+            low, high = mean_confidence_sequence(total, squares, n, alpha)
+            if not low <= truth <= high:
+                errs += 1
+                break
+    assert errs / runs <= alpha + 0.035

@@ -57,6 +57,40 @@ def test_a_canary_decoding_2_5x_slower_than_its_control_breaches_decisively() ->
     assert (breach.canary_samples, breach.control_samples) == (200, 200)
 
 
+def spread(observation: Observation, samples: float, tpot: float, cv: float = 0.3) -> Observation:
+    """Every class's TPOT over `samples` of its requests that streamed, `cv` of the mean apart,
+    as the gateway's sum of squares tells it."""
+    squares = samples * tpot * tpot * (1.0 + cv * cv)
+    classes = {
+        name: replace(w, tpot_samples=samples, tpot_squares=squares)
+        for name, w in observation.classes.items()
+    }
+    return replace(observation, classes=classes)
+
+
+def test_a_slower_canary_breaches_on_latency_only_once_its_mean_tpot_is_shown_slower() -> None:
+    control = spread(CONTROL, 400, 0.02)
+    slow = canary(0.05, p95_tpot_seconds=0.05)
+    assert analyse(policy(), spread(slow, 20, 0.05), control).verdict != "bad"  # not yet shown
+    analysis = analyse(policy(), spread(slow, 40, 0.05), control)
+    assert analysis.verdict == "bad"
+    assert [(b.klass, b.signal) for b in analysis.breaches] == [("chat", "p95TpotSeconds")]
+
+
+def test_a_canary_passes_only_once_its_mean_tpot_is_shown_within_the_controls() -> None:
+    control = spread(CONTROL, 400, 0.02)
+    few = analyse(policy(), spread(canary(), 25, 0.02), control)
+    assert few.verdict == "inconclusive"
+    assert {(u.klass, u.signal) for u in few.unproven} == {
+        ("code", "meanTpotSeconds"),
+        ("chat", "meanTpotSeconds"),
+    }
+    assert "not yet shown within" in few.unproven[0].words()
+    assert analyse(policy(), spread(canary(), 60, 0.02), control).verdict == "good"
+    # streams that differ twice as much need more of them
+    assert analyse(policy(), spread(canary(), 60, 0.02, cv=0.9), control).verdict == "inconclusive"
+
+
 def test_a_slowdown_within_the_tolerance_is_no_breach() -> None:
     assert analyse(policy(), canary(0.023, p95_tpot_seconds=0.023), CONTROL).verdict == "good"
 

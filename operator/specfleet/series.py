@@ -15,8 +15,8 @@ REQUESTS = "specfleet_requests"
 DRAFT_TOKENS = "specfleet_spec_draft_tokens"
 ACCEPTED_TOKENS = "specfleet_spec_accepted_tokens"
 SPEC_STEPS = "specfleet_spec_steps"
-SPEC_MOMENTS = "specfleet_spec_request_moments"
-"""Per-request sums behind the acceptance rate's spread, by `MOMENT`."""
+REQUEST_MOMENTS = "specfleet_request_moments"
+"""Per-request sums behind the spread of the acceptance rate and of TPOT, by `MOMENT`."""
 OUTPUT_TOKENS = "specfleet_output_tokens"
 REQUEST_SECONDS = "specfleet_request_seconds"
 TTFT = "specfleet_ttft_seconds"
@@ -79,9 +79,15 @@ mirrored series name in `ARM` the arm they went to."""
 OUTCOMES = ("ok", "client_error", "upstream_error", "gateway_error", "cancelled")
 """upstream_error is the engine's failure only; gateway_error the gateway's own."""
 UPSTREAM_ERROR = "upstream_error"
-MOMENTS = ("requests", "accepted_squared", "drafted_squared", "accepted_drafted")
-"""The `MOMENT`s of SPEC_MOMENTS: requests that reported drafts, Σ accepted², Σ drafted²,
-Σ accepted·drafted."""
+MOMENTS = (
+    "drafting_requests",
+    "accepted_squared",
+    "drafted_squared",
+    "accepted_drafted",
+    "tpot_squared_seconds",
+)
+"""The `MOMENT`s of REQUEST_MOMENTS: requests that reported drafts, Σ accepted², Σ drafted²,
+Σ accepted·drafted over them, and Σ TPOT² over the streams the TPOT histogram observed."""
 TRUNCATED = "length"
 """The finish `reason` of a choice cut at its token limit (max_tokens or the context)."""
 

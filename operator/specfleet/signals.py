@@ -30,6 +30,7 @@ ACCEPTANCE_RATE = "acceptanceRate"
 SPEEDUP = "speedup"
 P95_TTFT = "p95TtftSeconds"
 P95_TPOT = "p95TpotSeconds"
+MEAN_TPOT = "meanTpotSeconds"
 GREEDY_AGREEMENT = "greedyAgreement"
 """An experiment's alone: an arm's greedy answers against the baseline arm's."""
 LABELS = {
@@ -37,6 +38,7 @@ LABELS = {
     SPEEDUP: "speedup",
     P95_TTFT: "p95 TTFT",
     P95_TPOT: "p95 TPOT",
+    MEAN_TPOT: "mean TPOT",
     GREEDY_AGREEMENT: "exact agreement with the baseline on greedy requests",
 }
 """The words of the signals outside `QUALITY`, in pictures and reports alike."""

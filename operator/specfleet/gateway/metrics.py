@@ -72,10 +72,11 @@ class GatewayMetrics:
         self.spec_steps = Counter(
             series.SPEC_STEPS, "Speculative verify steps.", [series.CLASS], registry=r
         )
-        self.spec_moments = Counter(
-            series.SPEC_MOMENTS, "Per-request sums behind the acceptance rate's spread: "
-            "requests that reported drafts, and the sums of accepted², drafted² and "
-            "accepted·drafted tokens over them.", [series.CLASS, series.MOMENT], registry=r,
+        self.moments = Counter(
+            series.REQUEST_MOMENTS, "Per-request sums behind the spread of the acceptance "
+            "rate and of TPOT: requests that reported drafts, the sums of accepted², drafted² "
+            "and accepted·drafted tokens over them, and of TPOT² (seconds²) over the streams.",
+            [series.CLASS, series.MOMENT], registry=r,
         )  # fmt: skip
         self.output_tokens = Counter(
             series.OUTPUT_TOKENS, "Output tokens (usage.completion_tokens).", [series.CLASS],
@@ -213,7 +214,9 @@ class _ClassSeries:
         self.draft_tokens = metrics.draft_tokens.labels(name)
         self.accepted_tokens = metrics.accepted_tokens.labels(name)
         self.spec_steps = metrics.spec_steps.labels(name)
-        self.spec_moments = [metrics.spec_moments.labels(name, m) for m in series.MOMENTS]
+        *self.spec_moments, self.tpot_squared = (
+            metrics.moments.labels(name, m) for m in series.MOMENTS
+        )
         self.output_tokens = metrics.output_tokens.labels(name)
         self.request_seconds = metrics.request_seconds.labels(name)
         self.ttft = metrics.ttft.labels(name)
@@ -238,6 +241,7 @@ class _ClassSeries:
             self.ttft.observe(record.ttft)
         if record.tpot is not None:
             self.tpot.observe(record.tpot)
+            self.tpot_squared.inc(record.tpot * record.tpot)
         if record.output_tokens:
             self.output_tokens.inc(record.output_tokens)
         if record.spec is not None:

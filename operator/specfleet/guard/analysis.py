@@ -12,9 +12,17 @@ from typing import Any, NamedTuple
 
 from specfleet.api.spec import ClassSlo
 from specfleet.guard.policy import MIN_ERROR_RATE_BREACH, MIN_ERRORS, QUALITY_MARGIN, Policy
-from specfleet.guard.sequential import confidence_sequence
+from specfleet.guard.sequential import Bounds, confidence_sequence, mean_confidence_sequence
 from specfleet.guard.speedup import wilson_interval
-from specfleet.signals import ACCEPTANCE_RATE, P95_TPOT, P95_TTFT, QUALITY, Rule, Signal
+from specfleet.signals import (
+    ACCEPTANCE_RATE,
+    MEAN_TPOT,
+    P95_TPOT,
+    P95_TTFT,
+    QUALITY,
+    Rule,
+    Signal,
+)
 from specfleet.telemetry.model import ClassWindow, Observation
 
 LATENCY_TOLERANCE = 1.2
@@ -159,6 +167,7 @@ def _class_breaches(sides: Sides, policy: Policy, latency: bool) -> list[Breach 
         *(b for b in latencies if b is not None and (latency or b.decisive)),
         *_qualities(sides, policy.band),
         _acceptance(sides, policy),
+        _tpot_unproven(sides, policy.band),
     ]
     return [b for b in found if b is not None]
 
@@ -218,12 +227,48 @@ def _latency(
 
 def _body_slower(sides: Sides, signal: str) -> bool:
     """A TPOT p95 over the control's counts only where the mean (exact, not read from buckets)
-    is over the control's by the tolerance too: a few slow tokens move a p95 interpolated in a
-    bucket 15 ms wide, where a slower revision slows every token."""
+    is over the control's by the tolerance too, shown so where both sides' spreads are known
+    (a few slow tokens move a p95 interpolated in a bucket 15 ms wide, where a slower revision
+    slows every token)."""
     if signal != P95_TPOT or sides.control is None:
         return True
-    canary, control = sides.canary.mean_tpot_seconds, sides.control.mean_tpot_seconds
-    return canary is None or not control or canary > control * LATENCY_TOLERANCE
+    bounds = _tpot_bounds(sides)
+    if bounds is not None:
+        canary, control = bounds
+        return canary[0] > control[1] * LATENCY_TOLERANCE
+    mean, other = sides.canary.mean_tpot_seconds, sides.control.mean_tpot_seconds
+    return mean is None or not other or mean > other * LATENCY_TOLERANCE
+
+
+def _tpot_unproven(sides: Sides, band: float) -> Unproven | None:
+    """The canary's mean TPOT not yet shown within the control's by the tolerance and the
+    band: what a step needs shown to pass, as an abort needs it shown past."""
+    bounds = _tpot_bounds(sides)
+    if bounds is None:
+        return None
+    (_, upper), (lower, _) = bounds
+    needed = lower * LATENCY_TOLERANCE * (1.0 + band)
+    if upper <= needed:
+        return None
+    mean = sides.canary.mean_tpot_seconds or 0.0
+    return Unproven(sides.name, MEAN_TPOT, mean, sides.canary.tpot_samples or 0.0, upper, needed)
+
+
+def _tpot_bounds(sides: Sides) -> tuple[Bounds, Bounds] | None:
+    """The canary's and the control's mean TPOT bounds, each at half the error rate (the two
+    together hold at it); None for one look (an experiment's report) or without the sums."""
+    if sides.error_rate is None or sides.control is None:
+        return None
+    found = [_mean_tpot_bounds(w, sides.error_rate / 2) for w in (sides.canary, sides.control)]
+    canary, control = found
+    return None if canary is None or control is None else (canary, control)
+
+
+def _mean_tpot_bounds(window: ClassWindow, error_rate: float) -> Bounds | None:
+    mean, samples, squares = window.mean_tpot_seconds, window.tpot_samples, window.tpot_squares
+    if not mean or not samples or squares is None:
+        return None
+    return mean_confidence_sequence(mean * samples, squares, samples, error_rate)
 
 
 def _share(

@@ -41,6 +41,9 @@ import math
 from collections.abc import Callable
 from functools import lru_cache
 
+Bounds = tuple[float, float]
+"""(lower, upper)."""
+
 PRIOR = (0.5, 0.5)
 """Beta(a, b) of the mixture: Jeffreys' prior (see the module's docstring)."""
 
@@ -57,7 +60,7 @@ def confidence_sequence(
     error_rate: float,
     *,
     prior: tuple[float, float] = PRIOR,
-) -> tuple[float, float]:
+) -> Bounds:
     """(lower, upper) bounds of a proportion such that, for i.i.d. Bernoulli draws, the chance the
     true proportion is ever outside them, at any number of trials, is at most error_rate.
 
@@ -138,7 +141,7 @@ def _log_marginal(successes: float, failures: float, a: float, b: float) -> floa
 @lru_cache(maxsize=_CACHE)
 def _bounds(
     successes: float, trials: float, error_rate: float, prior: tuple[float, float]
-) -> tuple[float, float]:
+) -> Bounds:
     # M_n(p) < 1/α  <=>  S·softplus(-x) + F·softplus(x) + c < 0,  x = logit p
     failures = trials - successes
     c = _log_marginal(successes, failures, *prior) - math.log(1.0 / error_rate)
@@ -238,7 +241,7 @@ def ratio_confidence_sequence(
     deviations: float,
     requests: float,
     error_rate: float,
-) -> tuple[float, float]:
+) -> Bounds:
     """(lower, upper) bounds of a rate of sums, Σa / Σd over requests (accepted over drafted
     tokens), from `deviations` = Σ(a - rate·d)²: how much requests differ from one another.
 
@@ -254,7 +257,8 @@ def ratio_confidence_sequence(
     if not 0.0 < requests < math.inf or not denominator > 0.0:
         return 0.0, 1.0
     drafted = denominator / requests
-    half = _ratio_half_width(requests, max(deviations, 0.0) / requests / drafted**2, error_rate)
+    spread2 = max(deviations, 0.0) / requests / drafted**2
+    half = _half_width(requests, spread2, RATE_SPREAD2, error_rate)
     rate = numerator / denominator
     return max(rate - half, 0.0), min(rate + half, 1.0)
 
@@ -268,14 +272,36 @@ def requests_to_decide(rate: float, limit: float, spread: float, error_rate: flo
     gap = abs(rate - limit)
     if not gap > 0.0:
         return None
-    return _fewest(lambda n: _ratio_half_width(n, spread * spread, error_rate) < gap)
+    return _fewest(lambda n: _half_width(n, spread * spread, RATE_SPREAD2, error_rate) < gap)
 
 
-def _ratio_half_width(requests: float, spread2: float, error_rate: float) -> float:
-    """The half-width of the rate's bound over `requests` that differ by a variance `spread2`
-    (in the rate's units), PRIOR_REQUESTS of them at the largest, 1/4."""
-    variance = (requests * spread2 + PRIOR_REQUESTS * 0.25) / (requests + PRIOR_REQUESTS)
-    return math.sqrt(variance) * _mixture_radius(requests, error_rate)
+RATE_SPREAD2 = 0.25
+"""The largest variance of a rate in [0, 1]: the prior's, for a rate."""
+MEAN_SPREAD2 = 1.0
+"""The prior's variance for a positive mean, relative to its square: requests as far apart as
+the mean itself (a TPOT's requests differ by a fraction of it)."""
+
+
+def mean_confidence_sequence(
+    total: float, squares: float, samples: float, error_rate: float
+) -> Bounds:
+    """(lower, upper) bounds of a mean (a class's TPOT) from the sum, the sum of squares and
+    the number of its samples: `ratio_confidence_sequence`'s method with PRIOR_REQUESTS at a
+    spread as large as the mean (MEAN_SPREAD2). (0, inf) without samples."""
+    _check(error_rate)
+    if not 0.0 < samples < math.inf or not total > 0.0:
+        return 0.0, math.inf
+    mean = total / samples
+    spread2 = max(squares / samples - mean * mean, 0.0) / (mean * mean)
+    half = mean * _half_width(samples, spread2, MEAN_SPREAD2, error_rate)
+    return max(mean - half, 0.0), mean + half
+
+
+def _half_width(samples: float, spread2: float, prior2: float, error_rate: float) -> float:
+    """The half-width of a bound over `samples` that differ by a variance `spread2`, with
+    PRIOR_REQUESTS more at `prior2` (both in the unit of what is bounded)."""
+    variance = (samples * spread2 + PRIOR_REQUESTS * prior2) / (samples + PRIOR_REQUESTS)
+    return math.sqrt(variance) * _mixture_radius(samples, error_rate)
 
 
 def _mixture_radius(n: float, error_rate: float) -> float:

@@ -22,6 +22,7 @@ from specfleet.guard.policy import (
     Policy,
 )
 from specfleet.guard.sequential import (
+    Bounds,
     confidence_sequence,
     excludes,
     ratio_confidence_sequence,
@@ -44,9 +45,6 @@ from specfleet.signals import (
     Signal,
 )
 from specfleet.telemetry.model import ClassWindow, Observation
-
-Bounds = tuple[float, float]
-"""Confidence bounds at the guard's error rate: (lower, upper)."""
 
 
 class Judged(NamedTuple):

@@ -39,6 +39,8 @@ class ClassSlice:
     """The per-request sums the gateway exports (`moments`)."""
     tpot_seconds_total: float = 0.0
     """Σ over output tokens of their TPOT: mean TPOT = this / output_tokens."""
+    tpot_squares: float = 0.0
+    """Σ over requests of their TPOT², as the gateway exports it."""
     p95_tpot_total: float = 0.0
     p95_ttft_total: float = 0.0
     """Output-token-weighted sums of the slice's p95s."""
@@ -84,6 +86,7 @@ def realize(
         steps=steps,
         **moments(ok if drafted else 0, drafted, accepted, spread),
         tpot_seconds_total=tpot * tokens,
+        tpot_squares=n * (tpot * tpot + ((p95 - tpot) / physics.Z95) ** 2),
         p95_tpot_total=p95 * tokens,
         p95_ttft_total=klass.p95_ttft_seconds * tokens,
         tool_calls_valid=tools - tools_bad,
@@ -190,6 +193,7 @@ def window(slices: list[ClassSlice], speculation: bool, tool_calls: bool) -> Cla
         p95_tpot_seconds=per_token(total.p95_tpot_total),
         mean_tpot_seconds=per_token(total.tpot_seconds_total),
         tpot_samples=float(total.requests),
+        tpot_squares=total.tpot_squares,
         tool_calls_valid=float(total.tool_calls_valid) if tool_calls else None,
         tool_calls_invalid=float(total.tool_calls_invalid) if tool_calls else None,
         structured_valid=float(total.structured_valid),

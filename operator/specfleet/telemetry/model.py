@@ -41,6 +41,8 @@ class ClassWindow:
     mean_tpot_seconds: float | None = None
     tpot_samples: float | None = None
     """The streams behind the TPOTs (a request that did not stream has none)."""
+    tpot_squares: float | None = None
+    """Σ TPOT² (seconds²) over those streams: how much they differ from their mean."""
     tool_calls_valid: float | None = None
     tool_calls_invalid: float | None = None
     structured_valid: float | None = None

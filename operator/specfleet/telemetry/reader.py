@@ -58,7 +58,13 @@ def _samples(metric: str, group: str, selector: str) -> str:
     return f"sum by ({group}) (increase({metric}_count{selector}[{{w}}]))"
 
 
-MOMENT_FIELDS = ("spec_requests", "accepted_squares", "drafted_squares", "accepted_by_drafted")
+MOMENT_FIELDS = (
+    "spec_requests",
+    "accepted_squares",
+    "drafted_squares",
+    "accepted_by_drafted",
+    "tpot_squares",
+)
 """The ClassWindow fields of series.MOMENTS, in their order."""
 
 Query = tuple[str, str | None, str | None]
@@ -78,7 +84,7 @@ def queries(group: str, selector: str = "") -> dict[str, Query]:
         return increase(metric, series.VALID), series.VALID, series.valid_value(valid)
 
     def moment(name: str) -> Query:
-        return increase(series.SPEC_MOMENTS, series.MOMENT), series.MOMENT, name
+        return increase(series.REQUEST_MOMENTS, series.MOMENT), series.MOMENT, name
 
     return {
         "requests": (increase(series.REQUESTS), None, None),
