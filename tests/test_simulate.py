@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import yaml
 
 from specfleet.guard.actions import PER_CLASS
 from specfleet.scenario import load_scenario, parse_scenario
-from specfleet.simulate import report
+from specfleet.simulate import baselines, report
 from specfleet.simulate.inputs import build_world, load_specmodel_document, load_world
 from specfleet.simulate.simulation import Result, SimulationSettings, simulate
 
@@ -293,3 +294,16 @@ def test_the_canary_rollouts_picture_names_each_revision_and_why() -> None:
     view = plot.Points(result.run.ticks, result.truths, 60.0)
     canary_tpot = [v for v in view.seen("canary", "p95_tpot", "code") if v == v]
     assert max(canary_tpot) > 0.05  # the slow revision's canary is drawn, over the 50 ms SLO
+
+
+def test_the_oracle_keeps_speculation_from_a_critical_class_under_its_acceptance_floor() -> None:
+    """low-traffic: code (critical, floor 0.5) collapses to α 0.2 from 600 s to 1500 s while
+    chat pays for speculation: always-on has the most goodput, but the SpecModel says no
+    speculation serves code under its floor, so the oracle turns it off, as the guard must."""
+    world = load_world(LLAMA, SCENARIOS / "low-traffic.yaml")
+    oracle = baselines.oracle(world)
+    before, during, after = (oracle(t) for t in (300.0, 900.0, 1800.0))
+    assert before.speculation and after.speculation and not during.speculation
+    code = {c.name: c for c in world.conditions(900.0, replace(during, speculation=True)).classes}
+    assert code["code"].acceptance_floor == 0.5
+    assert code["chat"].acceptance_floor is None  # not critical: no floor to keep

@@ -1,14 +1,15 @@
 """The policies the guard is compared with: always on, always off (both follow Git's revision
 with the same rollout time as the guarded fleet) and an oracle that switches at once to the
-setting with the best expected goodput among those that meet every class's quality SLO, over
-every revision that exists by then (if none meets them, the best of all)."""
+setting with the best expected goodput among those that meet every class's quality SLO (and
+every critical class's acceptance floor: the SpecModel says speculation must not serve it below
+that), over every revision that exists by then (if none meets them, the best of all)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from specfleet.simulate import physics
-from specfleet.simulate.world import Conditions, Setting, World
+from specfleet.simulate.world import ClassConditions, Conditions, Setting, World
 
 Policy = Callable[[float], Setting]
 
@@ -54,4 +55,13 @@ def expected_goodput(conditions: Conditions) -> float:
 
 
 def _meets_slos(conditions: Conditions) -> bool:
-    return all(c.meets_slo for c in conditions.classes if c.rate > 0)
+    return all(
+        c.meets_slo and _above_floor(c, conditions.k) for c in conditions.classes if c.rate > 0
+    )
+
+
+def _above_floor(c: ClassConditions, k: int) -> bool:
+    """Served without speculation, or drafting at its floor or over it."""
+    if not k or c.acceptance_floor is None:
+        return True
+    return physics.engine_acceptance_rate(c.alpha, k, c.decay, c.match_rate) >= c.acceptance_floor

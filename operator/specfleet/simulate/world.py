@@ -73,6 +73,9 @@ class ClassConditions:
     match_rate: float | None = None
     """A prompt-lookup drafter's share of decode steps that find a match and draft (the
     scenario's draft_match_rate); None: k drafts on every step."""
+    acceptance_floor: float | None = None
+    """A critical class's minAcceptanceRate: speculation that serves it with a lower
+    acceptance rate (as engines report it) breaks its SLO (None: no such floor)."""
 
 
 @dataclass(frozen=True)
@@ -146,8 +149,10 @@ class World:
         lookup = revision.method in PROMPT_LOOKUP
         specmodel = self.specmodel_at(t)
         slos = {c.name: c.slo for c in specmodel.spec.classes}
+        critical = {c.name for c in specmodel.spec.classes if c.critical}
         classes = [
-            self._class(name, t, effects, slos.get(name), lookup) for name in self.scenario.classes
+            self._class(name, t, effects, slos.get(name), lookup, name in critical)
+            for name in self.scenario.classes
         ]
         replicas = max(specmodel.spec.pod.replicas, 1)
         steps = [
@@ -170,7 +175,13 @@ class World:
         return Conditions(with_ttft, k, step, batch, drafting)
 
     def _class(
-        self, name: str, t: float, effects: Effects, slo: ClassSlo | None, lookup: bool
+        self,
+        name: str,
+        t: float,
+        effects: Effects,
+        slo: ClassSlo | None,
+        lookup: bool,
+        critical: bool,
     ) -> ClassConditions:
         profile = self.scenario.classes[name]
         validity = effects.tool_call_validity
@@ -196,6 +207,7 @@ class World:
             and (ceiling is None or truncation <= ceiling),
             match_rate=profile.draft_match_rate if lookup else None,
             truncation_rate=truncation,
+            acceptance_floor=slo.min_acceptance_rate if slo and critical else None,
         )
 
 
