@@ -307,3 +307,40 @@ def test_the_oracle_keeps_speculation_from_a_critical_class_under_its_acceptance
     code = {c.name: c for c in world.conditions(900.0, replace(during, speculation=True)).classes}
     assert code["code"].acceptance_floor == 0.5
     assert code["chat"].acceptance_floor is None  # not critical: no floor to keep
+
+
+def quiet(scenario: str, rps: float, hours: float, specmodel: Path = LLAMA) -> Result:
+    """An example scenario at `rps` for `hours`, its changes where they were."""
+    document = yaml.safe_load((SCENARIOS / f"{scenario}.yaml").read_text())
+    document |= {"traffic_rps": [[0, rps]], "duration_s": hours * 3600}
+    world = build_world(load_specmodel_document(specmodel), parse_scenario(document))
+    return simulate(world, SimulationSettings())
+
+
+@pytest.mark.parametrize(
+    ("result", "deadline"),
+    [
+        (
+            lambda: quiet("canary-rollouts", 0.15, 2, SCENARIOS / "canary-rollouts.specmodel.yaml"),
+            "StepDeadline",
+        ),
+        (lambda: quiet("low-traffic", 0.1, 3), "TrialDeadline"),
+        (
+            lambda: quiet(
+                "broken-during-probation",
+                0.1,
+                3,
+                SCENARIOS / "broken-during-probation.specmodel.yaml",
+            ),
+            None,
+        ),
+    ],
+    ids=["canary steps", "trials", "probation"],
+)
+def test_no_judgement_stays_pending_past_its_deadline(result: Any, deadline: str | None) -> None:
+    """Quiet fleets, where evidence comes slowly: at every tick of the replay each pending
+    canary step, trial and probation is decided by a tick after its deadline at the latest."""
+    run = result().run
+    assert [(t.t, t.past_deadline) for t in run.ticks if t.past_deadline] == []
+    reasons = {d["reason"] for d in run.decisions}
+    assert deadline is None or deadline in reasons  # the deadlines did come into play

@@ -16,7 +16,7 @@ from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from specfleet.api.status import Evidence
+from specfleet.api.status import Evidence, RevisionVerdict, RolloutPhase, SpecModelStatus
 from specfleet.telemetry.model import ClassWindow, Observation
 
 LATEST = ("p95_ttft_seconds", "p95_tpot_seconds")
@@ -38,6 +38,26 @@ def begin(now: datetime, deadline_seconds: float, serving: str = "") -> Evidence
 
 def overdue(evidence: Evidence, now: datetime) -> bool:
     return now >= datetime.fromisoformat(evidence.deadline)
+
+
+def past_deadline(status: SpecModelStatus, now: datetime, grace_seconds: float) -> list[str]:
+    """The judgements still pending more than `grace_seconds` after their deadline: none, as
+    the guard promises (the replay records this at every tick, and the tests hold it to it)."""
+    late = now - timedelta(seconds=grace_seconds)
+    return [name for name, found in _pending(status) if overdue(found, late)]
+
+
+def _pending(status: SpecModelStatus) -> list[tuple[str, Evidence]]:
+    found: list[tuple[str, Evidence | None]] = []
+    rollout, switch, guard = status.rollout, status.kill_switch, status.guard
+    if rollout is not None and rollout.phase == RolloutPhase.PROGRESSING:
+        found.append(("canary step", rollout.evidence))
+    if switch is not None and switch.trial:
+        found.append(("trial", switch.evidence))
+    active = next((r for r in status.revisions if r.number == status.active_revision), None)
+    if guard is not None and active is not None and active.verdict == RevisionVerdict.PROBATION:
+        found.append(("probation", guard.probation_evidence))
+    return [(name, evidence) for name, evidence in found if evidence is not None]
 
 
 def added(

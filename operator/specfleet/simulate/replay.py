@@ -17,6 +17,7 @@ from typing import Any
 
 from specfleet.api.spec import GuardSpec
 from specfleet.guard import Action, Decision
+from specfleet.guard.evidence import past_deadline
 from specfleet.guard.speedup import weighted
 from specfleet.simulate.control import Operator, initial_setting
 from specfleet.simulate.draws import ClassDraw
@@ -130,6 +131,9 @@ class Tick:
     canary once it is judged)."""
     canary: Seen | None = None
     """A trial's or a canary rollout's canary pods, when any served in the window."""
+    past_deadline: tuple[str, ...] = ()
+    """Judgements still pending a tick after their deadline (`guard.evidence.past_deadline`):
+    none, as the guard promises."""
 
 
 @dataclass
@@ -295,7 +299,9 @@ def _tick(
     operator, the_step = operator.ticked(observation, fleet, now)
     situation, decision = the_step.situation, the_step.decision
     assert situation is not None and decision is not None  # a guard tick always judges
-    run.ticks.append(_record(t, fleet, observation, decision, situation.policy.guard))
+    tick = _record(t, fleet, observation, decision, situation.policy.guard)
+    late = past_deadline(operator.status, now, base.tick_slices * base.slice_seconds)
+    run.ticks.append(replace(tick, past_deadline=tuple(late)))
     context = {
         "revision": situation.revision.number,
         "speculation": fleet.serving.speculation,
