@@ -102,6 +102,16 @@ def canary_starting() -> World:
     return world
 
 
+def pushed_on_probation() -> World:
+    """Serving revision 1, still on probation; Git pushed revisions 2 to 10 since, each
+    replacing the last one's canary beside revision 1."""
+    world = serving()
+    for k in range(5, 14):
+        world.change(speculative={"numSpeculativeTokens": k})
+        world.settle()
+    return world
+
+
 def breaking() -> World:
     """A direct rollout: revision 2 serves the whole fleet and breached two windows in a row."""
     world = serving(rollout={"strategy": "direct"})
@@ -263,6 +273,23 @@ ROWS = [
         events=(
             "Normal RevisionCreated: revision 2 (*) for generation 2",
             "Normal ChildrenApplied: applied 3 and pruned 0 children for revision 1",
+        ),
+    ),
+    Row(
+        "an eleventh revision still rolls out as a canary on the control serving on probation",
+        pushed_on_probation,
+        change={"speculative": {"numSpeculativeTokens": 14}},
+        requests=(  # revision 1 outlives the history's bound: trimmed, 11 would serve unjudged
+            "apply ControllerRevision/m-*",
+            "apply ConfigMap/m-rollout-gateway",
+            "apply Deployment/m-rollout",
+            "status SpecModel/m: Ready, revision 1 of 11, speculation on, "
+            "rollout Progressing step 1/1",
+        ),
+        events=(
+            "Normal RevisionCreated: revision 11 (*) for generation 11",
+            "Normal CanaryStepServing: revision 11 serves on 1 pod beside revision 1 (step 1 of 1)",
+            "Normal ChildrenApplied: applied 2 and pruned 0 children for revision 1",
         ),
     ),
     Row(

@@ -145,12 +145,32 @@ def test_no_speculative_config_means_no_speculation() -> None:
     assert plan(sm, SpecModelStatus(), NOW).speculation is False
 
 
-def test_revision_history_is_bounded_but_keeps_the_last_good() -> None:
-    records = [RevisionRecord(number=1, hash="good000000", verdict="good")]
-    records += [RevisionRecord(number=n, hash=f"bad{n:07d}", verdict="bad") for n in range(2, 11)]
-    result = plan(specmodel(), SpecModelStatus(revisions=records), NOW)
-    assert len(result.revisions) == 10
-    assert result.revisions[0].number == 1 and result.revisions[-1].number == 11
+@pytest.mark.parametrize(
+    ("verdicts", "active", "kept"),
+    [
+        (["good", *["bad"] * 9], 1, [1, *range(3, 12)]),
+        (["probation"] * 10, 1, [1, *range(3, 12)]),
+        (["good", "probation", *["bad"] * 8], 2, [1, 2, *range(4, 12)]),
+        (["clean", "kept", *["bad"] * 8], 2, [1, 2, *range(4, 12)]),
+    ],
+    ids=["the-last-good", "serving-on-probation", "serving-and-last-good", "rollback-target"],
+)
+def test_revision_history_is_bounded_but_keeps_what_may_serve_again(
+    verdicts: list[str], active: int, kept: list[int]
+) -> None:
+    """The revision serving (a canary's control), the last good and the rollback targets."""
+    records = [
+        RevisionRecord(
+            number=n,
+            hash=f"h{n:09d}",
+            verdict="probation" if v == "clean" else v,
+            served_clean=v == "clean",
+        )
+        for n, v in enumerate(verdicts, start=1)
+    ]
+    status = SpecModelStatus(active_revision=active, revisions=records)
+    result = plan(specmodel(), status, NOW)
+    assert [r.number for r in result.revisions] == kept
 
 
 def rollout_status(

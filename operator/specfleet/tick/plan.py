@@ -157,18 +157,29 @@ def _record_revision(
         verdict=RevisionVerdict.PROBATION,
         created=now.isoformat(),
     )
-    return _bounded([*status.revisions, record]), record, True
+    return _bounded([*status.revisions, record], status.active_revision), record, True
 
 
-def _bounded(revisions: list[RevisionRecord]) -> list[RevisionRecord]:
-    """Keep the newest MAX_REVISION_HISTORY, but never drop the newest good revision."""
+def _bounded(revisions: list[RevisionRecord], serving: int | None) -> list[RevisionRecord]:
+    """Keep the newest MAX_REVISION_HISTORY, the oldest of them giving way to those that may
+    serve again (`_may_serve_again`)."""
     if len(revisions) <= MAX_REVISION_HISTORY:
         return revisions
-    good = [r for r in revisions if r.verdict == RevisionVerdict.GOOD]
-    keep = revisions[-(MAX_REVISION_HISTORY - 1) :]
-    if good and good[-1] not in keep:
-        return [good[-1], *keep]
-    return revisions[-MAX_REVISION_HISTORY:]
+    pinned = _may_serve_again(revisions, serving)
+    rest = [r.number for r in revisions if r.number not in pinned]
+    kept = pinned | set(rest[len(rest) - (MAX_REVISION_HISTORY - len(pinned)) :])
+    return [r for r in revisions if r.number in kept]
+
+
+def _may_serve_again(revisions: list[RevisionRecord], serving: int | None) -> set[int]:
+    """The revision serving (a canary rollout's control: trimmed, the new revision would go to
+    the whole fleet unjudged), the last good (`lastGoodRevision`), and where a rollback goes
+    leaving the serving revision or the newest."""
+    numbers = [r.number for r in revisions]
+    served = [n for n in numbers if n == serving]
+    targets = [rollback_target(revisions, n) for n in [numbers[-1], *served]]
+    good = [r.number for r in revisions if r.verdict == RevisionVerdict.GOOD]
+    return {*served, *good[-1:], *(t.number for t in targets if t)}
 
 
 def rollback_target(revisions: list[RevisionRecord], leaving: int) -> RevisionRecord | None:
