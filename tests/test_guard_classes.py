@@ -105,6 +105,22 @@ def test_too_few_requests_count_once_the_fleets_evidence_adds_them_up() -> None:
     assert [a.action for a in named(decisions)] == ["class_breach"]
 
 
+def test_status_shows_a_class_as_judged_on_the_fleets_evidence() -> None:
+    """The verdict and numbers of a class the windows leave unjudged are its evidence's: its
+    seconds and requests summed (a whole window, then a quarter window a tick), no p95."""
+    few = window(0.02, requests=10, p95_tpot_seconds=0.03)
+    _, decisions = run(start(), *[few] * 8)
+    code, _, prose = decisions[-1].classes
+    assert (code.judged_on, code.seconds, code.requests, code.verdict) == (
+        "window",
+        60.0,
+        200.0,
+        "good",
+    )
+    assert (prose.judged_on, prose.verdict, prose.acceptance_rate) == ("accumulated", "bad", 0.02)
+    assert (prose.seconds, prose.requests, prose.p95_tpot_seconds) == (165.0, 27.5, None)
+
+
 def test_a_non_critical_class_breaking_tool_calls_is_named() -> None:
     broken = window(0.7, tool_calls_valid=120.0, tool_calls_invalid=80.0)
     observation = replace(observe(None), classes={"code": window(0.8), "chat": broken})

@@ -363,12 +363,29 @@ class GuardStatus(ApiModel):
     )
 
 
+class JudgedOn(StrEnum):
+    """What a class's verdict in `status.classes` was judged on."""
+
+    WINDOW = "window"
+    ACCUMULATED = "accumulated"
+    """A quiet fleet's evidence (`guard.fleetEvidence`): the window held too few requests."""
+
+
 class ClassObservation(ApiModel):
-    """The latest window's numbers for one prompt class."""
+    """One prompt class as the guard last judged it: its verdict and the numbers behind it."""
 
     name: str = Field(description="Class name.")
-    requests: float | None = Field(default=None, description="Requests in the window.")
-    draft_tokens: float | None = Field(default=None, description="Drafted tokens in the window.")
+    judged_on: JudgedOn = Field(
+        default=JudgedOn.WINDOW,
+        description="`window`: the latest window; `accumulated`: the window held too few "
+        "requests to judge the class, so it was judged on the fleet's evidence summed since its "
+        "judgement began (`guard.fleetEvidence`), with no p95s (they do not add up).",
+    )
+    seconds: float | None = Field(
+        default=None, description="Seconds of serving the numbers hold (the window's or the sum's)."
+    )
+    requests: float | None = Field(default=None, description="Requests the numbers hold.")
+    draft_tokens: float | None = Field(default=None, description="Drafted tokens.")
     accepted_tokens: float | None = Field(default=None, description="Accepted draft tokens.")
     acceptance_rate: float | None = Field(default=None, description="Accepted / drafted tokens.")
     mean_acceptance_length: float | None = Field(
@@ -477,7 +494,9 @@ class SpecModelStatus(ApiModel):
     )
     replicas: ReplicaStatus | None = Field(default=None, description="Rollout progress.")
     classes: list[ClassObservation] = Field(
-        default_factory=list, description="Per-class observations of the last window."
+        default_factory=list,
+        description="Per class, the verdict of the last evaluation and the numbers it was "
+        "judged on: the window's, or the quiet fleet's evidence (`judgedOn`).",
     )
     decisions: list[Decision] = Field(
         default_factory=list,

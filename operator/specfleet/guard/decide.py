@@ -20,15 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
 
-from specfleet.api.status import ClassObservation, GuardStatus, KillSwitchStatus
+from specfleet.api.status import ClassObservation, GuardStatus, JudgedOn, KillSwitchStatus
 from specfleet.guard import blindness, classes, killswitch, probation, quiet, ratelimit, rollout
 from specfleet.guard.actions import Action
 from specfleet.guard.policy import Policy
 from specfleet.guard.rollout import StepJudgement
-from specfleet.guard.situation import Situation, Tick
+from specfleet.guard.situation import QuietJudgement, Situation, Tick
 from specfleet.guard.speedup import weighted
-from specfleet.guard.verdict import Evaluation, evaluate
-from specfleet.telemetry.model import ClassWindow, Observation
+from specfleet.guard.verdict import ClassVerdict, Evaluation, evaluate
+from specfleet.telemetry.model import Observation
 
 
 @dataclass
@@ -49,15 +49,20 @@ class Decision:
     rollout_step: StepJudgement | None = None
     """What this evaluation made of a canary rollout's step (`tick.rollouts.judged` writes it
     into the rollout's status)."""
+    quiet: QuietJudgement | None = None
+    """The classes the window left unjudged, judged on the fleet's evidence instead."""
 
-    # What the window showed is built when the status is written, not on every tick.
+    # What each class was judged on is built when the status is written, not on every tick.
     @cached_property
     def classes(self) -> list[ClassObservation]:
-        if self.evaluation is None or self.observation is None:
+        observation = self.observation
+        if self.evaluation is None or observation is None:
             return []
-        windows = self.observation.classes
+        quiet = self.quiet
         return [
-            _class_observation(v.name, windows.get(v.name), v.speedup, v.verdict)
+            _class_observation(quiet.classes[v.name], quiet.evidence, JudgedOn.ACCUMULATED)
+            if quiet is not None and v.name in quiet.classes
+            else _class_observation(v, observation, JudgedOn.WINDOW)
             for v in self.evaluation.classes
         ]
 
@@ -110,12 +115,14 @@ def _decision(tick: Tick, rollout_step: StepJudgement | None = None) -> Decision
         evaluation=tick.evaluation,
         served_clean=tick.served_clean,
         rollout_step=rollout_step,
+        quiet=tick.quiet,
     )
 
 
 def _judge(tick: Tick, observation: Observation, policy: Policy) -> Evaluation:
-    """Evaluates a window, as what status shows."""
-    tick.observation = observation
+    """Evaluates a window, as what status shows (with the classes a quiet fleet's evidence
+    judges instead, until a trial's canary is judged)."""
+    tick.observation, tick.quiet = observation, None
     tick.evaluation = _evaluate(tick, observation, policy)
     return tick.evaluation
 
@@ -148,12 +155,15 @@ def _has_data(observation: Observation | None) -> bool:
 
 
 def _class_observation(
-    name: str, window: ClassWindow | None, speedup: float | None, verdict: str
+    verdict: ClassVerdict, judged: Observation, judged_on: JudgedOn
 ) -> ClassObservation:
+    window = judged.classes.get(verdict.name)
     if window is None:
-        return ClassObservation(name=name, verdict=verdict)
+        return ClassObservation(name=verdict.name, judged_on=judged_on, verdict=verdict.verdict)
     return ClassObservation(
-        name=name,
+        name=verdict.name,
+        judged_on=judged_on,
+        seconds=_r(judged.window_seconds),
         requests=window.requests,
         draft_tokens=window.draft_tokens,
         accepted_tokens=window.accepted_tokens,
@@ -162,8 +172,8 @@ def _class_observation(
         p95_ttft_seconds=_r(window.p95_ttft_seconds),
         p95_tpot_seconds=_r(window.p95_tpot_seconds),
         tool_call_validity=_r(window.tool_call_validity),
-        expected_speedup=_r(speedup),
-        verdict=verdict,
+        expected_speedup=_r(verdict.speedup),
+        verdict=verdict.verdict,
     )
 
 

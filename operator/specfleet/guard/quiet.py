@@ -13,7 +13,7 @@ from collections.abc import Callable
 from specfleet.api.status import Evidence
 from specfleet.guard import evidence as accumulated
 from specfleet.guard.policy import QUIET_HORIZON_SECONDS
-from specfleet.guard.situation import Tick
+from specfleet.guard.situation import QuietJudgement, Tick
 from specfleet.guard.verdict import Evaluation
 from specfleet.telemetry.model import Observation
 
@@ -30,13 +30,15 @@ def judged(
     evidence = _grown(tick, observation)
     if evidence is None:
         return window
-    summed = evaluate(accumulated.observation(evidence, observation, latency=False))
+    summed_window = accumulated.observation(evidence, observation, latency=False)
+    summed = evaluate(summed_window)
     shown = summed.speculation_bad is False and summed.decisive
     if shown and all(v.verdict == "good" for v in summed.classes):
         tick.guard.fleet_evidence = None  # settled: the next judgement starts afresh
-    classes = [
-        w if w.conclusive else s for w, s in zip(window.classes, summed.classes, strict=True)
-    ]
+    pairs = zip(window.classes, summed.classes, strict=True)
+    on_evidence = {s.name: s for w, s in pairs if not w.conclusive}
+    tick.quiet = QuietJudgement(summed_window, on_evidence)
+    classes = [on_evidence.get(w.name, w) for w in window.classes]
     if window.speculation_bad is None:
         return summed._replace(classes=classes)
     return window._replace(classes=classes)

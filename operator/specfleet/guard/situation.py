@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from specfleet.api.status import (
     DecisionReason,
@@ -17,7 +17,7 @@ from specfleet.api.status import (
 )
 from specfleet.guard.actions import ACTING, COUNTED, Action, ActionKind
 from specfleet.guard.policy import Policy
-from specfleet.guard.verdict import Evaluation
+from specfleet.guard.verdict import ClassVerdict, Evaluation
 from specfleet.telemetry.model import Observation
 
 
@@ -51,6 +51,14 @@ class Situation:
     deadline passed: a crash loop, an unschedulable pod, a flag the engine refuses)."""
 
 
+class QuietJudgement(NamedTuple):
+    """The classes a window left unjudged, judged on a quiet fleet's evidence (`guard.quiet`)."""
+
+    evidence: Observation
+    """The evidence as one long window: its seconds, its summed counts."""
+    classes: dict[str, ClassVerdict]
+
+
 @lru_cache(maxsize=4)
 def _stamp(now: datetime) -> str:
     """`now` as status fields record it: one tick's decisions share their clock, and isoformat
@@ -74,6 +82,8 @@ class Tick:
     observation: Observation | None = None
     evaluation: Evaluation | None = None
     """The window last judged and its evaluation: a trial's canary once it is judged."""
+    quiet: QuietJudgement | None = None
+    """The classes the fleet's window left unjudged, judged on its evidence instead."""
     served_clean: bool = False
     """The active revision has served N windows in a row judged good: a rollback target."""
     revision_suspect: bool = False
