@@ -288,7 +288,7 @@ ROWS = [
         ),
         events=(
             "Normal RevisionCreated: revision 11 (*) for generation 11",
-            "Normal CanaryStepServing: revision 11 serves on 1 pod beside revision 1 (step 1 of 1)",
+            # no CanaryStepServing yet: m-rollout still runs revision 10, the canary it replaces
             "Normal ChildrenApplied: applied 2 and pruned 0 children for revision 1",
         ),
     ),

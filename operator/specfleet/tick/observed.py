@@ -10,7 +10,12 @@ from typing import Any
 
 from specfleet.api.gateway import Mirror
 from specfleet.api.status import ReplicaStatus
-from specfleet.render.workload import SPECULATION_LABEL, canary_name, rollout_name
+from specfleet.render.workload import (
+    REVISION_LABEL,
+    SPECULATION_LABEL,
+    canary_name,
+    rollout_name,
+)
 
 Body = dict[str, Any]
 
@@ -26,6 +31,8 @@ class Rollout:
     """Why its progress deadline passed (a crash loop, an unschedulable pod, ...)."""
     speculation_running: bool | None = None
     """Whether its pod template runs speculation; None: not seen."""
+    revision_running: int | None = None
+    """The revision its pod template runs; None: not seen (or not labelled)."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,14 @@ def rollout(deployment: Body | None) -> Rollout:
         None,
     )
     labels = spec.get("template", {}).get("metadata", {}).get("labels", {})
-    return Rollout(replicas, complete, deadline, labels.get(SPECULATION_LABEL) == "on")
+    revision = labels.get(REVISION_LABEL, "")
+    return Rollout(
+        replicas,
+        complete,
+        deadline,
+        labels.get(SPECULATION_LABEL) == "on",
+        int(revision) if revision.isdigit() else None,
+    )
 
 
 def unschedulable(pods: list[Body]) -> str | None:

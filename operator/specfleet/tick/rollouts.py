@@ -130,6 +130,8 @@ def seen(
         return rollout.model_copy(update=restart)
     if not canary.complete or canary.replicas.desired != pods:
         return rollout
+    if canary.revision_running not in (None, rollout.revision):
+        return rollout  # the Deployment still shows the revision this canary replaces
     return rollout.model_copy(update={"step_since": now.isoformat()})
 
 
