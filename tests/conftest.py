@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,13 @@ from specfleet.documents import merge
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 INVALID_CASES = yaml.safe_load((ROOT / "tests/data/invalid/specmodels.yaml").read_text())
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (closed again: the caller binds it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def specmodel_doc(**spec: Any) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,6 +14,7 @@ import kopf
 import pytest
 from click.testing import CliRunner
 
+from conftest import free_port
 from specfleet.cli import main
 from specfleet.refusal import EXIT_INVALID
 
@@ -49,9 +49,7 @@ def outside_a_pod(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # closed again: nothing listens there
+    return free_port()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from conftest import free_port
 from specfleet.api import parse_specmodel
 from specfleet.cli import main
 from specfleet.gateway.config import load_specmodel_config
@@ -57,12 +57,6 @@ def test_specmodel_config_is_the_operators(path: Path) -> None:
     assert load_specmodel_config(path).to_wire() == yaml.safe_load(
         configmap["data"]["gateway.yaml"]
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_healthy(url: str, proc: asyncio.subprocess.Process) -> None:

@@ -4,13 +4,11 @@
 #    pins them) and prometheus, promtool (prometheus/go.mod): built from the Go module proxy
 #    once, cached in ~/.cache/specfleet/bin/ keyed by each module's go.mod and go.sum;
 #  - kwok-stages.yaml: kwok's own default stages (nodes Ready with leases, pods Ready);
-#  - alertmanager: Debian's prometheus-alertmanager, installed if missing; its own system
-#    service is never started (the harness runs its own processes).
+#  - alertmanager: Debian's prometheus-alertmanager (hack/tools.sh alertmanager).
 # Usage: e2e/cluster/install.sh   (idempotent; a warm run takes a fraction of a second)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${SPECFLEET_CACHE:-$HOME/.cache/specfleet}"
-apt_packages=(prometheus-alertmanager)
 
 log() { echo "install: $*" >&2; }
 
@@ -111,45 +109,9 @@ kwok_stages() {
   mv "$1.tmp" "$1"
 }
 
-install_apt_packages() {
-  local missing=()
-  for package in "${apt_packages[@]}"; do
-    dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q '^install ok installed$' \
-      || missing+=("$package")
-  done
-  [ "${#missing[@]}" -eq 0 ] && return
-  if [ "$(id -u)" -ne 0 ]; then
-    log "missing Debian packages; as root: apt-get install --no-install-recommends ${missing[*]}"
-    exit 1
-  fi
-  timed "installing Debian packages: ${missing[*]}" with_services_blocked apt_install "${missing[@]}"
-  if [ -d /run/systemd/system ]; then
-    systemctl disable --now prometheus-alertmanager >/dev/null 2>&1 || true
-  fi
-}
-
-apt_install() {
-  apt-get install -y -q --no-install-recommends "$@" >&2 || {
-    apt-get update -q >&2
-    apt-get install -y -q --no-install-recommends "$@" >&2
-  }
-}
-
-# policy-rc.d (exit 101) tells Debian's maintainer scripts not to start services.
-with_services_blocked() {
-  local policy=/usr/sbin/policy-rc.d
-  if [ -e "$policy" ]; then
-    "$@"
-    return
-  fi
-  printf '#!/bin/sh\nexit 101\n' >"$policy"
-  chmod +x "$policy"
-  "$@" || { rm -f "$policy"; return 1; }
-  rm -f "$policy"
-}
-
 main() {
-  install_apt_packages
+  local alertmanager
+  alertmanager="$("$here/../../hack/tools.sh" alertmanager)"
   mkdir -p "$cache/bin"
   exec 9>"$cache/bin/.lock"
   flock 9
@@ -165,7 +127,7 @@ main() {
   if [ ! -d "$bin" ]; then
     mkdir -p "$bin.tmp"
     ln -sf "$k8s"/* "$prometheus"/* "$bin.tmp/"
-    ln -sf /usr/bin/prometheus-alertmanager "$bin.tmp/alertmanager"
+    ln -sf "$alertmanager/alertmanager" "$bin.tmp/alertmanager"
     mv "$bin.tmp" "$bin"
   fi
   echo "$bin"
