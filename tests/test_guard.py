@@ -615,17 +615,26 @@ def test_a_trial_is_judged_only_once_every_critical_class_is_judged_on_the_canar
     assert actions == ["trial_failed"]
 
 
-def test_a_quiet_trial_ends_at_its_deadline_failed_inconclusive_its_backoff_not_doubled() -> None:
-    """One request of each class a window on the canary, marginal: its evidence grows but shows
-    neither; at trialDeadlineSeconds the trial fails inconclusive, named TrialDeadline in its
-    decision and alert, and the next one waits the cooldown it waited before."""
-    quiet = replace(policy(trialDeadlineSeconds=300), classes=trial_without_floors().policy.classes)
+def quiet_trial(deadline: int) -> tuple[Situation, Observation]:
+    """A trial whose canary shows one request of each class a window, marginal: its evidence
+    grows but shows neither way; and that window."""
+    quiet = replace(
+        policy(trialDeadlineSeconds=deadline), classes=trial_without_floors().policy.classes
+    )
     start = replace(trial_without_floors(), policy=quiet)
-    start = replace(start, kill_switch=start.kill_switch.model_copy(update={"failed_trials": 2}))
     marginal = observe(0.1, 0.1, tpot=0.02 / 1.05)  # over minSpeedup, under 1.1
     few = replace(
         marginal, classes={n: replace(w, requests=20.0) for n, w in marginal.classes.items()}
     )
+    return start, few
+
+
+def test_a_quiet_trial_ends_at_its_deadline_failed_inconclusive_its_backoff_not_doubled() -> None:
+    """One request of each class a window on the canary, marginal: its evidence grows but shows
+    neither; at trialDeadlineSeconds the trial fails inconclusive, named TrialDeadline in its
+    decision and alert, and the next one waits the cooldown it waited before."""
+    start, few = quiet_trial(deadline=300)
+    start = replace(start, kill_switch=start.kill_switch.model_copy(update={"failed_trials": 2}))
     state, actions = run(start, [few] * 20)  # 285 s
     assert actions == [] and state.kill_switch.trial and state.kill_switch.evidence
     pending = state.kill_switch.evidence.pending  # what status says it still needs
@@ -650,12 +659,7 @@ def test_the_next_trial_adds_to_the_evidence_of_one_that_ended_undecided() -> No
     """A quiet canary needs more than one trial's deadline to show what a release needs: the
     next trial of the same revision counts on from what the last one saw, with a deadline of its
     own; a trial of another revision starts from nothing."""
-    quiet = replace(policy(trialDeadlineSeconds=300), classes=trial_without_floors().policy.classes)
-    start = replace(trial_without_floors(), policy=quiet)
-    marginal = observe(0.1, 0.1, tpot=0.02 / 1.05)
-    few = replace(
-        marginal, classes={n: replace(w, requests=20.0) for n, w in marginal.classes.items()}
-    )
+    start, few = quiet_trial(deadline=300)
     state, _ = run(start, [few] * 20)
     state, actions = run(replace(state, now=T0 + timedelta(seconds=300)), [few])
     assert actions == ["trial_failed"] and state.kill_switch.evidence is not None
@@ -669,12 +673,41 @@ def test_the_next_trial_adds_to_the_evidence_of_one_that_ended_undecided() -> No
     assert grown.judged["code"]["requests"] == pytest.approx(requests + 20 + 5)
     assert grown.deadline == (due + timedelta(seconds=300)).isoformat()
     # another revision serves by the next trial: what the last one saw is not its evidence
-    state, _ = run(replace(state, now=due + timedelta(seconds=300)), [few])
+    state, _ = run(replace(state, now=due + timedelta(seconds=45)), [few] * 18)  # to due + 300
     assert state.kill_switch.state == "engaged" and state.kill_switch.evidence is not None
     later = datetime.fromisoformat(state.kill_switch.next_trial_after or "")
     newer = state.revision.model_copy(update={"number": 2})
     state, actions = run(replace(state, now=later, revision=newer), [FLEET_WITHOUT])
     assert actions == ["trial_started"] and state.kill_switch.evidence is None
+
+
+def blind_for(state: Situation, ticks: int) -> tuple[Situation, list[str]]:
+    """Ticks every 15 s after `state.now` with no data at all (Prometheus down)."""
+    actions = []
+    for _ in range(ticks):
+        now = state.now + timedelta(seconds=15)
+        decision = decide(replace(state, observation=None, canary=None, now=now))
+        actions += [a.action for a in decision.actions]
+        state = replace(state, guard=decision.guard, kill_switch=decision.kill_switch, now=now)
+    return state, actions
+
+
+def test_a_trial_deadline_that_passes_while_the_guard_is_blind_moves_back_by_what_it_missed() -> (
+    None
+):
+    """The trial counts its canary for 60 s, then the guard has no data for 315 s (blind): its
+    300 s deadline passes meanwhile, and nothing ends it. Back, the deadline moves back by the
+    255 s no window covered (the silence less the window the first tick back reads) and the
+    trial ends there, inconclusive, having had the 300 s of serving its deadline gives it."""
+    start, few = quiet_trial(deadline=300)
+    state, actions = run(start, [few] * 5)  # T0 to T0 + 60
+    state, blind = blind_for(state, 21)  # to T0 + 375
+    assert actions == [] and blind == ["metrics_blind"] and state.kill_switch.trial
+    state, actions = run(replace(state, now=T0 + timedelta(seconds=375)), [few] * 12)
+    assert actions == ["metrics_restored"] and state.kill_switch.evidence
+    assert state.kill_switch.evidence.deadline == (T0 + timedelta(seconds=555)).isoformat()
+    _, actions = run(replace(state, now=T0 + timedelta(seconds=555)), [few])
+    assert actions == ["trial_failed"]
 
 
 def test_a_trial_is_judged_on_its_canary_alone() -> None:

@@ -437,7 +437,10 @@ ROWS = [
         blind_then_data,
         tick=GuardTick(good()),
         requests=("status SpecModel/m: Ready, revision 1, speculation on",),
-        events=("Normal MetricsRestored: Data is back; the guard resumes.",),
+        events=(
+            "Normal MetricsRestored: Data is back after 135s; the guard resumes, and a pending "
+            "judgement's deadline moves back by the time no window covered.",
+        ),
         alerts=("resolved SpecfleetMetricsBlind",),
     ),
     Row(

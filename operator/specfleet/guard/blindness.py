@@ -1,9 +1,7 @@
 """No data: after blindAfterSeconds the guard raises MetricsBlind and holds the current state
-until data is back."""
+until data is back (a pending judgement's deadline then moves back: `guard.evidence`)."""
 
 from __future__ import annotations
-
-from datetime import datetime
 
 from specfleet.api.status import DecisionReason
 from specfleet.guard.actions import ActionKind
@@ -13,8 +11,7 @@ from specfleet.guard.situation import Tick
 def blind(tick: Tick) -> None:
     situation, guard = tick.situation, tick.guard
     reason = (situation.observation and situation.observation.blind) or "no series"
-    since = datetime.fromisoformat(guard.last_data or tick.stamp)
-    silent = (situation.now - since).total_seconds()
+    silent = (situation.now - tick.silent_since).total_seconds()
     if silent >= situation.policy.guard.blind_after_seconds and not guard.blind:
         guard.blind = True
         tick.act(
@@ -27,11 +24,13 @@ def blind(tick: Tick) -> None:
 
 def data_seen(tick: Tick) -> None:
     if tick.guard.blind:
+        silent = (tick.situation.now - tick.silent_since).total_seconds()
         tick.act(
             ActionKind.METRICS_RESTORED,
             DecisionReason.METRICS_RESTORED,
-            "Data is back; the guard resumes.",
-            {},
+            f"Data is back after {silent:.0f}s; the guard resumes, and a pending judgement's "
+            "deadline moves back by the time no window covered.",
+            {"silentSeconds": round(silent)},
         )
         tick.guard.blind = False
     tick.guard.last_data = tick.stamp

@@ -6,8 +6,11 @@ windows, instead of never.
 Telemetry sends no other query: each tick reads its window, and the judgement adds the part of
 it not yet counted, pro rata (a window of 60 s read 15 s after the last adds a quarter of its
 counts), so no request counts twice and the cadence stays the tick's. Counter resets inside a
-window are Prometheus's `increase()`'s to handle. A p95 does not add up: the sum carries the
-last window's. The mean TPOT is summed as its total and count.
+window are Prometheus's `increase()`'s to handle. What no window covered while the guard had no
+data at all (Prometheus down) is no evidence, and the judgement's deadline moves back by as much:
+it bounds the serving a judgement may take to be decided, not the outages of its telemetry.
+While the guard is blind it judges nothing, so no deadline ends a judgement then. A p95 does not
+add up: the sum carries the last window's. The mean TPOT is summed as its total and count.
 """
 
 from __future__ import annotations
@@ -40,11 +43,32 @@ def overdue(evidence: Evidence, now: datetime) -> bool:
     return now >= datetime.fromisoformat(evidence.deadline)
 
 
+def resumed(
+    evidence: Evidence, now: datetime, silent_since: datetime, window_seconds: float
+) -> Evidence:
+    """The evidence, its deadline later by the time since it began or last counted in which the
+    guard had no data at all (`silent_since`: when it last had any), less the window a tick
+    reads back over: the judgement saw nothing of it, so it spends none of its deadline."""
+    counted = datetime.fromisoformat(evidence.through or evidence.since)
+    unseen = (now - max(counted, silent_since)).total_seconds() - window_seconds
+    if unseen <= 0.0:
+        return evidence
+    deadline = datetime.fromisoformat(evidence.deadline) + timedelta(seconds=unseen)
+    return evidence.model_copy(update={"deadline": deadline.isoformat()})
+
+
 def past_deadline(status: SpecModelStatus, now: datetime, grace_seconds: float) -> list[str]:
     """The judgements still pending more than `grace_seconds` after their deadline: none, as
-    the guard promises (the replay records this at every tick, and the tests hold it to it)."""
+    the guard promises (the replay records this at every tick, and the tests hold it to it).
+    While the guard has no data its silence so far spends no deadline (`resumed`)."""
     late = now - timedelta(seconds=grace_seconds)
-    return [name for name, found in _pending(status) if overdue(found, late)]
+    last_data = status.guard.last_data if status.guard else None
+    silent_since = datetime.fromisoformat(last_data) if last_data else now
+    return [
+        name
+        for name, found in _pending(status)
+        if overdue(resumed(found, now, silent_since, 0.0), late)
+    ]
 
 
 def _pending(status: SpecModelStatus) -> list[tuple[str, Evidence]]:

@@ -318,7 +318,7 @@ def trial_evidence(tick: Tick) -> Observation | None:
     evidence = switch.evidence or accumulated.begin(
         _trial_start(tick), situation.policy.guard.trial_deadline_seconds, _serving(tick)
     )
-    canary = situation.canary
+    evidence, canary = tick.resumed(evidence), situation.canary
     grown = accumulated.added(evidence, canary, situation.now)
     tick.kill_switch = switch.model_copy(update={"evidence": grown or evidence})
     if grown is None or canary is None:

@@ -51,7 +51,7 @@ def judge_revision(
         guard.probation_evidence = None
     since = datetime.fromisoformat(guard.probation_since or tick.stamp)
     deadline = situation.policy.guard.probation_deadline_seconds
-    evidence = guard.probation_evidence or accumulated.begin(since, deadline)
+    evidence = tick.resumed(guard.probation_evidence or accumulated.begin(since, deadline))
     grown = accumulated.added(evidence, situation.observation, situation.now)
     guard.probation_evidence = grown or evidence
     summed = None

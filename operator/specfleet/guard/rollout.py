@@ -65,7 +65,7 @@ def judge_step(tick: Tick) -> StepJudgement | None:
         return None
     deadline = situation.policy.rollout.step_deadline_seconds
     started = datetime.fromisoformat(rollout.step_since)
-    evidence = rollout.evidence or accumulated.begin(started, deadline)
+    evidence = tick.resumed(rollout.evidence or accumulated.begin(started, deadline))
     grown = None
     if situation.observation is not None:
         grown = accumulated.added(evidence, situation.canary, situation.now, situation.observation)

@@ -10,11 +10,13 @@ from typing import Any, NamedTuple
 
 from specfleet.api.status import (
     DecisionReason,
+    Evidence,
     GuardStatus,
     KillSwitchStatus,
     RevisionRecord,
     RolloutStatus,
 )
+from specfleet.guard import evidence as accumulated
 from specfleet.guard.actions import ACTING, COUNTED, Action, ActionKind
 from specfleet.guard.policy import Policy
 from specfleet.guard.verdict import ClassVerdict, Evaluation
@@ -78,6 +80,9 @@ class Tick:
     kill_switch: KillSwitchStatus
     verdict: str
     """The active revision's verdict."""
+    silent_since: datetime
+    """When the guard last had data before this tick (now, at first sight): what no window
+    covers since is no evidence (`blindness`, `resumed`)."""
     actions: list[Action] = field(default_factory=list)
     observation: Observation | None = None
     evaluation: Evaluation | None = None
@@ -96,7 +101,9 @@ class Tick:
         guard = situation.guard.model_copy(update={"last_evaluation": stamp})
         if guard.last_data is None:
             guard.last_data = stamp  # the blind clock starts at first sight
-        return cls(situation, stamp, guard, situation.kill_switch, situation.revision.verdict)
+        silent_since = datetime.fromisoformat(guard.last_data)
+        verdict = situation.revision.verdict
+        return cls(situation, stamp, guard, situation.kill_switch, verdict, silent_since)
 
     def act(
         self, action: ActionKind, reason: DecisionReason, message: str, evidence: dict[str, Any]
@@ -118,3 +125,9 @@ class Tick:
         if action in COUNTED and not dry:
             self.guard.action_times = [*self.guard.action_times, self.stamp]
         return not dry
+
+    def resumed(self, evidence: Evidence) -> Evidence:
+        """A pending judgement's evidence, its deadline moved back by what the guard had no data
+        of since it last counted (`evidence.resumed`)."""
+        window = self.situation.policy.guard.window_seconds
+        return accumulated.resumed(evidence, self.situation.now, self.silent_since, window)
