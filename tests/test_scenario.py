@@ -98,6 +98,14 @@ def test_sample_class_follows_shares() -> None:
         ),
         (lambda d: d["rollouts"][0].update(match_args=[]), "rollouts[0].match_args"),
         (lambda d: d.pop("duration_s"), "duration_s: Field required"),
+        (
+            lambda d: d.update(prometheus_down=[[600, 300]]),
+            "prometheus_down[0]: expected 0 <= from < until",
+        ),
+        (
+            lambda d: d.update(prometheus_down=[[300, 600], [500, 900]]),
+            "prometheus_down[1]: outages must be ordered and apart",
+        ),
     ],
 )
 def test_errors_name_the_field(mutate: Any, message: str) -> None:
@@ -106,6 +114,14 @@ def test_errors_name_the_field(mutate: Any, message: str) -> None:
     with pytest.raises(ScenarioError) as err:
         parse_scenario(data)
     assert message in str(err.value)
+
+
+def test_prometheus_is_down_from_until_and_scrapes_again_from_then() -> None:
+    s = parse_scenario({**BASE, "prometheus_down": [[300, 600], [900, 1000]]})
+    assert [s.prometheus_since(t) for t in (0, 299, 300, 599, 600, 899, 950, 1200)] == [
+        *(0.0, 0.0, None, None, 600.0, 600.0, None, 1000.0)
+    ]
+    assert parse_scenario(BASE).prometheus_since(1200) == 0.0
 
 
 def test_unreadable_file_is_a_scenario_error(tmp_path: Path) -> None:

@@ -175,6 +175,67 @@ def test_a_revision_broken_during_probation_rolls_back_to_the_one_before() -> No
     assert result.false_actions == [] and result.missed == []
 
 
+def canary_step_blind(effects: dict[str, Any]) -> Result:
+    """canary-rollouts's fleet and one revision at t=300 (its step's pods ready at 315), with a
+    step deadline of 240 s; Prometheus is down for five minutes from t=330, so the deadline
+    (555) falls inside the outage."""
+    document = yaml.safe_load((SCENARIOS / "canary-rollouts.yaml").read_text())
+    revision = {"t": 300, "spec": {"model": {"maxModelLen": 16384}}, "effects": effects}
+    document.update(duration_s=1200, rollouts=[revision], prometheus_down=[[330, 630]])
+    specmodel = load_specmodel_document(SCENARIOS / "canary-rollouts.specmodel.yaml")
+    specmodel["spec"]["rollout"] = {"stepDeadlineSeconds": 240}
+    return simulate(build_world(specmodel, parse_scenario(document)))
+
+
+def reasons(result: Result) -> list[tuple[float, str]]:
+    """The fleet-wide decisions by reason, probation's promotions left out."""
+    left_out = (*PER_CLASS, "revision_promoted")
+    return [(d["t"], d["reason"]) for d in result.run.decisions if d["action"] not in left_out]
+
+
+@pytest.mark.parametrize(
+    ("effects", "decided"),
+    [
+        ({}, ["RolloutStepPassed", "RolloutPromoted"]),
+        ({"tool_call_validity": 0.8}, ["RolloutAborted"]),
+    ],
+)
+def test_prometheus_down_five_minutes_through_a_canary_step_then_the_step_is_judged(
+    effects: dict[str, Any], decided: list[str]
+) -> None:
+    """Blind from blindAfterSeconds after the last data, no action while blind, restored at the
+    first tick with data. The step's deadline passed while blind: it moved back by the time no
+    window covered, so the step is judged on its evidence (a good revision is not aborted at a
+    deadline it could not use, a bad one is aborted on its tool calls, not the deadline)."""
+    result = canary_step_blind(effects)
+    timeline = reasons(result)
+    assert [r for _, r in timeline] == ["MetricsBlind", "MetricsRestored", *decided]
+    (blind, _), (restored, _), (judged, _) = timeline[:3]
+    assert 330 < blind <= 315 + 120 and 630 < restored <= 630 + 15
+    assert judged - restored <= (60 if effects else 180)
+    assert result.false_actions == [] and result.missed == []
+    assert [(t.t, t.past_deadline) for t in result.run.ticks if t.past_deadline] == []
+
+
+def test_prometheus_down_five_minutes_through_trials_then_each_trial_is_judged() -> None:
+    """The collapse's first trial (735) is blind from 750 to 1050: at the first tick back it
+    fails on its canary's evidence. The trial that starts at 1485, as acceptance recovers, is
+    blind from 1530 to 1830: back, it goes on from the evidence it had and releases."""
+    document = yaml.safe_load((SCENARIOS / "acceptance-collapse.yaml").read_text())
+    document["prometheus_down"] = [[750, 1050], [1530, 1830]]
+    result = simulate(build_world(load_specmodel_document(LLAMA), parse_scenario(document)))
+    timeline = [(t, r) for t, r in reasons(result) if t > 750]
+    assert [r for _, r in timeline[:3]] == ["MetricsBlind", "MetricsRestored", "TrialFailed"]
+    assert timeline[1][0] == timeline[2][0] <= 1050 + 15
+    *_, blind, restored, released = timeline
+    assert [r for _, r in (blind, restored, released)] == [
+        *("MetricsBlind", "MetricsRestored", "SpeculationPays")
+    ]
+    assert blind[0] > 1530 and 1830 < restored[0] <= 1830 + 15 and released[0] - restored[0] < 120
+    assert result.false_actions == [] and result.missed == []
+    assert [(t.t, t.past_deadline) for t in result.run.ticks if t.past_deadline] == []
+
+
 def truncating(specmodel: str) -> Result:
     """bad-quantization's traffic; at t=300 a revision that cuts off 30% of chat's answers at
     max_tokens (1% before), everything else as good."""

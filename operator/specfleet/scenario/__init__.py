@@ -21,6 +21,7 @@ rollouts:
     match_args: ["--quantization awq"]       # optional, see `Rollout`
     effects: {tool_call_validity: 0.90, tpot_factor: 0.8, truncation_rate: {chat: 0.3}}
 timing: {target_forward_ms: 15}  # optional, see specfleet.scenario.timing
+prometheus_down: [[600, 900]]    # optional: [from, until) Prometheus answers nothing
 ```
 
 `load_scenario(path)` raises `ScenarioError` whose message names the offending
@@ -264,6 +265,11 @@ class Scenario(BaseModel):
     classes: dict[str, ClassProfile]
     rollouts: tuple[Rollout, ...] = ()
     timing: TimingOverrides = Field(default_factory=TimingOverrides)
+    prometheus_down: tuple[tuple[float, float], ...] = Field(
+        default=(),
+        description="[from, until) stretches in which Prometheus neither scrapes nor answers "
+        "(`specfleet simulate`: the guard's telemetry is blind; the fleet serves on)",
+    )
 
     @field_validator("traffic_rps")
     @classmethod
@@ -288,6 +294,16 @@ class Scenario(BaseModel):
                 raise ValueError(f"[{i}]: rollouts must be ordered by t")
         return v
 
+    @field_validator("prometheus_down")
+    @classmethod
+    def _outages(cls, v: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+        for i, (down, up) in enumerate(v):
+            if not 0 <= down < up:
+                raise ValueError(f"[{i}]: expected 0 <= from < until, got [{down}, {up}]")
+            if i and down < v[i - 1][1]:
+                raise ValueError(f"[{i}]: outages must be ordered and apart")
+        return v
+
     # -- queries shared by the server, the traffic generator and `simulate` --
 
     @property
@@ -306,6 +322,17 @@ class Scenario(BaseModel):
 
     def rps(self, t: float) -> float:
         return self.traffic_rps.at(t)
+
+    def prometheus_since(self, t: float) -> float | None:
+        """Since when Prometheus has scraped without a break at `t` (0: from the start); None
+        while it is down."""
+        since = 0.0
+        for down, up in self.prometheus_down:
+            if down <= t < up:
+                return None
+            if up <= t:
+                since = up
+        return since
 
     def sample_class(self, rng: random.Random) -> str:
         names = list(self.classes)

@@ -351,18 +351,23 @@ def observe(
 ) -> Observation:
     """The last window as telemetry reports it: only slices the current setting served, and
     beside them a canary's (its series are new: only the slices it served) or a canary
-    rollout's (the slices its revision served)."""
-    start = end - base.window_slices
-    first = max(start, base.index(fleet.switched_at), 0)
+    rollout's (the slices its revision served). Prometheus reports nothing it did not scrape:
+    blind while it is down, and back, only the slices since."""
+    scraped = world.scenario.prometheus_since(base.time(end))
+    if scraped is None or base.index(scraped) >= end:
+        blind = _window(world, [], fleet.serving, base, now)
+        return replace(blind, classes={}, blind="Prometheus unreachable")
+    start = max(end - base.window_slices, base.index(scraped))
+    first = max(start, base.index(fleet.switched_at))
     observation = _window(world, run.slices[first:end], fleet.serving, base, now)
     step = fleet.rollout_canary
     if step is not None:
-        rolled = [r[1] for r in run.rollout[max(start, 0) : end] if r and r[0] == step.setting]
+        rolled = [r[1] for r in run.rollout[start:end] if r and r[0] == step.setting]
         canary = _window(world, rolled, step.setting, base, now) if rolled else None
         return replace(observation, canary=canary)
     if fleet.canary is None or not fleet.canary.ready:
         return observation
-    first = max(start, base.index(fleet.canary.ready_at), 0)
+    first = max(start, base.index(fleet.canary.ready_at))
     served = [s for s in run.canary[first:end] if s is not None]
     canary = _window(world, served, fleet.canary.setting, base, now)
     return replace(observation, canary=canary if served else None)
