@@ -80,7 +80,7 @@ WEEK = 7 * 24 * 3600.0
 
 ABORTED, STEP_PASSED, PROMOTED = "rollout_aborted", "rollout_step_passed", "rollout_promoted"
 ENGAGED, RELEASED = "kill_switch_engaged", "kill_switch_released"
-TRIAL_STARTED, TRIAL_FAILED = "trial_started", "trial_failed"
+TRIAL_FAILED = "trial_failed"
 ROLLED_BACK, QUALITY_BREACH, CLASS_BREACH = "rolled_back", "quality_breach", "class_breach"
 STEP_DEADLINE, NOT_PAYING = "StepDeadline", "SpeculationNotPaying"
 KEPT = "revision_kept"
@@ -122,10 +122,12 @@ class Case:
     change: float
     build: Callable[[float], tuple[dict[str, Any], dict[str, Any]]]
     """rate -> (SpecModel document, scenario document)."""
-    judge: Callable[[list[dict[str, Any]], float], tuple[str, float | None, str | None]]
-    """(decisions, change) -> (outcome, seconds to the correct decision, what was wrong)."""
+    verdict: Verdict
+    """Which decision is the correct one (`first_judgement`)."""
     deadline_words: str = "by the deadline"
     """What the 'deadline' outcome means here, for the plot."""
+    engaged_first: bool = False
+    """The case needs the kill switch engaged before its change (else its seeds are 'setup')."""
 
 
 def _specmodel(path: Path) -> dict[str, Any]:
@@ -191,66 +193,71 @@ def _recovery(rate: float) -> tuple[dict[str, Any], dict[str, Any]]:
     return _specmodel(LIVE_SPECMODEL), scenario
 
 
-def _judge_rollout(
-    decisions: list[dict[str, Any]], change: float
-) -> tuple[str, float | None, str | None]:
+CORRECT, WRONG, INCONCLUSIVE = "correct", "wrong", "inconclusive"
+Verdict = Callable[[dict[str, Any], float], str | None]
+"""(acting decision, change) -> what it is to the case: CORRECT; WRONG; INCONCLUSIVE (a trial
+ended at its deadline: the time runs on to the correct decision); None: not one it looks at."""
+
+
+def _aborted_bad_revision(d: dict[str, Any], change: float) -> str | None:
     """Revision 2 is bad: aborted is correct; passing a step, or any other acting decision
-    (the kill switch, a rollback) first, is wrong."""
-    outcome, wrong = None, None
-    for d in decisions:
-        if d["t"] < change or d["action"] not in ACTING:
-            continue
-        revision = (d.get("evidence") or {}).get("revision")
-        if d["action"] == ABORTED and revision == 2:
-            first = "deadline" if d["reason"] == STEP_DEADLINE else "evidence"
-            return outcome or first, d["t"] - change, wrong
-        if outcome is None:
-            outcome, wrong = "wrong", f"{d['action']} ({d['reason']}) at {d['t'] - change:.0f} s"
-    return outcome or "none", None, wrong
+    (the kill switch, a rollback) after the change, is wrong."""
+    if d["t"] < change:
+        return None
+    aborted = d["action"] == ABORTED and (d.get("evidence") or {}).get("revision") == 2
+    return CORRECT if aborted else WRONG
 
 
-def _judge_collapse(
-    decisions: list[dict[str, Any]], change: float
-) -> tuple[str, float | None, str | None]:
+def _engaged_not_paying(d: dict[str, Any], change: float) -> str:
     """The kill switch engaged for SpeculationNotPaying after the change; any acting decision
     before it (from the start: one before the change leaves nothing to detect) is wrong."""
+    engaged = d["action"] == ENGAGED and d["reason"] == NOT_PAYING and d["t"] >= change
+    return CORRECT if engaged else WRONG
+
+
+def _released(d: dict[str, Any], change: float) -> str | None:
+    """The kill switch released once acceptance is back (the guard releases only by a trial);
+    a release before it, or a trial failed or a rollback after it, is wrong; a trial ended at
+    its deadline (TrialDeadline) is inconclusive. Engaging before it is the case's setup."""
+    if d["t"] < change:
+        return WRONG if d["action"] == RELEASED else None
+    if d["action"] == RELEASED:
+        return CORRECT
+    if d["action"] not in (TRIAL_FAILED, ROLLED_BACK, ABORTED):
+        return None
+    return INCONCLUSIVE if d["reason"].endswith("Deadline") else WRONG
+
+
+def first_judgement(
+    decisions: list[dict[str, Any]], change: float, verdict: Verdict
+) -> tuple[str, float | None, str | None]:
+    """(outcome, seconds from the change to the correct decision, what was wrong): the acting
+    decisions in order, as `verdict` reads them. The correct one ends the scan: 'evidence', or
+    'deadline' if a canary step's deadline made it; the first other one before it makes the
+    outcome 'deadline' if inconclusive, else 'wrong'."""
     outcome, wrong = None, None
     for d in decisions:
-        if d["action"] not in ACTING:
+        meaning = verdict(d, change) if d["action"] in ACTING else None
+        if meaning == CORRECT:
+            first = "deadline" if d["reason"] == STEP_DEADLINE else "evidence"
+            return outcome or first, d["t"] - change, wrong
+        if meaning is None or outcome is not None:
             continue
-        if d["action"] == ENGAGED and d["reason"] == NOT_PAYING and d["t"] >= change:
-            return outcome or "evidence", d["t"] - change, wrong
-        if outcome is None:
+        if meaning == INCONCLUSIVE:
+            outcome = "deadline"
+        else:
             outcome, wrong = "wrong", f"{d['action']} ({d['reason']}) at {d['t'] - change:.0f} s"
     return outcome or "none", None, wrong
 
 
-def _judge_recovery(
-    decisions: list[dict[str, Any]], change: float
-) -> tuple[str, float | None, str | None]:
-    """The kill switch released (after a trial) once acceptance is back; a trial failed after
-    it, or a release before it, is wrong; a trial ended at its deadline (TrialDeadline) first is
-    'deadline', and the time runs on to a release by a later trial. 'setup': the kill switch
-    had not engaged before the recovery (the case needs it engaged)."""
-    engaged = any(d["action"] == ENGAGED and d["t"] < change for d in decisions)
-    if not engaged:
-        return "setup", None, "the kill switch had not engaged before the recovery"
-    outcome, wrong, trial = None, None, False
-    for d in decisions:
-        if d["action"] == TRIAL_STARTED:
-            trial = True
-        if d["action"] == RELEASED and d["t"] < change and outcome is None:
-            outcome, wrong = "wrong", f"released {change - d['t']:.0f} s before the recovery"
-        if d["t"] < change:
-            continue
-        if d["action"] == RELEASED and trial:
-            return outcome or "evidence", d["t"] - change, wrong
-        if d["action"] in (TRIAL_FAILED, ROLLED_BACK, ABORTED) and outcome is None:
-            if d["reason"].endswith("Deadline"):  # failed inconclusive: the next trial may pass
-                outcome = "deadline"
-                continue
-            outcome, wrong = "wrong", f"{d['action']} ({d['reason']}) at {d['t'] - change:.0f} s"
-    return outcome or "none", None, wrong
+def judge(case: Case, decisions: list[dict[str, Any]]) -> tuple[str, float | None, str | None]:
+    """first_judgement by the case's predicate; 'setup' when a case that needs the kill switch
+    engaged before its change (the recovery) did not get it."""
+    if case.engaged_first and not any(
+        d["action"] == ENGAGED and d["t"] < case.change for d in decisions
+    ):
+        return "setup", None, f"the kill switch had not engaged before the {case.name}"
+    return first_judgement(decisions, case.change, case.verdict)
 
 
 CASES = (
@@ -261,7 +268,7 @@ CASES = (
         "rollout aborted",
         ROLLOUT_AT,
         _canary_case({"tool_call_validity": 0.5}),
-        _judge_rollout,
+        _aborted_bad_revision,
         "aborted by the step deadline",
     ),
     Case(
@@ -271,7 +278,7 @@ CASES = (
         "rollout aborted",
         ROLLOUT_AT,
         _canary_case({"tpot_factor": 2.5}),
-        _judge_rollout,
+        _aborted_bad_revision,
         "aborted by the step deadline",
     ),
     Case(
@@ -281,7 +288,7 @@ CASES = (
         "kill switch engaged (SpeculationNotPaying)",
         COLLAPSE_AT,
         _collapse,
-        _judge_collapse,
+        _engaged_not_paying,
     ),
     Case(
         "recovery",
@@ -290,8 +297,9 @@ CASES = (
         "kill switch released after a trial",
         RECOVERY_AT,
         _recovery,
-        _judge_recovery,
+        _released,
         "first trial ran out its deadline",
+        engaged_first=True,
     ),
 )
 
@@ -310,7 +318,7 @@ def decision_times(case: Case, rate: float, seeds: int) -> dict[str, Any]:
     runs = []
     for seed in range(seeds):
         result = simulate(world, SimulationSettings(seed=seed))
-        outcome, seconds, wrong = case.judge(result.run.decisions, case.change)
+        outcome, seconds, wrong = judge(case, result.run.decisions)
         episodes = [e for e in result.episodes if e.start >= case.change]
         runs.append(
             {
