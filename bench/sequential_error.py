@@ -12,9 +12,20 @@ counts disagreements with those shortcuts (expected 0).
 Then the bound's width at n = 20, 100, 1000 and the trials `trials_to_decide` says a judgement
 needs, for candidate Beta priors (how PRIOR was chosen), and microseconds per call.
 
-Run: `.venv/bin/python bench/sequential_error.py [--streams 2000] [--horizon 10000] [--json]`
-(about 40 s); prints a table (or, with --json, the JSON) and writes
-bench/results/sequential_error.json.
+Then the acceptance rate's bound, `ratio_confidence_sequence` (a rate of sums over requests that
+differ): `--ratio-streams` streams of `--ratio-horizon` requests for each of several request
+mixes (drafted lengths and per-request rates drawn with numpy, accepted tokens binomial), the
+bound asked after every request whether it excludes the true rate of sums, with
+PRIOR_REQUESTS at 2 and at the module's value side by side on the same draws (the constant is
+set in the module for the bench's calls); the requests `requests_to_decide` says a judgement
+needs against `trials_to_decide`'s on requests; microseconds per call. A cross-check builds the
+guard's own window (`ClassWindow`) every 10th request of the first streams and compares
+`verdict.acceptance_bounds` with the bound from the sums here (expected 0 disagreements).
+
+Run: `.venv/bin/python bench/sequential_error.py [--streams 2000] [--horizon 10000]
+[--ratio-streams 1000] [--ratio-horizon 1000] [--only proportion|ratio] [--json]` (about 40 s
+for the proportion, a minute or two for the ratio); prints tables (or, with --json, the JSON)
+and writes bench/results/sequential_error.json.
 """
 
 from __future__ import annotations
@@ -23,12 +34,27 @@ import argparse
 import json
 import math
 import random
+import statistics
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specfleet.guard.sequential import PRIOR, confidence_sequence, trials_to_decide
+import numpy as np
+
+from specfleet.guard import sequential
+from specfleet.guard.sequential import (
+    PRIOR,
+    confidence_sequence,
+    ratio_confidence_sequence,
+    requests_to_decide,
+    trials_to_decide,
+)
 from specfleet.guard.speedup import wilson_interval
+from specfleet.guard.verdict import acceptance_bounds
+from specfleet.telemetry.model import ClassWindow
 
 ROOT = Path(__file__).resolve().parent.parent
 Z = 1.96
@@ -161,6 +187,10 @@ def microseconds(rng: random.Random, calls: int = 50_000) -> dict[str, float]:
     return {name: round(value, 2) for name, value in result.items()}
 
 
+def summed(checks: list[dict[str, int]]) -> dict[str, int]:
+    return {key: sum(c[key] for c in checks) for key in ("checks", "disagreements")}
+
+
 def prior_name(prior: tuple[float, float]) -> str:
     return f"Beta({prior[0]:g},{prior[1]:g})"
 
@@ -176,10 +206,7 @@ def run(streams: int, horizon: int, seed: int) -> dict[str, Any]:
         "seed": seed,
         "prior": prior_name(PRIOR),
         "delivered": delivered,
-        "crossCheck": {
-            "checks": sum(c["checks"] for c in checked),
-            "disagreements": sum(c["disagreements"] for c in checked),
-        },
+        "crossCheck": summed(checked),
         "monitorSeconds": round(time.perf_counter() - began, 1),
         "widthAlpha0.05": widths(),
         "trialsToDecideAlpha0.05": judgements(),
@@ -233,22 +260,347 @@ def show(result: dict[str, Any]) -> None:
     )
 
 
+# -- the acceptance rate: a rate of sums over requests that differ ----------------------------
+
+RATIO_PRIORS = (2.0, sequential.PRIOR_REQUESTS)
+"""PRIOR_REQUESTS side by side: two, and the module's value."""
+FIRST_LOOK = 20
+"""The guard judges a class's acceptance from minRequests (20 by default) requests on; the
+delivered error is counted from there, and from the first request."""
+DRAFTED = (20, 300)
+"""Drafted tokens per request, uniform between these."""
+NOTHING = 1 / 20
+"""The share of requests that accept nothing in the tight mix."""
+LONG_RATES = (0.8, 0.3)
+"""The long-requests mix: the mean rate of the shortest and of the longest requests, linear
+between; each request's rate Beta around it with LONG_CONCENTRATION (sd about 0.1)."""
+LONG_CONCENTRATION = 20.0
+# (observed rate, limit): a critical class's recovery at 0.59 over its floor of 0.5 first, then
+# the acceptance rows of JUDGEMENTS.
+RATIO_JUDGEMENTS = ((0.59, 0.5), (0.05, 0.3), (0.2, 0.3), (0.4, 0.5), (0.5, 0.3))
+SPREADS = (0.1, 0.15, 0.3)
+"""How much requests differ: a standard deviation of their rates."""
+RATIO_CROSS_CHECK_STREAMS = 10
+
+
+@dataclass(frozen=True)
+class RequestMix:
+    name: str
+    words: str
+    rate: float
+    """The true rate of sums, E[accepted] / E[drafted]."""
+    draw: Callable[[np.random.Generator, tuple[int, int]], tuple[np.ndarray, np.ndarray]]
+    """(rng, (streams, requests)) -> accepted and drafted tokens of each request."""
+
+
+def _drafted(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    return rng.integers(DRAFTED[0], DRAFTED[1] + 1, size=shape)
+
+
+def _beta(mean: float, sd: float) -> tuple[float, float]:
+    total = mean * (1.0 - mean) / (sd * sd) - 1.0
+    return mean * total, (1.0 - mean) * total
+
+
+def _spread_around(rng: np.random.Generator, shape: tuple[int, int]) -> tuple[Any, Any]:
+    drafted = _drafted(rng, shape)
+    return rng.binomial(drafted, rng.beta(*_beta(0.6, 0.15), size=shape)), drafted
+
+
+def _bimodal(rng: np.random.Generator, shape: tuple[int, int]) -> tuple[Any, Any]:
+    drafted = _drafted(rng, shape)
+    return rng.binomial(drafted, np.where(rng.random(shape) < 0.5, 0.9, 0.1)), drafted
+
+
+def _long_rate(drafted: Any) -> Any:
+    (shortest, longest), (short, long) = DRAFTED, LONG_RATES
+    return short + (long - short) * (drafted - shortest) / (longest - shortest)
+
+
+def _long_accept_less(rng: np.random.Generator, shape: tuple[int, int]) -> tuple[Any, Any]:
+    drafted = _drafted(rng, shape)
+    mean = _long_rate(drafted)
+    rates = rng.beta(LONG_CONCENTRATION * mean, LONG_CONCENTRATION * (1.0 - mean))
+    return rng.binomial(drafted, rates), drafted
+
+
+def _long_accept_less_truth() -> float:
+    lengths = range(DRAFTED[0], DRAFTED[1] + 1)
+    return sum(_long_rate(d) * d for d in lengths) / sum(lengths)
+
+
+def _tight_some_nothing(rng: np.random.Generator, shape: tuple[int, int]) -> tuple[Any, Any]:
+    drafted = _drafted(rng, shape)
+    accepted = rng.binomial(drafted, rng.beta(70.0, 30.0, size=shape))
+    accepted[rng.random(shape) < NOTHING] = 0
+    return accepted, drafted
+
+
+MIXES = (
+    RequestMix("beta", "rates Beta around 0.6, sd 0.15", 0.6, _spread_around),
+    RequestMix("bimodal", "half the requests at 0.9, half at 0.1", 0.5, _bimodal),
+    RequestMix(
+        "longAcceptLess",
+        "long requests accept less (0.8 at 20 drafted to 0.3 at 300, sd ~0.1)",
+        _long_accept_less_truth(),
+        _long_accept_less,
+    ),
+    RequestMix(
+        "tightSomeNothing",
+        "tight rates Beta(70,30), one request in twenty accepts nothing",
+        0.7 * (1.0 - NOTHING),
+        _tight_some_nothing,
+    ),
+)
+"""Each with drafted lengths uniform over DRAFTED, accepted tokens binomial at the request's
+rate."""
+
+
+@contextmanager
+def prior_requests(value: float) -> Iterator[None]:
+    """`sequential.PRIOR_REQUESTS` at `value` for the calls inside (the module reads it at each
+    call)."""
+    kept = sequential.PRIOR_REQUESTS
+    sequential.PRIOR_REQUESTS = value
+    try:
+        yield
+    finally:
+        sequential.PRIOR_REQUESTS = kept
+
+
+def running_sums(accepted: np.ndarray, drafted: np.ndarray) -> dict[str, np.ndarray]:
+    """What the gateways' counters hold after each request of each stream."""
+    a, d = accepted.astype(float), drafted.astype(float)
+    terms = {"accepted": a, "drafted": d, "squares": a * a, "draftedSquares": d * d, "both": a * d}
+    return {name: np.cumsum(values, axis=1) for name, values in terms.items()}
+
+
+def deviations(sums: dict[str, np.ndarray]) -> np.ndarray:
+    """Σ(accepted - rate·drafted)² after each request, expanded from the sums as
+    `ClassWindow.acceptance_deviations` expands them (vectorized: a window costs 12 µs to build;
+    `ratio_cross_check` compares the two)."""
+    rate = sums["accepted"] / sums["drafted"]
+    spread = sums["squares"] - 2.0 * rate * sums["both"] + rate * rate * sums["draftedSquares"]
+    return np.maximum(spread, 0.0)
+
+
+def ratio_erred(truth: float, sums: dict[str, np.ndarray], spread: np.ndarray) -> dict[str, Any]:
+    """The share of streams whose bound ever excluded `truth`, per error rate, looked at from the
+    first request and from FIRST_LOOK, and (from FIRST_LOOK) the median request at which a
+    stream that erred first did. A bound at a smaller error rate is wider, so the rates a stream
+    has erred at are always the loosest few: counted, not listed."""
+    loosest = sorted(ERROR_RATES, reverse=True)
+    first_counts = [0] * len(loosest)
+    late_at: list[list[int]] = [[] for _ in loosest]
+    rows = zip(sums["accepted"].tolist(), sums["drafted"].tolist(), spread.tolist(), strict=True)
+    for accepted, drafted, deviation in rows:
+        first = late = 0  # error rates erred at, the loosest first
+        for n, (a, d, v) in enumerate(zip(accepted, drafted, deviation, strict=True), start=1):
+            counted = n >= FIRST_LOOK
+            k = late if counted else first
+            while k < len(loosest):
+                lower, upper = ratio_confidence_sequence(a, d, v, n, loosest[k])
+                if lower <= truth <= upper:
+                    break
+                k += 1
+            first = max(first, k)
+            if counted:
+                for index in range(late, k):
+                    late_at[index].append(n)
+                late = max(late, k)
+                if late == len(loosest):
+                    break
+        for index in range(first):
+            first_counts[index] += 1
+    streams = len(spread)
+    return {
+        "from1": {str(alpha): c / streams for alpha, c in zip(loosest, first_counts, strict=True)},
+        f"from{FIRST_LOOK}": {
+            str(alpha): len(at) / streams for alpha, at in zip(loosest, late_at, strict=True)
+        },
+        "medianFirstError": {
+            str(alpha): statistics.median(at) if at else None
+            for alpha, at in zip(loosest, late_at, strict=True)
+        },
+    }
+
+
+def ratio_cross_check(sums: dict[str, np.ndarray], spread: np.ndarray) -> dict[str, int]:
+    """The guard's path (a ClassWindow, `verdict.acceptance_bounds`) against the bound from the
+    vectorized sums, every 10th request of the first streams."""
+    checks = disagreements = 0
+    for stream in range(min(RATIO_CROSS_CHECK_STREAMS, len(spread))):
+        for index in range(9, spread.shape[1], 10):
+            counts = {name: float(values[stream, index]) for name, values in sums.items()}
+            n = float(index + 1)
+            window = ClassWindow(
+                requests=n,
+                spec_requests=n,
+                draft_tokens=counts["drafted"],
+                accepted_tokens=counts["accepted"],
+                accepted_squares=counts["squares"],
+                drafted_squares=counts["draftedSquares"],
+                accepted_by_drafted=counts["both"],
+            )
+            _, guard = acceptance_bounds(window, 0.05)
+            here = ratio_confidence_sequence(
+                counts["accepted"], counts["drafted"], float(spread[stream, index]), n, 0.05
+            )
+            checks += 1
+            disagreements += max(abs(g - h) for g, h in zip(guard, here, strict=True)) > 1e-9
+    return {"checks": checks, "disagreements": disagreements}
+
+
+def requests_needed() -> dict[str, Any]:
+    """requests_to_decide at each spread and PRIOR_REQUESTS, and trials_to_decide on requests."""
+    rows: dict[str, Any] = {}
+    for rate, limit in RATIO_JUDGEMENTS:
+        row: dict[str, Any] = {"trialsToDecide": trials_to_decide(rate, limit, 0.05)}
+        for prior in RATIO_PRIORS:
+            with prior_requests(prior):
+                row[f"priorRequests{prior:g}"] = {
+                    str(spread): requests_to_decide(rate, limit, spread, 0.05) for spread in SPREADS
+                }
+        rows[f"{rate}vs{limit}"] = row
+    return rows
+
+
+def ratio_microseconds(rng: random.Random, calls: int = 50_000) -> dict[str, float]:
+    inputs = []
+    for _ in range(calls):
+        n, each = rng.uniform(20.0, 2000.0), rng.uniform(20.0, 300.0)
+        spread = rng.uniform(0.05, 0.4) * each
+        inputs.append((rng.random() * each * n, each * n, n * spread * spread, n))
+    began = time.perf_counter()
+    for accepted, drafted, deviation, n in inputs:
+        ratio_confidence_sequence(accepted, drafted, deviation, n, 0.05)
+    bound = (time.perf_counter() - began) / calls * 1e6
+    rates = [rng.random() for _ in range(calls // 10)]
+    began = time.perf_counter()
+    for rate in rates:
+        requests_to_decide(rate, 0.5, 0.15, 0.05)
+    needed = (time.perf_counter() - began) / len(rates) * 1e6
+    return {"ratioConfidenceSequence": round(bound, 2), "requestsToDecide": round(needed, 2)}
+
+
+def ratio_run(streams: int, horizon: int, seed: int) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    began = time.perf_counter()
+    delivered, checked = {}, []
+    for mix in MIXES:
+        sums = running_sums(*mix.draw(rng, (streams, horizon)))
+        spread = deviations(sums)
+        checked.append(ratio_cross_check(sums, spread))
+        by_prior = {}
+        for prior in RATIO_PRIORS:
+            with prior_requests(prior):
+                by_prior[f"{prior:g}"] = ratio_erred(mix.rate, sums, spread)
+        drafted = sums["drafted"][:, -1] / horizon
+        delivered[mix.name] = {
+            "words": mix.words,
+            "rate": round(mix.rate, 4),
+            # how much requests differ, in the rate's units, at the horizon (mean over streams)
+            "spread": round(float(np.mean(np.sqrt(spread[:, -1] / horizon) / drafted)), 3),
+            "byPriorRequests": by_prior,
+        }
+    return {
+        "streams": streams,
+        "horizon": horizon,
+        "seed": seed,
+        "drafted": DRAFTED,
+        "delivered": delivered,
+        "crossCheck": summed(checked),
+        "monitorSeconds": round(time.perf_counter() - began, 1),
+        "requestsToDecideAlpha0.05": requests_needed(),
+        "microsecondsPerCall": ratio_microseconds(random.Random(seed)),
+    }
+
+
+def show_ratio(result: dict[str, Any]) -> None:
+    priors = [f"{prior:g}" for prior in RATIO_PRIORS]
+    header = " | ".join(f"{p} pseudo-requests: α={alpha}" for p in priors for alpha in ERROR_RATES)
+    print(
+        f"\nAcceptance rate (ratio_confidence_sequence): delivered error, {result['streams']} "
+        f"streams x {result['horizon']} requests ({result['drafted'][0]}-{result['drafted'][1]} "
+        f"drafted each), bound checked after every request from the {FIRST_LOOK}th (from the "
+        f"first in brackets):\n| mix | true rate | spread | {header} |\n"
+        f"|{' --- |' * (3 + len(priors) * len(ERROR_RATES))}"
+    )
+    over = []
+    for name, row in result["delivered"].items():
+        cells = []
+        for prior in priors:
+            erred = row["byPriorRequests"][prior]
+            for alpha in ERROR_RATES:
+                late, first = erred[f"from{FIRST_LOOK}"][str(alpha)], erred["from1"][str(alpha)]
+                cells.append(f"{late:.3f} ({first:.3f})")
+                if late > alpha:
+                    over.append(f"{name} at α={alpha}, {prior} pseudo-requests: {late:.3f}")
+        print(f"| {name}: {row['words']} | {row['rate']} | {row['spread']} | {' | '.join(cells)} |")
+    firsts = ", ".join(
+        f"{name} {_count(row['byPriorRequests'][priors[-1]]['medianFirstError']['0.05'])} "
+        f"({_count(row['byPriorRequests'][priors[0]]['medianFirstError']['0.05'])})"
+        for name, row in result["delivered"].items()
+    )
+    check = result["crossCheck"]
+    print(
+        f"median request of a stream's first exclusion at α=0.05, {priors[-1]} pseudo-requests "
+        f"({priors[0]} in brackets): {firsts}\n"
+        f"more than asked (from the {FIRST_LOOK}th request): {'; '.join(over) or 'none'}\n"
+        f"cross-check against the guard's window every 10th request: {check['disagreements']} "
+        f"disagreements in {check['checks']} checks ({result['monitorSeconds']} s)\n"
+    )
+    print(
+        "Requests to a judgement at α = 0.05: requests_to_decide at a spread, "
+        f"{priors[-1]} pseudo-requests ({priors[0]} in brackets), against trials_to_decide on "
+        f"requests:\n| rate vs limit | trials_to_decide | "
+        f"{' | '.join(f'spread {spread}' for spread in SPREADS)} |\n"
+        f"|{' --- |' * (2 + len(SPREADS))}"
+    )
+    for key, row in result["requestsToDecideAlpha0.05"].items():
+        chosen, other = row[f"priorRequests{priors[-1]}"], row[f"priorRequests{priors[0]}"]
+        cells = " | ".join(
+            f"{_count(chosen[str(spread)])} ({_count(other[str(spread)])})" for spread in SPREADS
+        )
+        print(f"| {key.replace('vs', ' vs ')} | {_count(row['trialsToDecide'])} | {cells} |")
+    us = result["microsecondsPerCall"]
+    print(
+        f"\nµs per call: ratio_confidence_sequence {us['ratioConfidenceSequence']}; "
+        f"requests_to_decide {us['requestsToDecide']}"
+    )
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=2000)
     parser.add_argument("--horizon", type=int, default=10000, help="draws per stream")
+    parser.add_argument("--ratio-streams", type=int, default=1000)
+    parser.add_argument("--ratio-horizon", type=int, default=1000, help="requests per stream")
+    parser.add_argument("--only", choices=("proportion", "ratio"), action="append")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print the JSON, not the tables")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/sequential_error.json")
     args = parser.parse_args()
-    result = run(args.streams, args.horizon, args.seed)
+    parts = args.only or ["proportion", "ratio"]
+    result: dict[str, Any] = {}
+    if "proportion" in parts:
+        result.update(run(args.streams, args.horizon, args.seed))
+    if "ratio" in parts:
+        result["ratio"] = ratio_run(args.ratio_streams, args.ratio_horizon, args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     if args.json:
         print(json.dumps(result, indent=2))
-    else:
+        return
+    if "proportion" in parts:
         show(result)
-        print(f"wrote {args.out}")
+    if "ratio" in parts:
+        show_ratio(result["ratio"])
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
