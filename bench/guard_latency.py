@@ -3,7 +3,9 @@
 Each SpecModel gets its own policy (floors, critical class, thresholds vary) and its own
 observation every tick; state (guard memory, kill switch, revision verdict) is carried from tick
 to tick as the operator would. A mix of healthy, collapsing and thin windows exercises every
-branch: engage, trials, probation, inconclusive. Telemetry and status writes are not included.
+branch: engage, trials, probation, inconclusive. Every window carries the per-request sums a
+gateway exports (accepted², drafted², accepted·drafted), so the acceptance rate is bounded as the
+guard bounds it now (`ratio_confidence_sequence`). Telemetry and status writes are not included.
 
 The garbage collector is tuned as `specfleet run` tunes it (`tune_collector`: startup heap
 frozen, young generation collected every 50 000 net allocations); `--default-collector` keeps
@@ -33,6 +35,7 @@ from specfleet.api import SpecModel
 from specfleet.api.status import GuardStatus, KillSwitchStatus, RevisionRecord
 from specfleet.controller.run import tune_collector
 from specfleet.guard import Decision, Policy, Situation, decide
+from specfleet.simulate.outcome import ALPHA_SPREAD, moments
 from specfleet.telemetry.model import ClassWindow, Observation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,11 +68,17 @@ def specmodel_policy(index: int, rng: random.Random) -> Policy:
 def class_window(alpha: float, requests: float, rng: random.Random) -> ClassWindow:
     steps = requests * 60
     accepted = steps * 4 * alpha * rng.uniform(0.95, 1.05)
+    # The per-request sums a gateway exports, for requests ALPHA_SPREAD apart (the simulator's).
+    sums = moments(requests, steps * 4, accepted, ALPHA_SPREAD)
     return ClassWindow(
         requests=requests,
         errors=0.0,
         draft_tokens=steps * 4,
         accepted_tokens=accepted,
+        spec_requests=requests,
+        accepted_squares=sums["accepted_squares"],
+        drafted_squares=sums["drafted_squares"],
+        accepted_by_drafted=sums["accepted_by_drafted"],
         steps=steps,
         output_tokens=steps + accepted,
         p95_ttft_seconds=0.4,

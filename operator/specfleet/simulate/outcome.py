@@ -100,7 +100,7 @@ def realize(
     )
 
 
-def moments(requests: int, drafted: int, accepted: int, spread: float) -> dict[str, float]:
+def moments(requests: float, drafted: float, accepted: float, spread: float) -> dict[str, float]:
     """The sums of accepted², drafted² and accepted·drafted over requests that drafted alike
     and accepted at rates `spread` apart (a standard deviation), each accepting its drafts as
     Bernoulli draws: as expected, not drawn. What makes Σ(accepted - rate·drafted)² the
