@@ -102,7 +102,7 @@ ROLLOUT_CONFIG = "{engine: {name: vllm}, model: {source: org/new}, quantization:
                 "(Run the speculative config, if any)",
                 "rollout.engineConfig: required; add it (The new revision's engine config)",
                 "reason: unknown field; a plan takes revision, speculation, canary, engineConfig, "
-                "rollout, mirror",
+                "rollout, mirror, plain",
             ],
         ),
         (

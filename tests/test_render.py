@@ -535,6 +535,7 @@ def test_monitors_scrape_the_gateway_through_the_service_and_the_engine_from_its
             "speculation": ["__meta_kubernetes_pod_label_specfleet_dev_speculation"],
             "experiment": ["__meta_kubernetes_pod_label_specfleet_dev_experiment"],
             "arm": ["__meta_kubernetes_pod_label_specfleet_dev_arm"],
+            "pool": ["__meta_kubernetes_pod_label_specfleet_dev_pool"],
         }
 
 

@@ -13,7 +13,7 @@ from conftest import ROOT, experiment_doc, specmodel_doc
 from specfleet.api import parse_specmodel
 from specfleet.api.validation import parse_specexperiment
 from specfleet.experiment.workloads import render_arms
-from specfleet.render import ServingPlan, render
+from specfleet.render import PlainPool, ServingPlan, render
 from specfleet.render.plan import RolloutCanary
 from specfleet.yamlio import dump_all
 
@@ -75,6 +75,7 @@ def cases() -> list[tuple[str, dict[str, Any], ServingPlan]]:
             )
         )
         out.append((f"{engine}-bf16-{methods[0]}-rollout", *rollout_step(engine, methods[0])))
+        out.append((f"{engine}-bf16-{methods[0]}-plain-pool", *plain_pool(engine, methods[0])))
         for quant, quantization in QUANTIZATIONS.items():
             if quant == "bf16":
                 continue
@@ -101,6 +102,19 @@ def rollout_step(engine: str, method: str) -> tuple[dict[str, Any], ServingPlan]
     config = parse_specmodel(specmodel_doc(**fp8)).engine_config()
     step = RolloutCanary(revision=2, pods=1, engine_config=config)
     return spec, ServingPlan(revision=1, rollout=step)
+
+
+def plain_pool(engine: str, method: str) -> tuple[dict[str, Any], ServingPlan]:
+    """Class `code` routed to a plain pool of 2 pods beside a fleet of 4, monitored."""
+    spec = {
+        "engine": {"name": engine},
+        "speculative": METHODS[method],
+        "pod": {"replicas": 4},
+        "classes": [{"name": "code"}, {"name": "chat"}],
+        "defaultClass": "chat",
+        "monitoring": {"serviceMonitor": True},
+    }
+    return spec, ServingPlan(plain=PlainPool(replicas=2, routed=["code"]))
 
 
 GATE = {"acceptance_window": 128, "acceptance_length_threshold": 1.5}

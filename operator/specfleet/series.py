@@ -29,6 +29,7 @@ EMPTY_ANSWERS = "specfleet_empty_answers"
 GATEWAY_ERRORS = "specfleet_gateway_errors"
 GATEWAY_REFUSED = "specfleet_gateway_refused"
 GATEWAY_PUMPED = "specfleet_gateway_pumped_chunks"
+PLAIN_POOL_FALLBACKS = "specfleet_gateway_plain_pool_fallbacks"
 MIRROR_SENT = "specfleet_mirror_sent"
 MIRROR_DROPPED = "specfleet_mirror_dropped"
 MIRROR_ERRORS = "specfleet_mirror_errors"
@@ -65,6 +66,9 @@ STAGE = "stage"
 STATUS = "status"
 ARM = "arm"
 MOMENT = "moment"
+POOL = "pool"
+"""Which pool served: the gateway's per-class series say it of each request (`FLEET_POOL`, its
+own engine, or `PLAIN_POOL`); the plain pool's engine series carry it from its pods' label."""
 
 # Labels the scrape adds.
 NAMESPACE = "namespace"
@@ -90,6 +94,10 @@ MOMENTS = (
 Σ accepted·drafted over them, and Σ TPOT² over the streams the TPOT histogram observed."""
 TRUNCATED = "length"
 """The finish `reason` of a choice cut at its token limit (max_tokens or the context)."""
+
+
+FLEET_POOL = "fleet"
+PLAIN_POOL = "plain"
 
 
 def valid_value(valid: bool) -> str:

@@ -3,6 +3,7 @@ validation `specfleet render`, the operator and admission share."""
 
 from specfleet.api.base import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from specfleet.api.model import (
+    CLASSES_OFF_ANNOTATION,
     KILL_SWITCH_ANNOTATION,
     RETRY_ANNOTATION,
     ROLLOUT_ANNOTATION,
@@ -16,6 +17,7 @@ from specfleet.api.validation import FieldError, InvalidSpecModel, parse_specmod
 
 __all__ = [
     "API_VERSION",
+    "CLASSES_OFF_ANNOTATION",
     "GROUP",
     "KILL_SWITCH_ANNOTATION",
     "KIND",

@@ -20,6 +20,8 @@ CANARY_SUFFIX = "-canary"
 """A trial's canary children are named `<name>-canary`; no SpecModel may take such a name."""
 ROLLOUT_SUFFIX = "-rollout"
 """A canary rollout's children are named `<name>-rollout`; no SpecModel may take such a name."""
+PLAIN_SUFFIX = "-plain"
+"""The plain pool's children are named `<name>-plain`; no SpecModel may take such a name."""
 INT32_MAX = 2**31 - 1
 """The largest value of an int32 field (TensorRT-LLM's batch and token limits are SizeType32)."""
 MAX_EXACT_INTEGER = 2**53 - 1

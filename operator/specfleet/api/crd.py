@@ -19,6 +19,7 @@ from specfleet.api.base import (
     GROUP,
     KIND,
     MAX_NAME_LENGTH,
+    PLAIN_SUFFIX,
     PLURAL,
     ROLLOUT_SUFFIX,
     VERSION,
@@ -44,6 +45,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Active", "type": "boolean", "jsonPath": ".status.speculationActive"},
     {"name": "Canary", "type": "string", "jsonPath": ".status.canary.state"},
     {"name": "Accept", "type": "string", "jsonPath": ".status.acceptance"},
+    {"name": "Speculating", "type": "string", "jsonPath": ".status.classesSpeculating"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Rev", "type": "integer", "jsonPath": ".status.activeRevision", "priority": 1},
     # -o wide: `kubectl get sm` keeps to 80 columns
@@ -154,6 +156,12 @@ NAME_RULES = [
         f"!self.metadata.name.endsWith('{ROLLOUT_SUFFIX}')",
         f"must not end in '{ROLLOUT_SUFFIX}': SpecModel x names its canary rollout's pods "
         f"x{ROLLOUT_SUFFIX}, so the two would fight over them; rename this SpecModel",
+        ".metadata.name",
+    ),
+    cel(
+        f"!self.metadata.name.endsWith('{PLAIN_SUFFIX}')",
+        f"must not end in '{PLAIN_SUFFIX}': SpecModel x names its plain pool x{PLAIN_SUFFIX}, "
+        "so the two would fight over it; rename this SpecModel",
         ".metadata.name",
     ),
 ]

@@ -59,20 +59,23 @@ class MirrorArm(ApiModel):
         "no path.",
     )
 
-    @field_validator("url")
-    @classmethod
-    def _cluster_url(cls, url: str) -> str:
-        parts = urlsplit(url)
-        if parts.scheme != "http" or parts.username or parts.password:
-            raise ValueError("must be http://HOST[:PORT], without credentials")
-        if parts.path not in ("", "/") or parts.query or parts.fragment:
-            raise ValueError("must have no path, query or fragment")
-        if not _cluster_host(parts.hostname or ""):
-            raise ValueError(
-                "host must be loopback or a Service name (<service>.<namespace>.svc, "
-                "optionally .cluster.local)"
-            )
-        return url.rstrip("/")
+    _url = field_validator("url")(lambda url: cluster_url(url))
+
+
+def cluster_url(url: str) -> str:
+    """A Service's base URL (or a loopback one), the only targets a gateway sends requests to
+    besides its own engine."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.username or parts.password:
+        raise ValueError("must be http://HOST[:PORT], without credentials")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError("must have no path, query or fragment")
+    if not _cluster_host(parts.hostname or ""):
+        raise ValueError(
+            "host must be loopback or a Service name (<service>.<namespace>.svc, "
+            "optionally .cluster.local)"
+        )
+    return url.rstrip("/")
 
 
 def _cluster_host(host: str) -> bool:
@@ -147,6 +150,19 @@ class Mirror(ApiModel):
         return self
 
 
+class PlainRoute(ApiModel):
+    """The classes served without speculation, and the plain pool's Service that serves them."""
+
+    url: str = Field(
+        max_length=253,
+        description="Base URL of the plain pool's Service: `http://` and a loopback address or "
+        "a Service name, a port, no path. Unreachable, the gateway serves locally.",
+    )
+    classes: list[str] = Field(min_length=1, description="The classes routed there.")
+
+    _url = field_validator("url")(lambda url: cluster_url(url))
+
+
 class GatewayConfig(ApiModel):
     specmodel: str = Field(description="SpecModel name, for logs.")
     engine: Engine = Field(description="Which engine's response format to read.")
@@ -167,14 +183,25 @@ class GatewayConfig(ApiModel):
     mirror: Mirror | None = Field(
         default=None, description="An experiment's arms to mirror a sample of requests to."
     )
+    plain_pool: PlainRoute | None = Field(
+        default=None, description="Classes served by the plain pool instead of the local engine."
+    )
 
     @model_validator(mode="after")
-    def _mirrored_classes(self) -> Self:
+    def _known_classes(self) -> Self:
         known = {c.name for c in self.classes}
-        unknown = sorted(set(self.mirror.sample) - known) if self.mirror else []
-        if unknown:
-            raise ValueError(f"mirror.sample names classes that do not exist: {unknown}")
+        for field, named in (
+            ("mirror.sample", self.mirror.sample if self.mirror else {}),
+            ("plainPool.classes", self.plain_pool.classes if self.plain_pool else []),
+        ):
+            unknown = sorted(set(named) - known)
+            if unknown:
+                raise ValueError(f"{field} names classes that do not exist: {unknown}")
         return self
+
+    def routed(self) -> frozenset[str]:
+        """The classes the plain pool serves."""
+        return frozenset(self.plain_pool.classes) if self.plain_pool else frozenset()
 
     @classmethod
     def from_specmodel(

@@ -17,6 +17,9 @@ from specfleet.api.spec import (
 from specfleet.api.status import SpecModelStatus
 
 KILL_SWITCH_ANNOTATION = "specfleet.dev/kill-switch"
+CLASSES_OFF_ANNOTATION = "specfleet.dev/classes-off"
+"""Comma-separated classes served without speculation (wins over spec.guard.classesOff; empty:
+none)."""
 RETRY_ANNOTATION = "specfleet.dev/retry"
 ROLLOUT_ANNOTATION = "specfleet.dev/rollout"
 """`promote` or `abort`: ends the canary rollout in progress (acts when its value changes)."""
@@ -52,6 +55,19 @@ class SpecModel(ApiModel):
 
     def served_name(self) -> str:
         return self.spec.model.served_name or self.metadata.name
+
+    def classes_off(self) -> tuple[list[str], bool]:
+        """The classes forced off speculation, and whether the annotation (over the spec)
+        says so."""
+        annotated = self.metadata.annotations.get(CLASSES_OFF_ANNOTATION)
+        if annotated is None:
+            return list(self.spec.guard.classes_off or []), False
+        return [n for n in (part.strip() for part in annotated.split(",")) if n], True
+
+    def unknown_classes_off(self) -> list[str]:
+        """The classes the override names that the spec does not declare."""
+        known = {c.name for c in self.spec.classes}
+        return [name for name in self.classes_off()[0] if name not in known]
 
 
 class EngineConfig(ApiModel):

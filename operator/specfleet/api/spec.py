@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
@@ -552,6 +553,15 @@ class GuardSpec(ApiModel):
         description="`auto`: the guard switches speculation; `off`: speculation off; `on`: "
         "speculation on, the guard only alerts.",
     )
+    classes_off: list[Annotated[str, Field(min_length=1, max_length=40)]] | None = Field(
+        default=None,
+        max_length=16,
+        description="Classes served without speculation whatever the guard decides, while the "
+        "others keep it: their requests go to the plain pool (`<name>-plain`) once it is "
+        "Ready. Every class off is the fleet-wide switch, as `mode: off`. The "
+        "`specfleet.dev/classes-off` annotation (comma-separated) wins over it.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
     dry_run: bool = Field(default=False, description="Decide, record and alert, but never act.")
     interval_seconds: int = Field(default=15, ge=5, le=3600, description="Evaluation interval.")
     window_seconds: int = Field(
@@ -861,6 +871,41 @@ class PodSpec(ApiModel):
     )
 
 
+class PlainPoolSpec(ApiModel):
+    """The plain pool: the active revision without any speculative config, serving the
+    classes routed off speculation. Sized from their share of the traffic, within bounds."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
+                    "plainPool.minReplicas must be at most plainPool.maxReplicas; lower the "
+                    "one or raise the other",
+                    ".minReplicas",
+                )
+            ]
+        }
+    )
+
+    min_replicas: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="Pods kept while every class speculates (a warm pool); at least one serves "
+        "while a class is routed to it.",
+    )
+    max_replicas: int | None = Field(
+        default=None, ge=1, le=1000, description="Most pods it grows to. Defaults to pod.replicas."
+    )
+
+    def replicas(self, share: float, fleet: int, routed: bool) -> int:
+        """Pods for `share` of the traffic (0..1) of a fleet of `fleet` pods, within bounds."""
+        wanted = math.ceil(share * fleet - 1e-9) if routed else 0
+        low = max(self.min_replicas, 1 if routed else 0)
+        return max(low, min(wanted, self.max_replicas or max(fleet, 1)))
+
+
 class MonitoringSpec(ApiModel):
     service_monitor: bool = Field(
         default=False,
@@ -888,6 +933,26 @@ CLASS_RULES = [
 ]
 """The rules on `classes` and `defaultClass`; the gateway's configuration, which carries both,
 is held to them too."""
+
+
+CLASSES_OFF_RULES = [
+    cel(
+        "!has(self.guard.classesOff) || "
+        "self.guard.classesOff.all(n, self.classes.exists(c, c.name == n))",
+        "guard.classesOff must name classes of spec.classes",
+        ".guard.classesOff",
+        "'guard.classesOff must name classes of spec.classes: there is no class ' + "
+        "self.guard.classesOff.filter(n, !self.classes.exists(c, c.name == n))[0] + "
+        "'; remove it from guard.classesOff or add a class of that name to spec.classes'",
+    ),
+    cel(
+        "has(self.speculative) || !has(self.guard.classesOff) || self.guard.classesOff.size() == 0",
+        "guard.classesOff turns speculation off for some classes, but the spec declares no "
+        "speculative decoding: every class already runs without; remove guard.classesOff or "
+        "declare speculative",
+        ".guard.classesOff",
+    ),
+]
 
 
 class SpecModelSpec(ApiModel):
@@ -997,6 +1062,7 @@ class SpecModelSpec(ApiModel):
                     "whole fleet anyway (promotion)",
                     ".rollout.steps",
                 ),
+                *CLASSES_OFF_RULES,
                 *fp4_rules(),
             ]
         }
@@ -1024,6 +1090,10 @@ class SpecModelSpec(ApiModel):
     pod: PodSpec = Field(default_factory=PodSpec, description="Engine pods.")
     monitoring: MonitoringSpec = Field(
         default_factory=MonitoringSpec, description="Monitoring objects to render."
+    )
+    plain_pool: PlainPoolSpec = Field(
+        default_factory=PlainPoolSpec,
+        description="The pool that serves the classes routed off speculation (`<name>-plain`).",
     )
     rollout: RolloutSpec = Field(
         default_factory=RolloutSpec,

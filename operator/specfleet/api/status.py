@@ -88,6 +88,22 @@ class ServingPlanStatus(ApiModel):
     reason: str = Field(default="", description="Why the plan is what it is.")
 
 
+class ClassSpeculationState(StrEnum):
+    SPECULATING = "speculating"
+    PLAIN = "plain"
+    """Served without speculation: by the plain pool, or by the fleet running without."""
+    WAITING = "waiting"
+    """Set off, still served with speculation until the plain pool is Ready."""
+
+
+class ClassSpeculation(ApiModel):
+    """Whether one class is served with speculation, and why not."""
+
+    name: str = Field(description="Class name.")
+    state: ClassSpeculationState = Field(description="`speculating`, `plain` or `waiting`.")
+    reason: str = Field(default="", description="Who set it off, and what serves it.")
+
+
 class CanaryState(StrEnum):
     STARTING = "Starting"
     SERVING = "Serving"
@@ -466,6 +482,18 @@ class SpecModelStatus(ApiModel):
     )
     acceptance: str | None = Field(
         default=None, description="Traffic-weighted acceptance rate of the last window."
+    )
+    classes_speculating: str | None = Field(
+        default=None, description="Classes served with speculation, of all (`3/4`)."
+    )
+    class_speculation: list[ClassSpeculation] = Field(
+        default_factory=list,
+        description="Each class: served with speculation, without (plain), or waiting for the "
+        "plain pool, and why.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    plain_pool: ReplicaStatus | None = Field(
+        default=None, description="The plain pool's pods (`<name>-plain`), when it runs."
     )
     serving_plan: ServingPlanStatus | None = Field(default=None, description="What runs.")
     desired_revision: int | None = Field(default=None, description="Revision spec asks for.")

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from specfleet.api.crd import RESOURCES, Schema, experiment_spec_schema, spec_schema
 from specfleet.api.escape_hatches import escape_hatch_errors
 from specfleet.api.experiment import SpecExperiment
-from specfleet.api.model import SpecModel
+from specfleet.api.model import CLASSES_OFF_ANNOTATION, SpecModel
 from specfleet.api.trtllm import DECODING_TYPE, runs_a_drafter
 
 INT64 = range(-(2**63), 2**63)
@@ -64,7 +64,23 @@ def _rule_errors(specmodel: SpecModel) -> list[FieldError]:
     errors += _name_cel_errors(specmodel.metadata.name, "specmodel")
     errors += one_model_schedule_errors(specmodel)
     errors += [FieldError(*error) for error in escape_hatch_errors(specmodel.spec)]
-    return errors
+    return errors + annotation_errors(specmodel)
+
+
+def annotation_errors(specmodel: SpecModel) -> list[FieldError]:
+    """The classes-off annotation names classes of the spec (the spec's own list is checked
+    by its CEL rule)."""
+    unknown = specmodel.unknown_classes_off()
+    if not unknown or not specmodel.classes_off()[1]:
+        return []
+    known = ", ".join(c.name for c in specmodel.spec.classes)
+    return [
+        FieldError(
+            f"metadata.annotations[{CLASSES_OFF_ANNOTATION}]",
+            f"names no class {', '.join(unknown)}: the classes are {known}; remove it from the "
+            "annotation or add a class of that name to spec.classes",
+        )
+    ]
 
 
 def _rules_beside(document: dict[str, Any], exc: ValidationError) -> list[FieldError]:

@@ -2,7 +2,8 @@
 
 1. The spec declares no speculative decoding (source `config`).
 2. The kill-switch annotation says `engage`; `release` forces it on (source `annotation`).
-3. spec.guard.mode says `off`; `on` forces it on (source `spec`).
+3. spec.guard.mode says `off`; `on` forces it on (source `spec`); every class is off by the
+   per-class override (`classes_off`: the classes-off annotation, else spec.guard.classesOff).
 4. The guard's kill switch is engaged (source `guard`):
    - after N bad windows in a row (speedup below minSpeedup, or a critical class below its
      acceptance floor), or one decisive window (its bound at guard.errorRate outside the
@@ -71,7 +72,16 @@ def speculation(
     mode = specmodel.spec.guard.mode
     if mode != GuardMode.AUTO:
         return mode == GuardMode.ON, SpeculationSource.SPEC
+    off, source = classes_off(specmodel)
+    if off >= {c.name for c in specmodel.spec.classes}:  # every class off: the fleet's switch
+        return False, source
     return kill_switch is None or not kill_switch.engaged, SpeculationSource.GUARD
+
+
+def classes_off(specmodel: SpecModel) -> tuple[frozenset[str], SpeculationSource]:
+    """The classes an override serves without speculation, and which override it is."""
+    names, annotated = specmodel.classes_off()
+    return frozenset(names), SpeculationSource.ANNOTATION if annotated else SpeculationSource.SPEC
 
 
 def override(source: str) -> SpeculationSource | None:

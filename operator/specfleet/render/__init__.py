@@ -8,7 +8,8 @@ from specfleet.api.gateway import GatewayConfig
 from specfleet.api.model import EngineConfig, SpecModel
 from specfleet.render import trtllm, vllm
 from specfleet.render.engine import EngineLaunch
-from specfleet.render.plan import RenderSettings, ServingPlan, revision_hash
+from specfleet.render.plain import plain_pool
+from specfleet.render.plan import PlainPool, RenderSettings, ServingPlan, revision_hash
 from specfleet.render.workload import (
     ArmOf,
     Manifest,
@@ -29,6 +30,7 @@ LAUNCHERS: dict[str, Callable[[EngineConfig, str, bool], EngineLaunch]] = {
 __all__ = [
     "ArmOf",
     "Manifest",
+    "PlainPool",
     "RenderSettings",
     "ServingPlan",
     "fleet_gateway_config",
@@ -46,7 +48,8 @@ def render(
     """The children of `specmodel` as the plan says they run. `specmodel` must be valid
     (`specfleet.api.parse_specmodel`). A trial's canary is rendered only for a config that
     speculates: without one there is nothing to try. A rollout's canary runs the new revision's
-    config with the fleet's speculation setting, so the two differ by the revision alone."""
+    config with the fleet's speculation setting, so the two differ by the revision alone. The
+    plain pool runs the active revision without speculation."""
     plan = plan or ServingPlan()
     config = plan.engine_config or specmodel.engine_config()
     settings = settings or RenderSettings()
@@ -59,6 +62,9 @@ def render(
         objects += deployment_and_configs(
             _workload(specmodel, step, plan.rollout.engine_config, settings, Role.ROLLOUT)
         )
+    if plan.plain is not None:
+        plain = plan.model_copy(update={"speculation": False})
+        objects += plain_pool(_workload(specmodel, plain, config, settings, Role.PLAIN))
     return objects
 
 

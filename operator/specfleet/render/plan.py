@@ -25,6 +25,17 @@ class RolloutCanary(ApiModel):
     engine_config: EngineConfig = Field(description="The new revision's engine config.")
 
 
+class PlainPool(ApiModel):
+    """The plain pool (`<name>-plain`): the active revision without speculation, serving the
+    classes routed off it."""
+
+    replicas: int = Field(ge=1, description="Its pods.")
+    routed: list[str] = Field(
+        default_factory=list,
+        description="The classes the fleet's gateways send to it: none until it is Ready.",
+    )
+
+
 class ServingPlan(ApiModel):
     """Which revision is active, whether the fleet runs speculation, and whether a trial's canary
     runs beside it."""
@@ -44,6 +55,9 @@ class ServingPlan(ApiModel):
     )
     mirror: Mirror | None = Field(
         default=None, description="A running experiment's arms the fleet's gateways mirror to."
+    )
+    plain: PlainPool | None = Field(
+        default=None, description="The plain pool, beside the fleet; none at zero pods."
     )
 
 

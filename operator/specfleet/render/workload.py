@@ -1,7 +1,8 @@
 """The Kubernetes objects of one SpecModel: Deployment (engine + gateway sidecar), Service,
 ConfigMaps, PodDisruptionBudget, an optional ServiceMonitor (the gateways) and PodMonitor (the
 engines), during a trial the canary's Deployment and ConfigMaps, and during a canary rollout the
-new revision's (`<name>-rollout`). Pure: data in, data out.
+new revision's (`<name>-rollout`), and while classes are routed off speculation the plain pool
+(`<name>-plain`, `render.plain`). Pure: data in, data out.
 
 The Service exposes the gateway only: inference that bypassed it would never be measured, so
 the engine's port is scraped from the pods, never served.
@@ -25,18 +26,30 @@ from typing import Any
 import yaml
 
 from specfleet import series
-from specfleet.api.base import CANARY_SUFFIX, ROLLOUT_SUFFIX, SCRAPE_INTERVAL_SECONDS
-from specfleet.api.gateway import GatewayConfig
+from specfleet.api.base import (
+    CANARY_SUFFIX,
+    PLAIN_SUFFIX,
+    ROLLOUT_SUFFIX,
+    SCRAPE_INTERVAL_SECONDS,
+)
+from specfleet.api.gateway import GatewayConfig, PlainRoute
 from specfleet.api.model import EngineConfig, SpecModel
 from specfleet.api.spec import PodSpec
 from specfleet.render.engine import ENGINE_CONFIG_PATH, ENGINE_PORT, MODEL_CACHE_PATH, EngineLaunch
-from specfleet.render.labels import INSTANCE, MANAGED, managed_labels, owner_reference
+from specfleet.render.labels import (
+    INSTANCE,
+    MANAGED,
+    MANAGED_BY,
+    managed_labels,
+    owner_reference,
+)
 from specfleet.render.plan import RenderSettings, ServingPlan
 
 Manifest = dict[str, Any]
 
 GATEWAY_PORT = 8080
 GATEWAY_METRICS_PORT = 9090
+PLAIN_SERVICE_PORT = 80
 GATEWAY_CONFIG_PATH = "/etc/specfleet/gateway"
 STARTUP_BUDGET_SECONDS = 1800
 PRE_STOP_SECONDS = 10
@@ -44,6 +57,8 @@ PRE_STOP_SECONDS = 10
 DRAIN_MARGIN_SECONDS = 5
 REVISION_LABEL = "specfleet.dev/revision"
 SPECULATION_LABEL = "specfleet.dev/speculation"
+POOL_LABEL = "specfleet.dev/pool"
+"""On the plain pool's pods (`plain`); the fleet's carry none, so adding it rolled no pod."""
 ENGINE_METRICS_PATH_ANNOTATION = "specfleet.dev/engine-metrics-path"
 ENGINE_CONFIG_HASH_ANNOTATION = "specfleet.dev/engine-config-hash"
 REVISION_HASH_ANNOTATION = "specfleet.dev/revision-hash"
@@ -51,6 +66,7 @@ ENGINE_APP = "specfleet-engine"
 CANARY_APP = "specfleet-engine-canary"
 ROLLOUT_APP = "specfleet-engine-rollout"
 ARM_APP = "specfleet-engine-arm"
+PLAIN_APP = "specfleet-engine-plain"
 EXPERIMENT_LABEL = "specfleet.dev/experiment"
 ARM_LABEL = "specfleet.dev/arm"
 
@@ -65,6 +81,9 @@ class Role(Enum):
     """A rollout's canary: the new revision on the step's pods."""
     ARM = ("", ARM_APP)
     """An experiment's arm: its own SpecModel-shaped workload, named `<experiment>-<arm>`."""
+    PLAIN = (PLAIN_SUFFIX, PLAIN_APP)
+    """The plain pool: engines only, without speculation; the fleet's gateways, which route
+    classes to it, measure what it serves."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +130,8 @@ class Workload:
         rollout = self.plan.rollout
         if self.role == Role.TRIAL:
             return 1
+        if self.role == Role.PLAIN and self.plan.plain is not None:
+            return self.plan.plain.replicas
         if self.role == Role.ROLLOUT and rollout is not None:
             return rollout.pods
         replicas = self.specmodel.spec.pod.replicas
@@ -124,8 +145,11 @@ class Workload:
         return {**app, INSTANCE: self.name}
 
     def serving_selector(self) -> dict[str, str]:
-        """Every pod that serves the SpecModel: the fleet's and the canaries'; an arm's own."""
-        return self.selector() if self.arm is not None else managed_labels(self.name)
+        """Every pod that serves the SpecModel's clients: the fleet's and the canaries'; an
+        arm's own; the plain pool's own (its clients are the fleet's gateways)."""
+        if self.arm is not None or self.role == Role.PLAIN:
+            return self.selector()
+        return managed_labels(self.name)
 
     def labels(self) -> dict[str, str]:
         return {
@@ -136,11 +160,17 @@ class Workload:
 
     def pod_labels(self) -> dict[str, str]:
         speculation = self.plan.speculation and self.config.speculative is not None
-        return {
+        labels = {
             **self.labels(),
             REVISION_LABEL: str(self.plan.revision),
             SPECULATION_LABEL: series.speculation_value(speculation),
         }
+        if self.role == Role.PLAIN:
+            # Without managed-by the SpecModel's Service and engine PodMonitor, which select
+            # on it, leave its pods alone: they have no gateway to measure clients there.
+            del labels[MANAGED_BY]
+            labels[POOL_LABEL] = series.PLAIN_POOL
+        return labels
 
     def metadata(self, name: str) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": name, "namespace": self.namespace, "labels": self.labels()}
@@ -157,6 +187,10 @@ def canary_name(specmodel: str) -> str:
 
 def rollout_name(specmodel: str) -> str:
     return f"{specmodel}{ROLLOUT_SUFFIX}"
+
+
+def plain_name(specmodel: str) -> str:
+    return f"{specmodel}{PLAIN_SUFFIX}"
 
 
 def manifests(workload: Workload) -> list[Manifest]:
@@ -185,9 +219,20 @@ def gateway_config(workload: Workload) -> GatewayConfig:
     running = workload.config.speculative if workload.plan.speculation else None
     drafting = workload.launch.drafting
     config = GatewayConfig.from_specmodel(workload.specmodel, running, drafting)
+    if workload.role in (Role.FLEET, Role.ROLLOUT):
+        config = config.model_copy(update={"plain_pool": plain_route(workload)})
     if workload.role == Role.FLEET:  # the fleet's clients are the sample, not a canary's
         config = config.model_copy(update={"mirror": workload.plan.mirror})
     return config
+
+
+def plain_route(workload: Workload) -> PlainRoute | None:
+    """Where the gateways send the classes routed off speculation: the plain pool's Service."""
+    plain = workload.plan.plain
+    if plain is None or not plain.routed:
+        return None
+    url = f"http://{plain_name(workload.name)}.{workload.namespace}.svc:{PLAIN_SERVICE_PORT}"
+    return PlainRoute(url=url, classes=plain.routed)
 
 
 def gateway_configmap(workload: Workload) -> Manifest:
@@ -251,7 +296,7 @@ def pod_spec(workload: Workload) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "terminationGracePeriodSeconds": pod.termination_grace_period_seconds,
-        "containers": [engine_container(workload), gateway_container(workload)],
+        "containers": [engine_container(workload), *gateway_containers(workload)],
         "volumes": volumes(workload),
         "tolerations": [
             {"key": pod.gpu.resource_name, "operator": "Exists", "effect": "NoSchedule"},
@@ -346,9 +391,11 @@ def engine_mounts(workload: Workload) -> list[dict[str, Any]]:
 def volumes(workload: Workload) -> list[dict[str, Any]]:
     pod = workload.specmodel.spec.pod
     result: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": pod.shm_size_limit}},
-        {"name": "gateway-config", "configMap": {"name": f"{workload.deployment_name}-gateway"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": pod.shm_size_limit}}
     ]
+    if workload.role != Role.PLAIN:
+        gateway = {"name": f"{workload.deployment_name}-gateway"}
+        result.append({"name": "gateway-config", "configMap": gateway})
     cache = workload.config.model.cache
     if cache and cache.persistent_volume_claim:
         claim = {"claimName": cache.persistent_volume_claim}
@@ -368,6 +415,10 @@ def drain_seconds(workload: Workload) -> int:
     the preStop, less a margin to close its connections before the kubelet kills it."""
     grace = workload.specmodel.spec.pod.termination_grace_period_seconds
     return max(0, grace - PRE_STOP_SECONDS - DRAIN_MARGIN_SECONDS)
+
+
+def gateway_containers(workload: Workload) -> list[dict[str, Any]]:
+    return [] if workload.role == Role.PLAIN else [gateway_container(workload)]
 
 
 def gateway_container(workload: Workload) -> dict[str, Any]:
@@ -443,7 +494,7 @@ def pod_disruption_budget(workload: Workload) -> Manifest:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": workload.metadata(workload.name),
+        "metadata": workload.metadata(workload.deployment_name),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": workload.selector()}},
     }
 
@@ -458,6 +509,7 @@ def pod_relabelings() -> list[dict[str, Any]]:
             (SPECULATION_LABEL, series.SPECULATION),
             (EXPERIMENT_LABEL, series.EXPERIMENT),
             (ARM_LABEL, series.ARM),
+            (POOL_LABEL, series.POOL),
         )
     ]
 
@@ -497,6 +549,6 @@ def prometheus_operator_object(workload: Workload, kind: str, spec: Manifest) ->
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": kind,
-        "metadata": workload.metadata(workload.name),
+        "metadata": workload.metadata(workload.deployment_name),
         "spec": spec,
     }

@@ -14,6 +14,7 @@ from specfleet.render.workload import (
     REVISION_LABEL,
     SPECULATION_LABEL,
     canary_name,
+    plain_name,
     rollout_name,
 )
 
@@ -48,6 +49,8 @@ class Observed:
     """A trial's canary Deployment (`<name>-canary`)."""
     rollout: Rollout = field(default_factory=Rollout)
     """A canary rollout's Deployment (`<name>-rollout`)."""
+    plain: Rollout = field(default_factory=Rollout)
+    """The plain pool's Deployment (`<name>-plain`)."""
     mirror: Mirror | None = None
     """A running experiment's arms, which the fleet's gateways mirror a sample to."""
 
@@ -64,6 +67,7 @@ def observe(
         unschedulable=unschedulable(pods),
         canary=rollout(children.get(("Deployment", canary_name(name)))),
         rollout=rollout(children.get(("Deployment", rollout_name(name)))),
+        plain=rollout(children.get(("Deployment", plain_name(name)))),
         mirror=mirror,
     )
 

@@ -7,6 +7,7 @@ an unchanged status, and an unchanged status is never written.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from specfleet.api import Condition, ConditionType, Phase, SpecModel, SpecModelStatus
 from specfleet.api.status import (
@@ -25,6 +26,7 @@ from specfleet.render.workload import canary_name
 from specfleet.tick import rollouts
 from specfleet.tick.observed import Observed, Rollout
 from specfleet.tick.plan import Plan
+from specfleet.tick.pools import pools, speculating
 
 
 def next_status(
@@ -64,8 +66,20 @@ def next_status(
             "rollout_override": plan.rollout_override,
             "retry_token": plan.retry_token,
             "replicas": state.replicas,
+            **_class_speculation(specmodel, plan, observed, previous),
         }
     )
+
+
+def _class_speculation(
+    specmodel: SpecModel, plan: Plan, observed: Observed, previous: SpecModelStatus
+) -> dict[str, Any]:
+    served = pools(specmodel, plan, observed.plain, previous.classes)
+    return {
+        "classes_speculating": speculating(served.classes),
+        "class_speculation": served.classes,
+        "plain_pool": observed.plain.replicas if served.plain else None,
+    }
 
 
 def invalid_status(

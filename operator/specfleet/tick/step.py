@@ -26,6 +26,7 @@ from specfleet.tick import children, guarding, rollouts
 from specfleet.tick.next_tick import NextTick, next_tick
 from specfleet.tick.observed import Observed
 from specfleet.tick.plan import Plan, plan, replan
+from specfleet.tick.pools import Pools, pools
 from specfleet.tick.status import next_status
 
 Configs = Mapping[str, EngineConfig]
@@ -57,6 +58,11 @@ class Step:
     now: datetime = field(repr=False)
 
     @property
+    def pools(self) -> Pools:
+        """The plain pool and what serves each class, as the status written says."""
+        return pools(self.specmodel, self.plan, self.observed.plain, self.guarded.classes)
+
+    @property
     def next_tick(self) -> NextTick:
         """What the next guard tick reads and when it is due, after this status (or the one
         `failed` writes: they plan, roll out and judge alike)."""
@@ -78,6 +84,7 @@ class Step:
             engine_config=self._config(self.plan.active),
             rollout=self._rollout_canary(),
             mirror=self.observed.mirror,
+            plain=self.pools.plain,
         )
         return [children.with_applied_hash(m) for m in render(self.specmodel, serving, settings)]
 
