@@ -166,6 +166,7 @@ async def requests_total(gw: GatewayServer, cls: str, outcome: str) -> float:
         for sample in family.samples:
             if sample.name == "specfleet_requests_total" and sample.labels == {
                 "class": cls,
+                "pool": "fleet",
                 "outcome": outcome,
             }:
                 return sample.value
@@ -218,18 +219,27 @@ async def test_engine_silence_is_a_504() -> None:
         assert upstream.cancelled == 1  # the gateway hung up on the engine
 
 
-async def test_a_client_disconnect_mid_stream_cancels_the_engine_request() -> None:
-    async with gateway() as (upstream, gw), httpx.AsyncClient() as http:
-        body = {"model": "llama", "messages": [], "stream": True}
-        headers = {"x-script": "slow", "x-specfleet-class": "code"}
-        async with http.stream("POST", gw.url + CHAT, json=body, headers=headers) as r:
-            async for line in r.aiter_lines():
-                if line.startswith("data:"):
-                    break  # hang up after the first event
-        for _ in range(50):
-            if upstream.cancelled:
+async def hang_up_mid_stream(gw: GatewayServer, *upstreams: Upstream) -> None:
+    """A slow stream of class `code`, hung up on after its first event; returns once an
+    upstream saw the cancellation (or after a second)."""
+    body = {"model": "llama", "messages": [], "stream": True}
+    headers = {"x-script": "slow", "x-specfleet-class": "code"}
+    async with (
+        httpx.AsyncClient() as http,
+        http.stream("POST", gw.url + CHAT, json=body, headers=headers) as r,
+    ):
+        async for line in r.aiter_lines():
+            if line.startswith("data:"):
                 break
-            await asyncio.sleep(0.02)
+    for _ in range(50):
+        if any(u.cancelled for u in upstreams):
+            break
+        await asyncio.sleep(0.02)
+
+
+async def test_a_client_disconnect_mid_stream_cancels_the_engine_request() -> None:
+    async with gateway() as (upstream, gw):
+        await hang_up_mid_stream(gw, upstream)
         assert upstream.cancelled == 1
         assert upstream.finished == 0
         assert await requests_total(gw, "code", "cancelled") == 1

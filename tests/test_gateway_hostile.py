@@ -160,16 +160,20 @@ async def scrape(gw: GatewayServer) -> dict[tuple[str, frozenset[tuple[str, str]
     }
 
 
+CHAT_FLEET = {"class": "chat", "pool": "fleet"}
+
+
 def sample(metrics: dict[Any, float], name: str, **labels: str) -> float:
     return metrics.get((name, frozenset(labels.items())), 0.0)
 
 
 def requests(metrics: dict[Any, float], outcome: str) -> float:
-    return sample(metrics, "specfleet_requests_total", **{"class": "chat", "outcome": outcome})
+    labels = {"class": "chat", "pool": "fleet", "outcome": outcome}
+    return sample(metrics, "specfleet_requests_total", **labels)
 
 
 def unjudged(metrics: dict[Any, float], kind: str, reason: str) -> float:
-    labels = {"class": "chat", "kind": kind, "reason": reason}
+    labels = {"class": "chat", "pool": "fleet", "kind": kind, "reason": reason}
     return sample(metrics, "specfleet_quality_unjudged_total", **labels)
 
 
@@ -311,7 +315,7 @@ async def test_a_client_that_hangs_up_after_done_got_a_whole_answer() -> None:
     assert engine.requests == 3
     assert requests(metrics, "ok") == 3
     assert requests(metrics, "cancelled") == 0
-    assert sample(metrics, "specfleet_output_tokens_total", **{"class": "chat"}) == 6
+    assert sample(metrics, "specfleet_output_tokens_total", **CHAT_FLEET) == 6
 
 
 async def test_no_client_header_bytes_reach_the_logs(caplog: pytest.LogCaptureFixture) -> None:
@@ -357,9 +361,7 @@ async def test_crafted_schemas_are_unjudged_not_invalid() -> None:
             assert r.status_code == 200
         metrics = await scrape(gw)
     for kind in ("true", "false"):
-        assert (
-            sample(metrics, "specfleet_tool_calls_total", **{"class": "chat", "valid": kind}) == 0
-        )
+        assert sample(metrics, "specfleet_tool_calls_total", **CHAT_FLEET, valid=kind) == 0
     assert unjudged(metrics, "tool_call", "unsatisfiable") == 4
     assert unjudged(metrics, "tool_call", "pattern") == 2
     assert unjudged(metrics, "structured_output", "unsatisfiable") == 4

@@ -346,15 +346,15 @@ async def test_arms_behind_their_own_gateways_measure_the_same_classes() -> None
         for arm in (base, same, other):
             assert requests(arm, "code") == 2
             assert requests(arm, "chat") == 4
-            assert value(arm, "specfleet_ttft_seconds_count", **CHAT_LABEL) == 4
-            assert value(arm, "specfleet_tpot_seconds_count", **CHAT_LABEL) == 4
+            assert value(arm, "specfleet_ttft_seconds_count", **CHAT_LABEL, pool="fleet") == 4
+            assert value(arm, "specfleet_tpot_seconds_count", **CHAT_LABEL, pool="fleet") == 4
 
 
 CHAT_LABEL = {"class": "chat"}
 
 
 def requests(gw: GatewayServer, klass: str) -> float:
-    return value(gw, "specfleet_requests_total", outcome="ok", **{"class": klass})
+    return value(gw, "specfleet_requests_total", outcome="ok", pool="fleet", **{"class": klass})
 
 
 # ------------------------------------------------------------------------------- hostile

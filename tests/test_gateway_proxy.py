@@ -357,10 +357,12 @@ async def test_every_class_series_exists_before_any_request() -> None:
         text = await scrape(gw.metrics_url)
     for cls in ("code", "tools", "chat"):
         for outcome in ("ok", "client_error", "upstream_error", "cancelled"):
-            assert f'specfleet_requests_total{{class="{cls}",outcome="{outcome}"}} 0.0' in text
-        assert f'specfleet_spec_draft_tokens_total{{class="{cls}"}} 0.0' in text
-        assert f'specfleet_ttft_seconds_count{{class="{cls}"}} 0.0' in text
-        assert f'specfleet_tool_calls_total{{class="{cls}",valid="false"}} 0.0' in text
+            labels = f'class="{cls}",outcome="{outcome}",pool="fleet"'
+            assert f"specfleet_requests_total{{{labels}}} 0.0" in text
+        assert f'specfleet_spec_draft_tokens_total{{class="{cls}",pool="fleet"}} 0.0' in text
+        assert f'specfleet_ttft_seconds_count{{class="{cls}",pool="fleet"}} 0.0' in text
+        assert f'specfleet_tool_calls_total{{class="{cls}",pool="fleet",valid="false"}} 0.0' in text
+        assert 'pool="plain"' not in text  # no route: no plain pool series
 
 
 @pytest.mark.parametrize(

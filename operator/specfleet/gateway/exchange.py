@@ -41,6 +41,8 @@ class Exchange:
     """The gateway asked for the usage chunk on the client's behalf: remove it."""
     answered: bool = False
     """The client has the whole answer: a hang-up from here on is not a cancellation."""
+    classified: bool = False
+    """Its class is known before it is sent (a class may be routed to the plain pool)."""
 
 
 def account(exchange: Exchange, summary: ResponseSummary) -> None:

@@ -22,6 +22,9 @@ ERROR_STAGES = ("request", "response", "stream", "metrics", "config", "mirror")
 MIRROR_DROP_REASONS = ("queue_full", "too_large", "stopped")
 MIRROR_ERROR_REASONS = ("timeout", "unreachable", "status", "unreadable")
 
+CLASS_POOL = [series.CLASS, series.POOL]
+"""Every per-class series says which pool served the request."""
+
 # Time to first token: 10 ms (short prompt, idle engine) to 60 s (long prefill under load).
 TTFT_BUCKETS = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
@@ -50,6 +53,8 @@ class RequestRecord:
     finish_reasons: Sequence[str | None] = ()
     empty_answers: int = 0
     """Finished choices with no content and no tool call."""
+    pool: str = series.FLEET_POOL
+    """Which pool served it: the local engine's fleet or the plain pool."""
 
 
 class GatewayMetrics:
@@ -58,65 +63,65 @@ class GatewayMetrics:
         r = self.registry
         self.requests = Counter(
             series.REQUESTS, "Inference requests by prompt class and outcome.",
-            [series.CLASS, series.OUTCOME], registry=r,
+            [series.CLASS, series.POOL, series.OUTCOME], registry=r,
         )  # fmt: skip
         self.draft_tokens = Counter(
-            series.DRAFT_TOKENS, "Draft tokens proposed.", [series.CLASS], registry=r
+            series.DRAFT_TOKENS, "Draft tokens proposed.", CLASS_POOL, registry=r
         )
         self.accepted_tokens = Counter(
             series.ACCEPTED_TOKENS,
             "Draft tokens accepted (bonus tokens excluded).",
-            [series.CLASS],
+            CLASS_POOL,
             registry=r,
         )
         self.spec_steps = Counter(
-            series.SPEC_STEPS, "Speculative verify steps.", [series.CLASS], registry=r
+            series.SPEC_STEPS, "Speculative verify steps.", CLASS_POOL, registry=r
         )
         self.moments = Counter(
             series.REQUEST_MOMENTS, "Per-request sums behind the spread of the acceptance "
             "rate and of TPOT: requests that reported drafts, the sums of accepted², drafted² "
             "and accepted·drafted tokens over them, and of TPOT² (seconds²) over the streams.",
-            [series.CLASS, series.MOMENT], registry=r,
+            [*CLASS_POOL, series.MOMENT], registry=r,
         )  # fmt: skip
         self.output_tokens = Counter(
-            series.OUTPUT_TOKENS, "Output tokens (usage.completion_tokens).", [series.CLASS],
+            series.OUTPUT_TOKENS, "Output tokens (usage.completion_tokens).", CLASS_POOL,
             registry=r,
         )  # fmt: skip
         self.request_seconds = Counter(
             series.REQUEST_SECONDS, "Seconds inference requests spent in flight; its "
-            "rate is the mean number of requests in flight (Little's law).", [series.CLASS],
+            "rate is the mean number of requests in flight (Little's law).", CLASS_POOL,
             registry=r,
         )  # fmt: skip
         self.ttft = Histogram(
             series.TTFT, "Time to first token as the client sees it (streams).",
-            [series.CLASS], buckets=TTFT_BUCKETS, registry=r,
+            CLASS_POOL, buckets=TTFT_BUCKETS, registry=r,
         )  # fmt: skip
         self.tpot = Histogram(
             series.TPOT, "Time per output token after the first (streams).",
-            [series.CLASS], buckets=TPOT_BUCKETS, registry=r,
+            CLASS_POOL, buckets=TPOT_BUCKETS, registry=r,
         )  # fmt: skip
         self.tool_calls = Counter(
             series.TOOL_CALLS, "Tool calls, by whether the arguments are valid JSON that "
-            "matches the tool's schema.", [series.CLASS, series.VALID], registry=r,
+            "matches the tool's schema.", [*CLASS_POOL, series.VALID], registry=r,
         )  # fmt: skip
         self.structured_outputs = Counter(
             series.STRUCTURED_OUTPUTS, "JSON outputs (response_format json_object or "
             "json_schema), by whether they parse and match the schema.",
-            [series.CLASS, series.VALID], registry=r,
+            [*CLASS_POOL, series.VALID], registry=r,
         )  # fmt: skip
         self.unjudged = Counter(
             series.QUALITY_UNJUDGED, "Tool calls and JSON outputs not judged, by why: the "
             "request's schema was not one a sane validator can check, or checking cost too much.",
-            [series.CLASS, series.KIND, series.REASON], registry=r,
+            [*CLASS_POOL, series.KIND, series.REASON], registry=r,
         )  # fmt: skip
         self.finish_reasons = Counter(
             series.FINISH_REASONS, "Choices by finish reason; `length` is a truncation.",
-            [series.CLASS, series.REASON], registry=r,
+            [*CLASS_POOL, series.REASON], registry=r,
         )  # fmt: skip
         self.empty_answers = Counter(
             series.EMPTY_ANSWERS, "Choices that finished with no content and no tool call "
             "(of a stream read only to its first token, none): over the finish reasons, the "
-            "share of empty answers.", [series.CLASS], registry=r,
+            "share of empty answers.", CLASS_POOL, registry=r,
         )  # fmt: skip
         self.errors = Counter(
             series.GATEWAY_ERRORS, "The gateway's own bookkeeping failures (requests were "
@@ -134,19 +139,29 @@ class GatewayMetrics:
             "interpreter); 0 while the pump is not built.",
             registry=r,
         )  # fmt: skip
-        self._series: dict[str, _ClassSeries] = {}
+        self.plain_fallbacks = Counter(
+            series.PLAIN_POOL_FALLBACKS, "Requests of a class routed to the plain pool that "
+            "the gateway served with its own engine: no connection to the pool.",
+            [series.CLASS], registry=r,
+        )  # fmt: skip
+        self._series: dict[tuple[str, str], _ClassSeries] = {}
         self.mirror = MirrorMetrics(r)
 
-    def ensure_classes(self, names: Iterable[str]) -> None:
+    def ensure_classes(self, names: Iterable[str], pool: str = series.FLEET_POOL) -> None:
         for name in names:
-            if name not in self._series:
-                self._series[name] = _ClassSeries(self, name)
+            self._of(name, pool)
 
     def record(self, record: RequestRecord) -> None:
-        found = self._series.get(record.class_name)
+        self._of(record.class_name, record.pool).record(record)
+
+    def count_fallback(self, class_name: str) -> None:
+        self.plain_fallbacks.labels(class_name).inc()
+
+    def _of(self, name: str, pool: str) -> _ClassSeries:
+        found = self._series.get((name, pool))
         if found is None:
-            found = self._series[record.class_name] = _ClassSeries(self, record.class_name)
-        found.record(record)
+            found = self._series[name, pool] = _ClassSeries(self, name, pool)
+        return found
 
     def error(self, stage: str) -> None:
         self.errors.labels(stage).inc()
@@ -209,30 +224,34 @@ class _ClassSeries:
     """One class's children of every metric, created (at zero) once: recording a request is
     then plain attribute access, no label lookups."""
 
-    def __init__(self, metrics: GatewayMetrics, name: str) -> None:
-        self.requests = {o: metrics.requests.labels(name, o) for o in series.OUTCOMES}
-        self.draft_tokens = metrics.draft_tokens.labels(name)
-        self.accepted_tokens = metrics.accepted_tokens.labels(name)
-        self.spec_steps = metrics.spec_steps.labels(name)
+    def __init__(self, metrics: GatewayMetrics, name: str, pool: str) -> None:
+        self.requests = {o: metrics.requests.labels(name, pool, o) for o in series.OUTCOMES}
+        self.draft_tokens = metrics.draft_tokens.labels(name, pool)
+        self.accepted_tokens = metrics.accepted_tokens.labels(name, pool)
+        self.spec_steps = metrics.spec_steps.labels(name, pool)
         *self.spec_moments, self.tpot_squared = (
-            metrics.moments.labels(name, m) for m in series.MOMENTS
+            metrics.moments.labels(name, pool, m) for m in series.MOMENTS
         )
-        self.output_tokens = metrics.output_tokens.labels(name)
-        self.request_seconds = metrics.request_seconds.labels(name)
-        self.ttft = metrics.ttft.labels(name)
-        self.tpot = metrics.tpot.labels(name)
+        self.output_tokens = metrics.output_tokens.labels(name, pool)
+        self.request_seconds = metrics.request_seconds.labels(name, pool)
+        self.ttft = metrics.ttft.labels(name, pool)
+        self.tpot = metrics.tpot.labels(name, pool)
         valid = series.valid_value
-        self.tool_calls = {v: metrics.tool_calls.labels(name, valid(v)) for v in (True, False)}
+        self.tool_calls = {
+            v: metrics.tool_calls.labels(name, pool, valid(v)) for v in (True, False)
+        }
         self.structured_outputs = {
-            v: metrics.structured_outputs.labels(name, valid(v)) for v in (True, False)
+            v: metrics.structured_outputs.labels(name, pool, valid(v)) for v in (True, False)
         }
         self.unjudged = {
-            (kind, reason): metrics.unjudged.labels(name, kind, reason)
+            (kind, reason): metrics.unjudged.labels(name, pool, kind, reason)
             for kind in KINDS
             for reason in REASONS
         }
-        self.finish_reasons = {r: metrics.finish_reasons.labels(name, r) for r in FINISH_REASONS}
-        self.empty_answers = metrics.empty_answers.labels(name)
+        self.finish_reasons = {
+            r: metrics.finish_reasons.labels(name, pool, r) for r in FINISH_REASONS
+        }
+        self.empty_answers = metrics.empty_answers.labels(name, pool)
 
     def record(self, record: RequestRecord) -> None:
         self.requests[record.outcome].inc()

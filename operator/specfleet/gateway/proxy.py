@@ -2,8 +2,11 @@
 
 Inference requests (`POST /v1/chat/completions`, `/v1/completions`) are classified, forwarded
 and relayed event by event while their statistics are read on the side; everything else passes
-through untouched. Bookkeeping runs after the client has its bytes and never fails a request:
-its errors are logged and counted in `specfleet_gateway_errors_total{stage}`.
+through untouched. A request of a class the configuration routes to the plain pool is sent there
+instead of to the local engine, and counted as the plain pool's; with no connection to the pool
+it is served locally (and the fallback counted). Bookkeeping runs after the client has its bytes
+and never fails a request: its errors are logged and counted in
+`specfleet_gateway_errors_total{stage}`.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
+from specfleet import series
 from specfleet.api.gateway import GatewayConfig
 from specfleet.api.spec import Engine
 from specfleet.gateway.batch import InFlight
@@ -27,7 +32,14 @@ from specfleet.gateway.mirror import Mirroring
 from specfleet.gateway.request import Refused, Request
 from specfleet.gateway.sse import SseSplitter
 from specfleet.gateway.stats import summarize_body
-from specfleet.gateway.upstream import EngineConnection, EngineError, EnginePool, Head, Pump
+from specfleet.gateway.upstream import (
+    EngineConnection,
+    EngineError,
+    EnginePool,
+    EngineUnreachable,
+    Head,
+    Pump,
+)
 from specfleet.gateway.wire import (
     BadRequest,
     bad_request,
@@ -64,6 +76,10 @@ class Routing:
 
     config: GatewayConfig
     classifier: Classifier
+    plain: EnginePool | None = None
+    """The plain pool's connections, when the configuration routes classes to it."""
+    routed: frozenset[str] = frozenset()
+    """The classes it serves."""
 
 
 class ClientGone(Exception):
@@ -85,7 +101,7 @@ class Proxy:
         self.settings = settings
         self.metrics = metrics
         self.upstream = settings.upstream.rstrip("/")
-        self.routing = Routing(config, Classifier(config))
+        self.routing = self._routing(config, None)
         metrics.ensure_classes(self.routing.classifier.names)
         self._session: aiohttp.ClientSession | None = None
         self._engine: EnginePool | None = None
@@ -94,8 +110,21 @@ class Proxy:
 
     def apply(self, config: GatewayConfig) -> None:
         self.metrics.ensure_classes(c.name for c in config.classes)
-        self.routing = Routing(config, Classifier(config))
+        self.routing = self._routing(config, self.routing.plain)
         self.mirroring.apply(config)
+
+    def _routing(self, config: GatewayConfig, plain: EnginePool | None) -> Routing:
+        """The configuration's routing; the plain pool's connections are kept while its URL
+        holds (exchanges in flight give theirs back to the pool they came from)."""
+        self.metrics.ensure_classes(config.routed(), series.PLAIN_POOL)
+        url = config.plain_pool.url if config.plain_pool else None
+        if plain is not None and plain.base_url != url:
+            plain.close()
+            plain = None
+        if plain is None and url is not None:
+            settings = self.settings
+            plain = EnginePool(url, settings.connect_timeout, settings.upstream_timeout)
+        return Routing(config, Classifier(config), plain, config.routed())
 
     async def open(self) -> None:
         if Pump is None:
@@ -130,6 +159,8 @@ class Proxy:
         if self._engine is not None:
             self._engine.close()
             self._engine = None
+        if self.routing.plain is not None:
+            self.routing.plain.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -238,9 +269,10 @@ class Proxy:
             if batch is not None:
                 self.in_flight.leave(batch)
             record.seconds = time.perf_counter() - exchange.started
-            # Classified once the client has its answer: nothing on the way to the engine or
-            # back waits for it.
-            record.class_name = self._classify(routing, request, exchange.body)
+            # Classified once the client has its answer, unless a route needed it first:
+            # nothing on the way to the engine or back waits for it.
+            if not exchange.classified:
+                record.class_name = self._classify(routing, request, exchange.body)
             self._record(record)
             self.mirroring.offer(request, exchange.body, exchange.body_bytes, record.class_name)
 
@@ -265,7 +297,7 @@ class Proxy:
             exchange.strip_usage = True
         headers = upstream_headers(request.headers, identity=True)
         try:
-            connection = await self.engine.send("POST", request.target, headers, upstream_body)
+            connection, pool = await self._send(exchange, routing, headers, upstream_body)
         except EngineError as exc:
             record.outcome = "upstream_error"
             request.reply(upstream_failure(exc))
@@ -287,7 +319,35 @@ class Proxy:
             else:
                 await self._relay_body(exchange, connection, head)
         finally:
-            self.engine.release(connection)
+            pool.release(connection)
+
+    async def _send(
+        self, exchange: Exchange, routing: Routing, headers: Mapping[str, str], body: bytes
+    ) -> tuple[EngineConnection, EnginePool]:
+        """Sends the request to the plain pool if its class is routed there and the pool takes
+        the connection, else to the local engine."""
+        target = exchange.request.target
+        plain = self._plain_pool_for(exchange, routing)
+        if plain is not None:
+            try:
+                connection = await plain.send("POST", target, headers, body)
+            except EngineUnreachable as exc:
+                log.warning("the plain pool is unreachable, serving locally: %s", exc)
+                self.metrics.count_fallback(exchange.record.class_name)
+            else:
+                # Served without speculation: nothing drafted to derive.
+                exchange.k, exchange.drafting = None, None
+                exchange.record.pool = series.PLAIN_POOL
+                return connection, plain
+        return await self.engine.send("POST", target, headers, body), self.engine
+
+    def _plain_pool_for(self, exchange: Exchange, routing: Routing) -> EnginePool | None:
+        if routing.plain is None:
+            return None
+        record = exchange.record
+        record.class_name = self._classify(routing, exchange.request, exchange.body)
+        exchange.classified = True
+        return routing.plain if record.class_name in routing.routed else None
 
     def _classify(self, routing: Routing, request: Request, body: dict[str, Any] | None) -> str:
         try:

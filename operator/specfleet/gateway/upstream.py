@@ -481,6 +481,7 @@ class EnginePool:
         url = URL(base_url)
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError(f"the engine's URL must be http(s)://HOST[:PORT], got {base_url!r}")
+        self.base_url = base_url
         self.host = url.host
         self.port = url.port or (443 if url.scheme == "https" else 80)
         self.tls = url.scheme == "https"
