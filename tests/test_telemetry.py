@@ -136,3 +136,16 @@ def test_truncation_is_read_from_the_finish_reasons_by_revision() -> None:
     assert observation.classes["chat"].truncation_rate == 0.02
     assert observation.canary is not None
     assert observation.canary.classes["chat"].truncation_rate == 0.3
+
+
+def test_the_fleet_is_read_without_the_requests_its_gateways_sent_to_the_plain_pool() -> None:
+    sent: list[str] = []
+
+    def query(text: str, params: dict[str, str]) -> list[dict[str, Any]]:
+        sent.append(text)
+        return []
+
+    reader = TelemetryReader("http://127.0.0.1:9")
+    reader._prometheus.custom_query = query
+    reader.read([Target("ns", "m", 60, 1, True)], datetime.now(UTC))
+    assert sent and all('{pool!="plain"}' in text for text in sent)

@@ -153,7 +153,12 @@ State = tuple[str, ...]
 """One value per label of a Grouping's state."""
 Grouped = dict[State, dict[str, dict[str, Any]]]
 """state -> class -> field of ClassWindow -> value."""
-FLEET = Grouping((series.NAMESPACE, series.SPECMODEL, series.REVISION, series.SPECULATION))
+FLEET = Grouping(
+    (series.NAMESPACE, series.SPECMODEL, series.REVISION, series.SPECULATION),
+    f'{{{series.POOL}!="{series.PLAIN_POOL}"}}',
+)
+"""The requests the SpecModel's own pods served: those its gateways sent to the plain pool ran
+without speculation, and would read as speculation that drafts nothing (not paying)."""
 
 
 QUERIES = queries(FLEET.labels)
