@@ -138,3 +138,13 @@ def test_without_speculative_decoding_every_class_is_plain() -> None:
     assert the_step.status.classes_speculating == "0/1"
     [default] = the_step.status.class_speculation
     assert default.reason == "the spec declares no speculative decoding"
+
+
+def test_a_routed_pool_keeps_its_pods_when_its_classes_leave_the_fleets_window() -> None:
+    serving = Rollout(replicas=ReplicaStatus(desired=3, updated=3, ready=3, available=3))
+    gone = SpecModelStatus(classes=[ClassObservation(name="chat", requests=100)])
+    model = specmodel(guard={"classesOff": ["code"]})
+    assert plain_replicas(tick(model, Observed(plain=serving), gone)) == 3
+    bounded = specmodel(guard={"classesOff": ["code"]}, plainPool={"maxReplicas": 2})
+    assert plain_replicas(tick(bounded, Observed(plain=serving), gone)) == 2
+    assert plain_replicas(tick(specmodel(), Observed(plain=serving), gone)) is None

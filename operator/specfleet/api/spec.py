@@ -899,9 +899,10 @@ class PlainPoolSpec(ApiModel):
         default=None, ge=1, le=1000, description="Most pods it grows to. Defaults to pod.replicas."
     )
 
-    def replicas(self, share: float, fleet: int, routed: bool) -> int:
-        """Pods for `share` of the traffic (0..1) of a fleet of `fleet` pods, within bounds."""
-        wanted = math.ceil(share * fleet - 1e-9) if routed else 0
+    def replicas(self, share: float, fleet: int, routed: bool, held: int = 0) -> int:
+        """Pods for `share` of the traffic (0..1) of a fleet of `fleet` pods, at least `held`,
+        within bounds."""
+        wanted = max(math.ceil(share * fleet - 1e-9), held) if routed else 0
         low = max(self.min_replicas, 1 if routed else 0)
         return max(low, min(wanted, self.max_replicas or max(fleet, 1)))
 

@@ -3,8 +3,10 @@ watched and the last window's traffic.
 
 A class forced off speculation (`guard.killswitch.classes_off`) moves to the plain pool only
 once the pool has a pod available: until then it stays on the speculative fleet and waits, and
-the pool is sized for it meanwhile. With the fleet's own speculation off every class already
-runs without, and nothing is routed.
+the pool is sized for it meanwhile, from its share of the fleet's window. Once it is routed its
+requests leave the fleet's windows (`telemetry.reader.FLEET`), so the pool keeps the pods it was
+given while it serves. With the fleet's own speculation off every class already runs without,
+and nothing is routed.
 """
 
 from __future__ import annotations
@@ -45,18 +47,18 @@ def pools(
     off, source = killswitch.classes_off(specmodel)
     wanted = [n for n in names if n in off]
     ready = pool.replicas.available >= 1
-    plain = _sized(specmodel, wanted, traffic)
+    plain = _sized(specmodel, wanted, traffic, pool.replicas.desired if ready else 0)
     if plain is not None and ready:
         plain = plain.model_copy(update={"routed": wanted})
     return Pools(plain, [_class_state(n, n in off, ready, source, specmodel, pool) for n in names])
 
 
 def _sized(
-    specmodel: SpecModel, routed: list[str], traffic: list[ClassObservation]
+    specmodel: SpecModel, routed: list[str], traffic: list[ClassObservation], held: int = 0
 ) -> PlainPool | None:
     spec = specmodel.spec
     share = _share(routed, traffic, len(spec.classes))
-    replicas = spec.plain_pool.replicas(share, spec.pod.replicas, bool(routed))
+    replicas = spec.plain_pool.replicas(share, spec.pod.replicas, bool(routed), held)
     return PlainPool(replicas=replicas) if replicas else None
 
 
