@@ -138,13 +138,15 @@ def test_lifecycle(cluster: Cluster, namespace: str, operator: RunningOperator) 
         "ENGINE",
         "QUANT",
         "SPEC",
-        "ACTIVE",
         "CANARY",
         "ACCEPT",
+        "SPECULATING",
         "PHASE",
         "AGE",
     ]
-    assert row.split()[:5] == ["llama", "vllm", "fp8", "eagle3/4", "true"]
+    assert row.split()[:4] == ["llama", "vllm", "fp8", "eagle3/4"]
+    classes = len(status(cluster, namespace).get("classSpeculation", []))
+    assert f"{classes}/{classes}" in row.split()  # every class speculates
     assert max(len(line) for line in table.splitlines()) <= 80
 
     # Steady state: nothing to change means nothing written, through several resyncs.

@@ -42,7 +42,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Engine", "type": "string", "jsonPath": ".spec.engine.name"},
     {"name": "Quant", "type": "string", "jsonPath": ".spec.quantization.weights"},
     {"name": "Spec", "type": "string", "jsonPath": ".status.speculation"},
-    {"name": "Active", "type": "boolean", "jsonPath": ".status.speculationActive"},
+    {"name": "Active", "type": "boolean", "jsonPath": ".status.speculationActive", "priority": 1},
     {"name": "Canary", "type": "string", "jsonPath": ".status.canary.state"},
     {"name": "Accept", "type": "string", "jsonPath": ".status.acceptance"},
     {"name": "Speculating", "type": "string", "jsonPath": ".status.classesSpeculating"},
