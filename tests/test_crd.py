@@ -69,10 +69,10 @@ def test_status_subresource_short_name_and_columns() -> None:
     assert crd()["spec"]["names"]["shortNames"] == ["sm"]
     columns = [c["name"] for c in version["additionalPrinterColumns"] if "priority" not in c]
     assert columns == [
-        "Engine", "Quant", "Spec", "Active", "Canary", "Accept", "Speculating", "Phase", "Age",
+        "Engine", "Quant", "Spec", "Canary", "Accept", "Speculating", "Phase", "Age",
     ]  # fmt: skip
     wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1]
-    assert wide == ["Rev", "Rollout", "Step"]
+    assert wide == ["Active", "Rev", "Rollout", "Step"]
 
 
 def test_object_defaults_match_pydantic_defaults() -> None:
