@@ -256,11 +256,16 @@ def ratio_confidence_sequence(
     _check(error_rate)
     if not 0.0 < requests < math.inf or not denominator > 0.0:
         return 0.0, 1.0
-    drafted = denominator / requests
-    spread2 = max(deviations, 0.0) / requests / drafted**2
-    half = _half_width(requests, spread2, RATE_SPREAD2, error_rate)
+    spread = ratio_spread(deviations, denominator, requests)
+    half = _half_width(requests, spread * spread, RATE_SPREAD2, error_rate)
     rate = numerator / denominator
     return max(rate - half, 0.0), min(rate + half, 1.0)
+
+
+def ratio_spread(deviations: float, denominator: float, requests: float) -> float:
+    """How far one request's own rate lies from the rate of sums, a standard deviation in the
+    rate's units: sqrt(Σ(a - rate·d)² / n) over the mean d."""
+    return math.sqrt(max(deviations, 0.0) / requests) / (denominator / requests)
 
 
 def requests_to_decide(rate: float, limit: float, spread: float, error_rate: float) -> float | None:

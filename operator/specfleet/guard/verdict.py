@@ -7,7 +7,6 @@ the hysteresis band (`decisive`) is evidence enough on its own; a marginal one n
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -26,6 +25,7 @@ from specfleet.guard.sequential import (
     confidence_sequence,
     excludes,
     ratio_confidence_sequence,
+    ratio_spread,
     requests_to_decide,
     trials_to_decide,
 )
@@ -451,9 +451,9 @@ def acceptance_bounds(window: ClassWindow, error_rate: float) -> tuple[float, Bo
     where the gateway reported their spread; else counting requests as trials, a conservative
     bound (a request's own rate lies in [0, 1], so its variance is at most α(1-α); tokens of one
     request are not independent)."""
-    alpha, deviations = window.acceptance_rate or 0.0, window.acceptance_deviations
-    if deviations is not None and window.spec_requests:
-        requests, drafted = window.spec_requests, window.draft_tokens or 0.0
+    alpha, sums = window.acceptance_rate or 0.0, _request_sums(window)
+    if sums is not None:
+        requests, drafted, deviations = sums
         bounds = ratio_confidence_sequence(
             alpha * drafted, drafted, deviations, requests, error_rate
         )
@@ -465,14 +465,27 @@ def acceptance_bounds(window: ClassWindow, error_rate: float) -> tuple[float, Bo
 def requests_to_show(window: ClassWindow, limit: float, error_rate: float) -> float | None:
     """About how many requests `acceptance_bounds` needs to put the window's acceptance rate on
     its side of `limit`, were it to stay where it is: what a pending judgement still waits for."""
-    rate, deviations = window.acceptance_rate, window.acceptance_deviations
+    rate, sums = window.acceptance_rate, _request_sums(window)
     if rate is None:
         return None
-    if deviations is not None and window.spec_requests and window.draft_tokens:
-        drafted = window.draft_tokens / window.spec_requests
-        spread = math.sqrt(deviations / window.spec_requests) / drafted
+    if sums is not None:
+        requests, drafted, deviations = sums
+        spread = ratio_spread(deviations, drafted, requests)
         return requests_to_decide(rate, limit, spread, error_rate)
     return trials_to_decide(rate, limit, error_rate)
+
+
+def _request_sums(window: ClassWindow) -> tuple[float, float, float] | None:
+    """The requests that reported drafts, their drafted tokens and their deviations from the
+    acceptance rate, where the gateway exported the per-request sums and something drafted."""
+    deviations, requests, drafted = (
+        window.acceptance_deviations,
+        window.spec_requests,
+        window.draft_tokens,
+    )
+    if deviations is None or not requests or not drafted:
+        return None
+    return requests, drafted, deviations
 
 
 def _judge_few_drafts(
