@@ -53,7 +53,7 @@ guidellm: ## guidellm, the capacity phase's load generator, in its own venv cach
 	@hack/guidellm.sh >/dev/null
 
 e2e: setup helm-bin real-engine guidellm ## the e2e tests on the local cluster (builds it once; see e2e/README.md)
-	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m pytest -q e2e
+	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m pytest -q --durations=30 e2e
 
 test: lint typecheck unit e2e ## lint, typecheck, unit and e2e: the test command (.ci/run calls it; plain `make`)
 
