@@ -10,7 +10,13 @@ import yaml
 
 from conftest import specmodel_doc
 from specfleet.api import SpecModel, SpecModelStatus, parse_specmodel
-from specfleet.api.status import ClassObservation, KillSwitchStatus, ReplicaStatus
+from specfleet.api.status import (
+    ClassObservation,
+    ClassSwitch,
+    GuardStatus,
+    KillSwitchStatus,
+    ReplicaStatus,
+)
 from specfleet.render import RenderSettings, revision_hash
 from specfleet.tick.observed import Observed, Rollout
 from specfleet.tick.step import Step, step
@@ -148,3 +154,37 @@ def test_a_routed_pool_keeps_its_pods_when_its_classes_leave_the_fleets_window()
     bounded = specmodel(guard={"classesOff": ["code"]}, plainPool={"maxReplicas": 2})
     assert plain_replicas(tick(bounded, Observed(plain=serving), gone)) == 2
     assert plain_replicas(tick(specmodel(), Observed(plain=serving), gone)) is None
+
+
+def switched(*switches: ClassSwitch) -> SpecModelStatus:
+    return SpecModelStatus(guard=GuardStatus(class_switches=list(switches)))
+
+
+OFF = ClassSwitch(
+    name="code", since=NOW.isoformat(), reason="not paying", next_trial_after=NOW.isoformat()
+)
+
+
+def test_a_class_the_guard_switched_off_is_routed_like_an_override() -> None:
+    the_step = tick(specmodel(guard={"routeClasses": True}), READY, switched(OFF))
+    assert routed(the_step) == ["code"]
+    [code] = [c for c in the_step.status.class_speculation if c.name == "code"]
+    assert code.state == "plain" and code.reason.startswith("set off by the guard: not paying")
+    assert the_step.status.classes_speculating == "2/3"
+    assert the_step.pools.plain is not None and the_step.pools.plain.trial == {}
+
+
+def test_a_class_on_the_guards_trial_sends_its_share_back_to_the_fleet() -> None:
+    trial = OFF.model_copy(update={"state": "trial"})
+    model = specmodel(guard={"routeClasses": True, "classTrialShare": 0.25})
+    the_step = tick(model, READY, switched(trial))
+    assert routed(the_step) == ["code"]
+    assert the_step.pools.plain is not None and the_step.pools.plain.trial == {"code": 0.25}
+    assert states(the_step)["code"] == "trial"
+    assert the_step.status.classes_speculating == "2/3"  # a trial's class is mostly plain
+
+
+def test_an_override_decides_and_the_guards_switches_wait() -> None:
+    model = specmodel(guard={"routeClasses": True, "mode": "on"})
+    the_step = tick(model, READY, switched(OFF))
+    assert routed(the_step) is None and set(states(the_step).values()) == {"speculating"}

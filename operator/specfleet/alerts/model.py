@@ -22,15 +22,19 @@ ONE_SHOT_ACTIONS = {
     ActionKind.QUALITY_BREACH,
     ActionKind.TRIAL_FAILED,
     ActionKind.CLASS_BREACH,
+    ActionKind.CLASS_SPECULATION_OFF,
+    ActionKind.CLASS_TRIAL_FAILED,
 }
 DEADLINES = {
     DecisionReason.STEP_DEADLINE,
     DecisionReason.TRIAL_DEADLINE,
     DecisionReason.PROBATION_DEADLINE,
+    DecisionReason.CLASS_TRIAL_DEADLINE,
 }
 """A pending judgement its deadline ended, whatever it did then: someone should know."""
 CLASS_LABELS = ("class", "signal")
-"""Labels a one-shot alert takes from its decision's evidence: one alert per class breach."""
+"""Labels a one-shot alert takes from its decision's evidence: one alert per class breach (or
+class switched off)."""
 AlertKey = tuple[str, ...]
 
 

@@ -562,6 +562,23 @@ class GuardSpec(ApiModel):
         "`specfleet.dev/classes-off` annotation (comma-separated) wins over it.",
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
+    route_classes: bool = Field(
+        default=False,
+        description="Answer a class whose own speculation does not pay (its speedup under "
+        "minSpeedup, or its acceptance under its floor) by routing it to the plain pool "
+        "(`<name>-plain`, its GPUs extra) while the other classes keep speculation, instead of "
+        "switching speculation off for the whole fleet; it comes back by a trial that sends "
+        "classTrialShare of it to the speculative fleet. The fleet-wide switch still answers when "
+        "speculation does not pay for the fleet without it, or would leave no class on.",
+    )
+    class_trial_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="The share of a routed class's requests its trial sends back to the "
+        "speculative fleet (routeClasses): more decides sooner, and risks more of the class "
+        "on speculation that may not pay.",
+    )
     dry_run: bool = Field(default=False, description="Decide, record and alert, but never act.")
     interval_seconds: int = Field(default=15, ge=5, le=3600, description="Evaluation interval.")
     window_seconds: int = Field(

@@ -94,13 +94,18 @@ class ClassSpeculationState(StrEnum):
     """Served without speculation: by the plain pool, or by the fleet running without."""
     WAITING = "waiting"
     """Set off, still served with speculation until the plain pool is Ready."""
+    TRIAL = "trial"
+    """Routed to the plain pool by the guard, a sample of it served with speculation again to
+    judge whether it pays."""
 
 
 class ClassSpeculation(ApiModel):
     """Whether one class is served with speculation, and why not."""
 
     name: str = Field(description="Class name.")
-    state: ClassSpeculationState = Field(description="`speculating`, `plain` or `waiting`.")
+    state: ClassSpeculationState = Field(
+        description="`speculating`, `plain`, `waiting` or `trial`."
+    )
     reason: str = Field(default="", description="Who set it off, and what serves it.")
 
 
@@ -321,6 +326,32 @@ class ClassGuardStatus(ApiModel):
     good: int = Field(default=0, description="Conclusive windows in a row without one.")
 
 
+class ClassSwitchState(StrEnum):
+    OFF = "off"
+    TRIAL = "trial"
+
+
+class ClassSwitch(ApiModel):
+    """The guard's switch of one class (guard.routeClasses): speculation off for it alone, its
+    requests routed to the plain pool, until a trial shows it pays again."""
+
+    name: str = Field(description="Class name.")
+    state: ClassSwitchState = Field(
+        default=ClassSwitchState.OFF,
+        description="`off` (routed to the plain pool) or `trial` (a sample of it served by the "
+        "speculative fleet, judged there).",
+    )
+    since: str = Field(description="When the state was entered (RFC 3339).")
+    reason: str = Field(default="", description="The decision that put it there, in words.")
+    failed_trials: int = Field(default=0, description="Trials that failed in a row (backoff).")
+    next_trial_after: str = Field(description="Earliest time of its next trial (RFC 3339).")
+    evidence: Evidence | None = Field(
+        default=None,
+        description="In a trial: what its sample has shown on the speculative fleet, and the "
+        "deadline; kept from a trial its deadline ended, for the next to add to.",
+    )
+
+
 class GuardStatus(ApiModel):
     """The guard's memory between evaluations."""
 
@@ -376,6 +407,11 @@ class GuardStatus(ApiModel):
     )
     classes: list[ClassGuardStatus] = Field(
         default_factory=list, description="Each class's state: ok or breaching, and why."
+    )
+    class_switches: list[ClassSwitch] = Field(
+        default_factory=list,
+        max_length=64,
+        description="The classes the guard serves without speculation (guard.routeClasses).",
     )
 
 
@@ -436,6 +472,11 @@ class DecisionReason(StrEnum):
     PROBATION_DEADLINE = "ProbationDeadline"
     CLASS_BREACH = "ClassBreach"
     CLASS_RECOVERED = "ClassRecovered"
+    CLASS_NOT_PAYING = "ClassNotPaying"
+    CLASS_PAYS = "ClassPays"
+    CLASS_TRIAL_STARTED = "ClassTrialStarted"
+    CLASS_TRIAL_FAILED = "ClassTrialFailed"
+    CLASS_TRIAL_DEADLINE = "ClassTrialDeadline"
     METRICS_BLIND = "MetricsBlind"
     METRICS_RESTORED = "MetricsRestored"
 

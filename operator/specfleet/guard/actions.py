@@ -27,6 +27,10 @@ class ActionKind(StrEnum):
     METRICS_RESTORED = "metrics_restored"
     CLASS_BREACH = "class_breach"
     CLASS_RECOVERED = "class_recovered"
+    CLASS_SPECULATION_OFF = "class_speculation_off"
+    CLASS_SPECULATION_ON = "class_speculation_on"
+    CLASS_TRIAL_STARTED = "class_trial_started"
+    CLASS_TRIAL_FAILED = "class_trial_failed"
     ROLLOUT_STEP_PASSED = "rollout_step_passed"
     ROLLOUT_PROMOTED = "rollout_promoted"
     ROLLOUT_ABORTED = "rollout_aborted"
@@ -36,6 +40,15 @@ ROLLOUT = frozenset(
     {ActionKind.ROLLOUT_STEP_PASSED, ActionKind.ROLLOUT_PROMOTED, ActionKind.ROLLOUT_ABORTED}
 )
 """A canary rollout's steps and end (`guard.rollout`)."""
+CLASS_SWITCH = frozenset(
+    {
+        ActionKind.CLASS_SPECULATION_OFF,
+        ActionKind.CLASS_SPECULATION_ON,
+        ActionKind.CLASS_TRIAL_STARTED,
+        ActionKind.CLASS_TRIAL_FAILED,
+    }
+)
+"""One class's speculation switched by routing (`guard.class_switch`)."""
 ACTING = frozenset(
     {
         ActionKind.KILL_SWITCH_ENGAGED,
@@ -44,10 +57,19 @@ ACTING = frozenset(
         ActionKind.TRIAL_FAILED,
         ActionKind.ROLLED_BACK,
         *ROLLOUT,
+        *CLASS_SWITCH,
     }
 )
 """The actions that change what runs (unless in a dry run)."""
-SCHEDULED = frozenset({ActionKind.TRIAL_STARTED, ActionKind.TRIAL_FAILED, *ROLLOUT})
+SCHEDULED = frozenset(
+    {
+        ActionKind.TRIAL_STARTED,
+        ActionKind.TRIAL_FAILED,
+        ActionKind.CLASS_TRIAL_STARTED,
+        ActionKind.CLASS_TRIAL_FAILED,
+        *ROLLOUT,
+    }
+)
 """Trials come from the backed-off schedule and rollouts from Git; neither counts towards
 Flapping (which latches speculation off)."""
 COUNTED = ACTING - SCHEDULED

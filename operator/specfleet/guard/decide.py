@@ -10,7 +10,9 @@ One evaluation per tick and SpecModel, each concern in its module:
 4. Speculation: the kill switch engages when it does not pay and a trial on a canary may release
    it (`killswitch`, whose docstring says why speculation is off).
    Every class, critical or not, is named once when it breaches and once when it is back
-   (`classes`); that changes nothing that runs.
+   (`classes`); that changes nothing that runs, unless guard.routeClasses routes a class whose
+   own speculation does not pay to the plain pool (`class_switch`): the kill switch then judges
+   the other classes.
 5. More than maxActionsPerHour actions latch speculation off (`ratelimit`).
 6. Overrides (annotation, spec mode) and dryRun: decide and alert, never act.
 """
@@ -21,7 +23,16 @@ from dataclasses import dataclass, replace
 from functools import cached_property, partial
 
 from specfleet.api.status import ClassObservation, GuardStatus, JudgedOn, KillSwitchStatus
-from specfleet.guard import blindness, classes, killswitch, probation, quiet, ratelimit, rollout
+from specfleet.guard import (
+    blindness,
+    class_switch,
+    classes,
+    killswitch,
+    probation,
+    quiet,
+    ratelimit,
+    rollout,
+)
 from specfleet.guard.actions import Action
 from specfleet.guard.policy import Policy
 from specfleet.guard.rollout import StepJudgement
@@ -97,7 +108,8 @@ def decide(situation: Situation) -> Decision:
     probation.judge_revision(tick, evaluation, judge_evidence)
     evaluation = quiet.judged(tick, evaluation, judge_evidence)
     classes.judge(tick, evaluation)
-    judged = _judge_canary(tick) if situation.kill_switch.trial else evaluation
+    fleet = class_switch.switch(tick, evaluation, judge_evidence)
+    judged = _judge_canary(tick) if situation.kill_switch.trial else fleet
     if judged is not None:
         killswitch.transition(tick, judged)
     killswitch.end_overdue_trial(tick)

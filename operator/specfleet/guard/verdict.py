@@ -290,6 +290,36 @@ def evaluate(
     ]
     if baseline is not None and baseline.latency:
         verdicts = [_with_latency_baseline(v, baseline, speculation) for v in verdicts]
+    return _concluded(policy, verdicts, threshold, speculation, in_flight, load, drafting)
+
+
+def excluding(
+    evaluation: Evaluation, names: frozenset[str], policy: Policy, speculation: bool
+) -> Evaluation:
+    """The evaluation of the fleet's speculation without the classes `names` (ones the guard
+    judges apart, `guard.class_switch`): out of its speedup and its critical classes."""
+    judged = [v for v in evaluation.classes if v.name not in names]
+    return _concluded(
+        policy,
+        judged,
+        evaluation.threshold,
+        speculation,
+        evaluation.in_flight,
+        evaluation.load,
+        evaluation.drafts_per_step,
+    )
+
+
+def _concluded(
+    policy: Policy,
+    verdicts: list[ClassVerdict],
+    threshold: float,
+    speculation: bool,
+    in_flight: float | None,
+    load: float,
+    drafting: float,
+) -> Evaluation:
+    """What the classes' verdicts make of the fleet's speculation."""
     speedup, bounds = _weighted_speedup(verdicts)
     speculation_bad: bool | None = None
     critical = [v for v in verdicts if v.critical]

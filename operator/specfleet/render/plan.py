@@ -34,6 +34,11 @@ class PlainPool(ApiModel):
         default_factory=list,
         description="The classes the fleet's gateways send to it: none until it is Ready.",
     )
+    trial: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per routed class on the guard's trial, the share of it the gateways "
+        "serve with speculation instead.",
+    )
 
 
 class ServingPlan(ApiModel):

@@ -15,6 +15,7 @@ GOOD_NEWS = frozenset(
     {
         ActionKind.REVISION_PROMOTED,
         ActionKind.CLASS_RECOVERED,
+        ActionKind.CLASS_SPECULATION_ON,
         ActionKind.ROLLOUT_STEP_PASSED,
         ActionKind.ROLLOUT_PROMOTED,
         ActionKind.KILL_SWITCH_RELEASED,

@@ -1,30 +1,40 @@
 """The plain pool and each class's speculation, pure: from the plan, the pool's Deployment as
-watched and the last window's traffic.
+watched, the guard's class switches and the last window's traffic.
 
-A class forced off speculation (`guard.killswitch.classes_off`) moves to the plain pool only
-once the pool has a pod available: until then it stays on the speculative fleet and waits, and
-the pool is sized for it meanwhile, from its share of the fleet's window. Once it is routed its
-requests leave the fleet's windows (`telemetry.reader.FLEET`), so the pool keeps the pods it was
-given while it serves. With the fleet's own speculation off every class already runs without,
-and nothing is routed.
+A class off speculation (set off by an override, `guard.killswitch.classes_off`, or by the
+guard, `guard.class_switch`) moves to the plain pool only once the pool has a pod available:
+until then it stays on the speculative fleet and waits, and the pool is sized for it meanwhile,
+from its share of the fleet's window. Once it is routed its requests leave the fleet's windows
+(`telemetry.reader.FLEET`), so the pool keeps the pods it was given while it serves. With the
+fleet's own speculation off every class already runs without, and nothing is routed. A class on
+the guard's trial stays routed, and the gateways send its trial's share back to the fleet.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from specfleet.api import SpecModel
-from specfleet.api.status import ClassObservation, ClassSpeculation, ClassSpeculationState
+from specfleet.api.status import (
+    ClassObservation,
+    ClassSpeculation,
+    ClassSpeculationState,
+    ClassSwitch,
+    ClassSwitchState,
+    SpeculationSource,
+)
 from specfleet.guard import killswitch
 from specfleet.render import PlainPool
 from specfleet.render.workload import plain_name
 from specfleet.tick.observed import Rollout
 from specfleet.tick.plan import Plan
 
-SPECULATING, PLAIN, WAITING = (
+SPECULATING, PLAIN, WAITING, TRIAL = (
     ClassSpeculationState.SPECULATING,
     ClassSpeculationState.PLAIN,
     ClassSpeculationState.WAITING,
+    ClassSpeculationState.TRIAL,
 )
 
 
@@ -38,19 +48,45 @@ class Pools:
 
 
 def pools(
-    specmodel: SpecModel, plan: Plan, pool: Rollout, traffic: list[ClassObservation]
+    specmodel: SpecModel,
+    plan: Plan,
+    pool: Rollout,
+    traffic: list[ClassObservation],
+    switches: list[ClassSwitch],
 ) -> Pools:
+    """`switches`: the guard's (status.guard.classSwitches), which count while it decides."""
     names = [c.name for c in specmodel.spec.classes]
     if specmodel.spec.speculative is None or not plan.speculation:
         why = _fleet_off(specmodel, plan)
         return Pools(_sized(specmodel, [], traffic), [_state(n, PLAIN, why) for n in names])
-    off, source = killswitch.classes_off(specmodel)
+    off = _off(specmodel, plan, switches)
     wanted = [n for n in names if n in off]
     ready = pool.replicas.available >= 1
     plain = _sized(specmodel, wanted, traffic, pool.replicas.desired if ready else 0)
     if plain is not None and ready:
-        plain = plain.model_copy(update={"routed": wanted})
-    return Pools(plain, [_class_state(n, n in off, ready, source, specmodel, pool) for n in names])
+        share = specmodel.spec.guard.class_trial_share
+        trial = {n: share for n in wanted if off[n].trial}
+        plain = plain.model_copy(update={"routed": wanted, "trial": trial})
+    states = [_class_state(n, off.get(n), ready, specmodel, pool) for n in names]
+    return Pools(plain, states)
+
+
+class Off(NamedTuple):
+    why: str
+    trial: bool = False
+    """On the guard's trial: a share of it is served with speculation."""
+
+
+def _off(specmodel: SpecModel, plan: Plan, switches: list[ClassSwitch]) -> dict[str, Off]:
+    """The classes off speculation, each with who set it off: an override, else (while the
+    guard decides) the guard."""
+    names, source = killswitch.classes_off(specmodel)
+    off = {n: Off(f"set off by the {source}") for n in names}
+    if plan.speculation_source == SpeculationSource.GUARD:
+        for found in switches:
+            trial = found.state == ClassSwitchState.TRIAL
+            off.setdefault(found.name, Off(f"set off by the guard: {found.reason}", trial))
+    return off
 
 
 def _sized(
@@ -73,18 +109,18 @@ def _share(routed: list[str], traffic: list[ClassObservation], classes: int) -> 
 
 
 def _class_state(
-    name: str, off: bool, ready: bool, source: str, specmodel: SpecModel, pool: Rollout
+    name: str, off: Off | None, ready: bool, specmodel: SpecModel, pool: Rollout
 ) -> ClassSpeculation:
-    if not off:
+    if off is None:
         return _state(name, SPECULATING, "")
     pool_name = plain_name(specmodel.metadata.name)
     if ready:
-        return _state(name, PLAIN, f"set off by the {source}; served by {pool_name}")
+        return _state(name, TRIAL if off.trial else PLAIN, f"{off.why}; served by {pool_name}")
     replicas = pool.replicas
     return _state(
         name,
         WAITING,
-        f"set off by the {source}; served with speculation until {pool_name} is Ready "
+        f"{off.why}; served with speculation until {pool_name} is Ready "
         f"({replicas.available}/{replicas.desired} pods available)",
     )
 
@@ -100,5 +136,6 @@ def _state(name: str, state: ClassSpeculationState, reason: str) -> ClassSpecula
 
 
 def speculating(classes: list[ClassSpeculation]) -> str:
-    """`3/4`: the classes served with speculation now (a waiting one still is), of all."""
-    return f"{sum(c.state != PLAIN for c in classes)}/{len(classes)}"
+    """`3/4`: the classes served with speculation now (a waiting one still is, one on trial
+    only in part), of all."""
+    return f"{sum(c.state in (SPECULATING, WAITING) for c in classes)}/{len(classes)}"

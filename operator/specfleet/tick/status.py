@@ -74,7 +74,8 @@ def next_status(
 def _class_speculation(
     specmodel: SpecModel, plan: Plan, observed: Observed, previous: SpecModelStatus
 ) -> dict[str, Any]:
-    served = pools(specmodel, plan, observed.plain, previous.classes)
+    switches = previous.guard.class_switches if previous.guard else []
+    served = pools(specmodel, plan, observed.plain, previous.classes, switches)
     return {
         "classes_speculating": speculating(served.classes),
         "class_speculation": served.classes,

@@ -60,7 +60,9 @@ class Step:
     @property
     def pools(self) -> Pools:
         """The plain pool and what serves each class, as the status written says."""
-        return pools(self.specmodel, self.plan, self.observed.plain, self.guarded.classes)
+        guarded = self.guarded
+        switches = guarded.guard.class_switches if guarded.guard else []
+        return pools(self.specmodel, self.plan, self.observed.plain, guarded.classes, switches)
 
     @property
     def next_tick(self) -> NextTick:
