@@ -160,3 +160,19 @@ def test_a_dry_run_says_what_it_would_route_and_routes_nothing() -> None:
     off = [a for d in decisions for a in d.actions if a.action == "class_speculation_off"]
     assert len(off) == 1 and off[0].dry_run and off[0].message.startswith("dry run: would have")
     assert current.guard.class_switches == []
+
+
+def test_a_routed_class_is_watched_on_what_the_plain_pool_served_it() -> None:
+    """No request of prose on the fleet's engines, forty on the plain pool, slow there: it is
+    judged (and named) on those, without speculation, and the fleet on code and chat alone."""
+    slow = window(0.0, requests=40, draft_tokens=0.0, accepted_tokens=0.0, p95_tpot_seconds=0.2)
+    routed = replace(observe(), plain={"prose": slow})
+    current, decisions = run(start(), *[routed] * 3)
+    breach = [a for d in decisions for a in d.actions if a.action == "class_breach"]
+    assert len(breach) == 1 and breach[0].evidence["signal"] == "p95TpotSeconds"
+    assert breach[0].evidence["samples"] == 40
+    prose = next(c for c in decisions[-1].classes if c.name == "prose")
+    assert (prose.judged_on, prose.requests, prose.verdict) == ("plainPool", 40.0, "bad")
+    assert prose.expected_speedup is None  # nothing drafted there: no speculation to judge
+    assert current.kill_switch.state == KillSwitchState.RELEASED
+    assert current.guard.class_switches == []  # latency, not speculation: nothing to route

@@ -19,7 +19,8 @@ def test_unreachable_prometheus_is_blind_not_zero() -> None:
 def test_one_query_set_per_window_length() -> None:
     templates = {template.format(w="60s") for template, _, _ in QUERIES.values()}
     assert len(templates) == 17
-    assert all("sum by (namespace, specmodel, revision, speculation, class" in t for t in templates)
+    group = "sum by (namespace, specmodel, revision, speculation, pool, class"
+    assert all(group in t for t in templates)
 
 
 def test_ratios_come_from_counter_increases() -> None:
@@ -138,14 +139,24 @@ def test_truncation_is_read_from_the_finish_reasons_by_revision() -> None:
     assert observation.canary.classes["chat"].truncation_rate == 0.3
 
 
-def test_the_fleet_is_read_without_the_requests_its_gateways_sent_to_the_plain_pool() -> None:
-    sent: list[str] = []
+def test_the_requests_sent_to_the_plain_pool_are_read_apart_from_the_fleets() -> None:
+    """One answer carries both pools: the fleet's classes hold its own engines' requests only
+    (routed ones would read as speculation that drafts nothing), `plain` the routed ones; a
+    series without the pool label (an older gateway's) is the fleet's."""
+    fleet = {"namespace": "ns", "specmodel": "m", "revision": "1", "speculation": "on"}
+
+    def row(klass: str, value: float, pool: str | None) -> dict[str, Any]:
+        metric = {**fleet, "class": klass, **({"pool": pool} if pool else {})}
+        return {"metric": metric, "value": [0, str(value)]}
+
+    answers = [row("code", 30, "fleet"), row("chat", 12, "plain"), row("tools", 5, None)]
 
     def query(text: str, params: dict[str, str]) -> list[dict[str, Any]]:
-        sent.append(text)
-        return []
+        return answers if "specfleet_requests_total" in text else []
 
     reader = TelemetryReader("http://127.0.0.1:9")
     reader._prometheus.custom_query = query
-    reader.read([Target("ns", "m", 60, 1, True)], datetime.now(UTC))
-    assert sent and all('{pool!="plain"}' in text for text in sent)
+    [observation] = reader.read([Target("ns", "m", 60, 1, True)], datetime.now(UTC)).values()
+    assert {k: w.requests for k, w in observation.classes.items()} == {"code": 30, "tools": 5}
+    assert {k: w.requests for k, w in observation.plain.items()} == {"chat": 12}
+    assert reader.queries == QUERIES_PER_TICK

@@ -188,3 +188,15 @@ def test_an_override_decides_and_the_guards_switches_wait() -> None:
     model = specmodel(guard={"routeClasses": True, "mode": "on"})
     the_step = tick(model, READY, switched(OFF))
     assert routed(the_step) is None and set(states(the_step).values()) == {"speculating"}
+
+
+def test_a_routed_class_seen_on_the_plain_pool_sizes_it_down_as_well_as_up() -> None:
+    serving = Rollout(replicas=ReplicaStatus(desired=3, updated=3, ready=3, available=3))
+    routed_traffic = SpecModelStatus(
+        classes=[
+            ClassObservation(name="code", requests=10, judged_on="plainPool"),
+            ClassObservation(name="chat", requests=90),
+        ]
+    )
+    model = specmodel(guard={"classesOff": ["code"]})
+    assert plain_replicas(tick(model, Observed(plain=serving), routed_traffic)) == 1

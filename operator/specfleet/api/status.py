@@ -421,6 +421,8 @@ class JudgedOn(StrEnum):
     WINDOW = "window"
     ACCUMULATED = "accumulated"
     """A quiet fleet's evidence (`guard.fleetEvidence`): the window held too few requests."""
+    PLAIN_POOL = "plainPool"
+    """The window's requests the plain pool served: the class is routed there."""
 
 
 class ClassObservation(ApiModel):

@@ -62,6 +62,8 @@ class Decision:
     into the rollout's status)."""
     quiet: QuietJudgement | None = None
     """The classes the window left unjudged, judged on the fleet's evidence instead."""
+    routed: frozenset[str] = frozenset()
+    """The classes judged on what the plain pool served them (`_with_routed`)."""
 
     # What each class was judged on is built when the status is written, not on every tick.
     @cached_property
@@ -69,10 +71,13 @@ class Decision:
         observation = self.observation
         if self.evaluation is None or observation is None:
             return []
-        quiet = self.quiet
+        quiet, routed = self.quiet, self.routed
+        plain = replace(observation, classes=observation.plain) if routed else observation
         return [
             _class_observation(quiet.classes[v.name], quiet.evidence, JudgedOn.ACCUMULATED)
             if quiet is not None and v.name in quiet.classes
+            else _class_observation(v, plain, JudgedOn.PLAIN_POOL)
+            if v.name in routed
             else _class_observation(v, observation, JudgedOn.WINDOW)
             for v in self.evaluation.classes
         ]
@@ -128,6 +133,7 @@ def _decision(tick: Tick, rollout_step: StepJudgement | None = None) -> Decision
         served_clean=tick.served_clean,
         rollout_step=rollout_step,
         quiet=tick.quiet,
+        routed=tick.routed,
     )
 
 
@@ -135,8 +141,23 @@ def _judge(tick: Tick, observation: Observation, policy: Policy) -> Evaluation:
     """Evaluates a window, as what status shows (with the classes a quiet fleet's evidence
     judges instead, until a trial's canary is judged)."""
     tick.observation, tick.quiet = observation, None
-    tick.evaluation = _evaluate(tick, observation, policy)
+    tick.evaluation = _with_routed(tick, _evaluate(tick, observation, policy), policy)
     return tick.evaluation
+
+
+def _with_routed(tick: Tick, evaluation: Evaluation, policy: Policy) -> Evaluation:
+    """The classes the fleet's engines served none of, judged instead on what the plain pool
+    served them (quality and latency: nothing drafted there), so a routed class is still
+    watched, and named when it breaches. The fleet's speculation is judged without them."""
+    observation = tick.observation
+    plain = observation.plain if observation is not None else {}
+    routed = {v.name for v in evaluation.classes if not v.conclusive and v.name in plain}
+    tick.routed = frozenset(routed)
+    if observation is None or not routed:
+        return evaluation
+    served = replace(observation, speculation=False, classes=plain, plain={}, canary=None)
+    judged = {v.name: v for v in _evaluate(tick, served, policy).classes if v.name in routed}
+    return evaluation._replace(classes=[judged.get(v.name, v) for v in evaluation.classes])
 
 
 def _evaluate(tick: Tick, observation: Observation, policy: Policy) -> Evaluation:

@@ -89,6 +89,8 @@ class Tick:
     """The window last judged and its evaluation: a trial's canary once it is judged."""
     quiet: QuietJudgement | None = None
     """The classes the fleet's window left unjudged, judged on its evidence instead."""
+    routed: frozenset[str] = frozenset()
+    """The classes judged on what the plain pool served them."""
     served_clean: bool = False
     """The active revision has served N windows in a row judged good: a rollback target."""
     revision_suspect: bool = False

@@ -148,3 +148,7 @@ class Observation:
     canary: Observation | None = None
     """The canary's pods over the same window, when any served: a trial's (the same revision
     with speculation the other way) or a rollout's (the new revision beside the control)."""
+    plain: dict[str, ClassWindow] = field(default_factory=dict)
+    """The requests the pods' gateways sent to the plain pool, per class, over the same window:
+    served without speculation, so never part of `classes` (they would read as speculation that
+    drafts nothing)."""

@@ -146,7 +146,13 @@ class Grouping:
         return ", ".join((*self.state, series.CLASS))
 
     def key(self, metric: dict[str, str]) -> tuple[State, str]:
-        return tuple(metric.get(label, "") for label in self.state), metric.get(series.CLASS, "")
+        state = tuple(metric.get(label, UNLABELLED.get(label, "")) for label in self.state)
+        return state, metric.get(series.CLASS, "")
+
+
+UNLABELLED = {series.POOL: series.FLEET_POOL}
+"""What a series without the label is: one from a gateway older than the plain pool served
+its own engine's requests."""
 
 
 State = tuple[str, ...]
@@ -154,11 +160,10 @@ State = tuple[str, ...]
 Grouped = dict[State, dict[str, dict[str, Any]]]
 """state -> class -> field of ClassWindow -> value."""
 FLEET = Grouping(
-    (series.NAMESPACE, series.SPECMODEL, series.REVISION, series.SPECULATION),
-    f'{{{series.POOL}!="{series.PLAIN_POOL}"}}',
+    (series.NAMESPACE, series.SPECMODEL, series.REVISION, series.SPECULATION, series.POOL)
 )
-"""The requests the SpecModel's own pods served: those its gateways sent to the plain pool ran
-without speculation, and would read as speculation that drafts nothing (not paying)."""
+"""The requests the SpecModel's gateways measured, by the pool that served them: their own pods'
+(`FLEET_POOL`) and the plain pool's (`PLAIN_POOL`), one answer for both."""
 
 
 QUERIES = queries(FLEET.labels)
@@ -268,20 +273,22 @@ def _grouped(
     return grouped
 
 
-def _state(target: Target) -> State:
+def _state(target: Target, pool: str = series.FLEET_POOL) -> State:
     speculation = series.speculation_value(target.speculation)
-    return target.namespace, target.specmodel, str(target.revision), speculation
+    return target.namespace, target.specmodel, str(target.revision), speculation, pool
 
 
 def _observations(target: Target, now: datetime, values: Grouped) -> Observation:
-    """The target's pods, with its canary's beside them: the same queries answered both, so
-    reading them costs nothing."""
+    """The target's pods, with its canary's beside them and what their gateways sent to the
+    plain pool: the same queries answered all three, so reading them costs nothing."""
     revision, speculation = target.canary or (target.revision, not target.speculation)
     other = replace(target, revision=revision, speculation=speculation, canary=None)
     found = values.get(_state(other))
     beside = _observation(other, now, found) if found else None
     observation = _observation(target, now, values.get(_state(target), {}))
-    return replace(observation, canary=beside)
+    plain = values.get(_state(target, series.PLAIN_POOL), {})
+    routed = {klass: ClassWindow(**counts) for klass, counts in plain.items()}
+    return replace(observation, canary=beside, plain=routed)
 
 
 def _observation(

@@ -4,8 +4,9 @@ watched, the guard's class switches and the last window's traffic.
 A class off speculation (set off by an override, `guard.killswitch.classes_off`, or by the
 guard, `guard.class_switch`) moves to the plain pool only once the pool has a pod available:
 until then it stays on the speculative fleet and waits, and the pool is sized for it meanwhile,
-from its share of the fleet's window. Once it is routed its requests leave the fleet's windows
-(`telemetry.reader.FLEET`), so the pool keeps the pods it was given while it serves. With the
+from its share of the window's requests. Once routed, its requests are the plain pool's
+(`Observation.plain`, which status.classes shows as `judgedOn: plainPool`), and the pool follows
+their share; a window with none of them keeps the pods it has. With the
 fleet's own speculation off every class already runs without, and nothing is routed. A class on
 the guard's trial stays routed, and the gateways send its trial's share back to the fleet.
 """
@@ -62,7 +63,8 @@ def pools(
     off = _off(specmodel, plan, switches)
     wanted = [n for n in names if n in off]
     ready = pool.replicas.available >= 1
-    plain = _sized(specmodel, wanted, traffic, pool.replicas.desired if ready else 0)
+    held = pool.replicas.desired if ready and not _seen(wanted, traffic) else 0
+    plain = _sized(specmodel, wanted, traffic, held)
     if plain is not None and ready:
         share = specmodel.spec.guard.class_trial_share
         trial = {n: share for n in wanted if off[n].trial}
@@ -96,6 +98,11 @@ def _sized(
     share = _share(routed, traffic, len(spec.classes))
     replicas = spec.plain_pool.replicas(share, spec.pod.replicas, bool(routed), held)
     return PlainPool(replicas=replicas) if replicas else None
+
+
+def _seen(routed: list[str], traffic: list[ClassObservation]) -> bool:
+    """Whether the last window saw requests of a routed class (the plain pool's, once routed)."""
+    return any(c.requests for c in traffic if c.name in routed)
 
 
 def _share(routed: list[str], traffic: list[ClassObservation], classes: int) -> float:
