@@ -167,3 +167,34 @@ def test_a_pod_without_an_engine_is_left_to_kwok(tmp_path: Path) -> None:
     }
     runtime.sync(load_test)
     assert runtime.running == {}
+
+
+def test_a_plain_pools_pod_runs_its_engine_alone_and_is_probed_there(tmp_path: Path) -> None:
+    """The plain pool's pods have no gateway (the fleet's gateways measure what they serve) and
+    no managed-by label: the stand-in follows them by their pool label."""
+    settings = SimSettings(tmp_path, engine_command=tuple(SLEEPER))
+    runtime = PodRuntime(client.ApiClient(), settings)
+    plain = {
+        "metadata": {
+            "uid": "p1",
+            "name": "m-plain-x",
+            "namespace": "ns",
+            "labels": {"specfleet.dev/pool": "plain"},
+        },
+        "spec": {"containers": [{"name": "engine", "args": ["org/model"]}]},
+        "status": {"phase": "Running", "podIP": "127.0.0.9"},
+    }
+    gatewayless = {**plain, "metadata": {**plain["metadata"], "uid": "p2", "labels": {}}}
+    runtime.sync(gatewayless)
+    assert runtime.running == {}  # an engine without a gateway is a plain pod's only
+    runtime.sync(plain)
+    started = runtime.running["p1"]
+    try:
+        assert started.probe_port == 8000
+        deadline = time.monotonic() + 5
+        while not started.processes:
+            assert time.monotonic() < deadline, "the engine never started"
+            time.sleep(0.05)
+        assert len(started.processes) == 1
+    finally:
+        runtime.stop_all()

@@ -2,12 +2,12 @@
 
 kwok pods run no containers. For every Running SpecModel pod with an IP, this starts the engine
 simulator (or, given an engine command, that program: a real engine) with the pod's own engine
-command line and the gateway with the pod's own arguments,
-both bound to the pod's IP (kwok gives pods loopback addresses), with the pod's ConfigMap volumes
-written to a local directory. Prometheus then scrapes real gateways found through the real API
-server, and a kill-switch flip (new pods, new args) really changes what is measured. When a pod
-terminates, both processes get SIGTERM and drain, like a kubelet would do. An experiment's
-load tests (its capacity Jobs' pods) run to their end here too (`load_tests`).
+command line and the gateway with the pod's own arguments (a plain pool's pod runs no gateway:
+its engine alone), both bound to the pod's IP (kwok gives pods loopback addresses), with the
+pod's ConfigMap volumes written to a local directory. Prometheus then scrapes real gateways found
+through the real API server, and a kill-switch flip (new pods, new args) really changes what is
+measured. When a pod terminates, its processes get SIGTERM and drain, like a kubelet would do.
+An experiment's load tests (its capacity Jobs' pods) run to their end here too (`load_tests`).
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from specfleet_testbed.volumes import ConfigMapVolume, Volumes
 
 log = logging.getLogger(__name__)
 MANAGED = "app.kubernetes.io/managed-by=specfleet"
+PLAIN = "specfleet.dev/pool=plain"
+"""The plain pool's pods: specfleet's, without managed-by (`render.workload.pod_labels`)."""
 ENGINE_PORT = 8000
 GATEWAY_PORT = 8080
 RELEASE_TIMEOUT_SECONDS = 60.0
@@ -80,6 +82,8 @@ class PodProcesses:
     """The pod's own preStop pause (its `sleep N` hooks), while endpoints drop the pod."""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     volumes: list[ConfigMapVolume] = field(default_factory=list)
+    probe_port: int = GATEWAY_PORT
+    """Where its readiness probe asks /health: its gateway, or a plain pod's engine."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopped: bool = False
 
@@ -130,20 +134,26 @@ class PodRuntime:
     def run(self, stop: threading.Event) -> None:
         """Follows pods until `stop` is set, then stops every process it started."""
         threading.Thread(target=self._sync_volumes, args=(stop,), daemon=True).start()
+        plain = threading.Thread(target=self._follow, args=(stop, PLAIN), daemon=True)
+        plain.start()
         try:
-            while not stop.is_set():
-                self._watch_once(stop)
+            self._follow(stop, MANAGED)
         finally:
+            plain.join()
             self.stop_all()
 
-    def _watch_once(self, stop: threading.Event) -> None:
+    def _follow(self, stop: threading.Event, selector: str) -> None:
+        while not stop.is_set():
+            self._watch_once(stop, selector)
+
+    def _watch_once(self, stop: threading.Event, selector: str) -> None:
         stream = watch.Watch()
         if self.settings.namespace:
             lister: Any = self._core.list_namespaced_pod
             kwargs: dict[str, Any] = {"namespace": self.settings.namespace}
         else:
             lister, kwargs = self._core.list_pod_for_all_namespaces, {}
-        for event in stream.stream(lister, label_selector=MANAGED, timeout_seconds=5, **kwargs):
+        for event in stream.stream(lister, label_selector=selector, timeout_seconds=5, **kwargs):
             pod = self._core.api_client.sanitize_for_serialization(event["object"])
             self.sync(pod, deleted=event["type"] == "DELETED")
             if stop.is_set():
@@ -223,10 +233,12 @@ class PodRuntime:
             _pre_stop_seconds(pod["spec"]["containers"]),
             volumes=list(volumes.values()),
         )
-        commands = [
-            (self._engine_argv(pod, ip, mounts), logs / "engine.log"),
-            (_gateway_argv(containers["gateway"], ip, mounts), logs / "gateway.log"),
-        ]
+        commands = [(self._engine_argv(pod, ip, mounts), logs / "engine.log")]
+        if "gateway" in containers:
+            gateway = _gateway_argv(containers["gateway"], ip, mounts)
+            commands.append((gateway, logs / "gateway.log"))
+        else:
+            processes.probe_port = ENGINE_PORT
         previous = self._releasing.pop(ip, None)
         threading.Thread(
             target=self._run_pod, args=(processes, commands, previous), daemon=True
@@ -243,13 +255,14 @@ class PodRuntime:
             self._mark_ready(pod)
 
     def _mark_ready(self, pod: PodProcesses) -> None:
-        """The readiness probe: once the engine answers /health through the pod's own gateway,
-        the pod is Ready (kwok starts specfleet's pods not Ready, so rollouts wait for this)."""
+        """The readiness probe: once the engine answers /health through the pod's own gateway
+        (a plain pod's engine itself), the pod is Ready (kwok starts specfleet's pods not Ready,
+        so rollouts wait for this)."""
         namespace, name = pod.name.split("/", 1)
         deadline = time.monotonic() + self.settings.ready_timeout
         while time.monotonic() < deadline and pod.alive():
             try:
-                with urllib.request.urlopen(f"http://{pod.ip}:{GATEWAY_PORT}/health", timeout=1):
+                with urllib.request.urlopen(f"http://{pod.ip}:{pod.probe_port}/health", timeout=1):
                     break
             except OSError:
                 time.sleep(0.2)
@@ -354,10 +367,11 @@ def ready_patch(now: datetime) -> dict[str, Any]:
 
 
 def _serves(pod: Pod) -> bool:
-    """An engine pod (the fleet's, a canary's, an arm's); specfleet's other pods (an
-    experiment's load tests) are left to kwok."""
+    """An engine pod (the fleet's, a canary's, an arm's, the plain pool's); specfleet's other
+    pods (an experiment's load tests) are left to kwok."""
     names = {c["name"] for c in pod["spec"]["containers"]}
-    return {"engine", "gateway"} <= names
+    plain = (pod["metadata"].get("labels") or {}).get("specfleet.dev/pool") == "plain"
+    return "engine" in names and ("gateway" in names or plain)
 
 
 def _pre_stop_seconds(containers: list[Pod]) -> float:
