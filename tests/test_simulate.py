@@ -15,6 +15,7 @@ from specfleet.scenario import load_scenario, parse_scenario
 from specfleet.simulate import baselines, report
 from specfleet.simulate.inputs import build_world, load_specmodel_document, load_world
 from specfleet.simulate.simulation import Result, SimulationSettings, simulate
+from specfleet.simulate.world import WHOLE
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "examples/scenarios"
@@ -363,7 +364,7 @@ def test_the_oracle_keeps_speculation_from_a_critical_class_under_its_acceptance
     speculation serves code under its floor, so the oracle turns it off, as the guard must."""
     world = load_world(LLAMA, SCENARIOS / "low-traffic.yaml")
     oracle = baselines.oracle(world)
-    before, during, after = (oracle(t) for t in (300.0, 900.0, 1800.0))
+    before, during, after = (oracle(t, WHOLE) for t in (300.0, 900.0, 1800.0))
     assert before.speculation and after.speculation and not during.speculation
     code = {c.name: c for c in world.conditions(900.0, replace(during, speculation=True)).classes}
     assert code["code"].acceptance_floor == 0.5

@@ -10,7 +10,9 @@ the last window, built per class the way telemetry builds it; a plan change (kil
 trial, rollback, new revision) reaches the fleet after `rollout_seconds`, and the guard judges
 again only a whole window after the rollout completed (`settled`). What the fleet serves follows
 the plan: speculation off means no drafts and plain-decoding TPOT; a revision's rollout effects
-apply only while it serves.
+apply only while it serves. The classes set off speculation (`spec.guard.classesOff`) go to the
+plain pool the operator sizes, once it has a pod ready; its pods decode plain at their own load,
+its readings are left out of the guard's, its requests count in goodput and its GPUs in the cost.
 
 API::
 

@@ -21,9 +21,10 @@ from typing import Any
 
 from specfleet.api.spec import GuardSpec
 from specfleet.guard.actions import ActionKind
+from specfleet.simulate.fleet import fleet_load
 from specfleet.simulate.replay import GuardedRun, Timebase
 from specfleet.simulate.truth import Truth, revision_breaches, truth_at
-from specfleet.simulate.world import World
+from specfleet.simulate.world import Load, World
 
 DETECTIONS = (ActionKind.KILL_SWITCH_ENGAGED, ActionKind.TRIAL_FAILED)
 
@@ -92,14 +93,14 @@ class TruthTable:
 
     def __init__(self, world: World, run: GuardedRun, base: Timebase) -> None:
         self.world, self.run, self.base = world, run, base
-        self._cache: dict[tuple[float, str], Truth] = {}
+        self._cache: dict[tuple[float, str, Load], Truth] = {}
 
     def at_slice(self, index: int) -> Truth:
         t = self.base.time(index)
-        config = self.run.serving[index].config
-        key = (self.world._segment(t), config)
+        config, load = self.run.serving[index].config, fleet_load(self.run.pools[index])
+        key = (self.world._segment(t), config, load)
         if key not in self._cache:
-            self._cache[key] = truth_at(self.world, t, config)
+            self._cache[key] = truth_at(self.world, t, config, load)
         return self._cache[key]
 
     def bad(self, index: int, threshold: float) -> bool:
@@ -135,9 +136,10 @@ def _episode(table: TruthTable, guard: GuardSpec, first: int, end: int) -> Episo
     )
     if not speculation:
         detection = None  # already off: nothing to detect
-    scenario = table.world.scenario
+    scenario, load = table.world.scenario, fleet_load(run.pools[first])
     per_window = {
-        n: scenario.rps(start) * p.share * guard.window_seconds for n, p in scenario.classes.items()
+        n: scenario.rps(start) * p.share * load.share(n) * guard.window_seconds
+        for n, p in scenario.classes.items()
     }
     truths = [table.at_slice(i) for i in range(first, end)]
     return Episode(

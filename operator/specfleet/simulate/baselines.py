@@ -2,35 +2,37 @@
 with the same rollout time as the guarded fleet) and an oracle that switches at once to the
 setting with the best expected goodput among those that meet every class's quality SLO (and
 every critical class's acceptance floor: the SpecModel says speculation must not serve it below
-that), over every revision that exists by then (if none meets them, the best of all)."""
+that), over every revision that exists by then (if none meets them, the best of all). Each
+chooses for what the fleet serves (`load`: without what the gateways route to the plain pool)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from specfleet.simulate import physics
-from specfleet.simulate.world import ClassConditions, Conditions, Setting, World
+from specfleet.simulate.world import ClassConditions, Conditions, Load, Setting, World
 
-Policy = Callable[[float], Setting]
+Policy = Callable[[float, Load], Setting]
 
 
 def always(world: World, speculation: bool) -> Policy:
-    def choose(t: float) -> Setting:
+    def choose(t: float, load: Load) -> Setting:
         return Setting(world.change_at(t).config, speculation)
 
     return choose
 
 
 def oracle(world: World) -> Policy:
-    def choose(t: float) -> Setting:
+    def choose(t: float, load: Load) -> Setting:
         candidates = [
             Setting(r.config, speculation)
             for r in world.revisions.values()
             if r.since <= t
             for speculation in ((True, False) if r.k else (False,))
         ]
-        compliant = [s for s in candidates if _meets_slos(world.conditions(t, s))]
-        return max(compliant or candidates, key=lambda s: expected_goodput(world.conditions(t, s)))
+        conditions = {s: world.conditions(t, s, load) for s in candidates}
+        compliant = [s for s in candidates if _meets_slos(conditions[s])]
+        return max(compliant or candidates, key=lambda s: expected_goodput(conditions[s]))
 
     return choose
 

@@ -5,7 +5,7 @@ judges a window only when the operator would: rollout complete and Ready for a w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from specfleet.api import EngineConfig, SpecModel, SpecModelStatus
@@ -16,6 +16,7 @@ from specfleet.simulate.world import Setting
 from specfleet.telemetry.model import Observation
 from specfleet.tick.observed import Observed, Rollout
 from specfleet.tick.plan import Plan, plan
+from specfleet.tick.pools import Pools
 from specfleet.tick.step import GuardTick, Step, step
 
 
@@ -27,6 +28,8 @@ class Operator:
     """The last step's serving plan."""
     configs: dict[str, EngineConfig]
     """Every engine config Git has declared, by revision hash: what a rollback may serve."""
+    pools: Pools = field(default_factory=lambda: Pools(None, []))
+    """The last step's plain pool and what serves each class."""
 
     @classmethod
     def start(cls, specmodel: SpecModel, fleet: Fleet, now: datetime) -> Operator:
@@ -51,6 +54,13 @@ class Operator:
         pods = self.plan.rollout_pods
         return (Setting(self.plan.desired.hash, self.plan.speculation), pods) if pods else None
 
+    @property
+    def plain(self) -> tuple[int, tuple[str, ...]]:
+        """The plain pool's pods and the classes the gateways route to it (none until it has a
+        pod available)."""
+        pool = self.pools.plain
+        return (pool.replicas, tuple(pool.routed)) if pool else (0, ())
+
     def with_spec(self, specmodel: SpecModel, fleet: Fleet, now: datetime) -> Operator:
         """Git changed the spec: the controller reconciles at once."""
         configs = {**self.configs, **_config_of(specmodel)}
@@ -73,9 +83,11 @@ class Operator:
             fleet=_fleet_seen(fleet, self.specmodel.spec.pod.replicas),
             canary=_canary_seen(fleet),
             rollout=_rollout_seen(fleet),
+            plain=_plain_seen(fleet),
         )
         the_step = step(self.specmodel, self.status, observed, tick, self.configs, now)
-        return replace(self, status=the_step.status, plan=the_step.plan), the_step
+        stepped = replace(self, status=the_step.status, plan=the_step.plan, pools=the_step.pools)
+        return stepped, the_step
 
 
 def initial_setting(specmodel: SpecModel, now: datetime) -> Setting:
@@ -110,6 +122,14 @@ def _rollout_seen(fleet: Fleet) -> Rollout:
         return Rollout()
     ready = step.pods if step.serving == step.pods else 0
     return _seen(step.pods, step.setting.speculation, step.pods, ready)
+
+
+def _plain_seen(fleet: Fleet) -> Rollout:
+    """The plain pool's Deployment: complete once its pods are ready; not seen without one."""
+    pool = fleet.plain
+    if pool is None:
+        return Rollout()
+    return _seen(pool.pods, False, pool.pods, pool.ready)
 
 
 def _seen(replicas: int, speculation: bool, updated: int, available: int) -> Rollout:

@@ -10,14 +10,19 @@ The Deployment is complete, and `serving` the new setting, once the last pod has
 Telemetry filters series by the pods' revision and speculation labels, so after a switch the
 guard's window holds only what the new setting served; the operator judges it only after a
 whole window of Ready.
+
+The plain pool (`<name>-plain`) runs the fleet's revision without speculation: new pods start
+together and take one pod start, as a canary does; fewer pods go at once. The gateways send the
+classes the operator routes to its ready pods.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from specfleet.simulate.world import Setting
+from specfleet.simulate.world import WHOLE, Load, Setting
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,31 @@ class RolloutCanary:
     pods: int
     ready_at: float
     serving: int = 0
+
+
+@dataclass(frozen=True)
+class PlainPool:
+    """The plain pool and the gateways' route to it: `pods` pods, `ready` of them taking traffic
+    (the others start together, ready at `ready_at`); the `routed` classes' requests go to it
+    (the operator routes none before a pod is ready)."""
+
+    pods: int
+    ready_at: float
+    ready: int = 0
+    routed: tuple[str, ...] = ()
+
+    def share(self, name: str) -> float:
+        """The share of a class's requests the pool serves."""
+        return 1.0 if name in self.routed else 0.0
+
+    def load(self, names: Iterable[str]) -> Load:
+        """What its ready pods serve."""
+        return Load.of({n: self.share(n) for n in names}, self.ready)
+
+
+def fleet_load(pool: PlainPool | None) -> Load:
+    """What the fleet's pods serve beside the plain pool: the rest of each class's requests."""
+    return Load.of({n: 1.0 - pool.share(n) for n in pool.routed}) if pool else WHOLE
 
 
 @dataclass(frozen=True)
@@ -67,6 +97,7 @@ class Fleet:
     rollout: Rollout | None = None
     canary: Canary | None = None
     rollout_canary: RolloutCanary | None = None
+    plain: PlainPool | None = None
 
     @property
     def settled(self) -> bool:
@@ -84,6 +115,12 @@ class Fleet:
     def canary_serving(self) -> Setting | None:
         """The canary's setting while it takes traffic."""
         return self.canary.setting if self.canary and self.canary.ready else None
+
+    def pods(self, replicas: int) -> int:
+        """Pods holding GPUs from their start: the replicas (a canary rollout's among them), the
+        one a rolling update surges (maxSurge 1), a trial's canary and the plain pool's."""
+        plain = self.plain.pods if self.plain else 0
+        return replicas + (self.rollout is not None) + (self.canary is not None) + plain
 
     def moved(self, now: float) -> int:
         """Pods already serving the pending setting."""
@@ -131,6 +168,26 @@ class Fleet:
         ready_at = now + pod_start_seconds(rollout_seconds, replicas)
         return replace(self, rollout_canary=RolloutCanary(setting, pods, ready_at, serving))
 
+    def request_plain(
+        self,
+        pods: int,
+        routed: tuple[str, ...],
+        now: float,
+        rollout_seconds: float,
+        replicas: int,
+    ) -> Fleet:
+        """Size the plain pool to `pods` (more: the new ones start, and any still starting
+        with them; fewer: at once; none: removed) and route `routed` to it."""
+        old = self.plain
+        if not pods:
+            return replace(self, plain=None) if old else self
+        if old is None or pods > old.pods:
+            ready_at = now + pod_start_seconds(rollout_seconds, replicas)
+            pool = PlainPool(pods, ready_at, old.ready if old else 0, routed)
+        else:
+            pool = replace(old, pods=pods, ready=min(old.ready, pods), routed=routed)
+        return self if pool == old else replace(self, plain=pool)
+
     def advance(self, now: float) -> Fleet:
         fleet = self
         if self.canary and not self.canary.ready and now >= self.canary.ready_at:
@@ -138,6 +195,9 @@ class Fleet:
         step = fleet.rollout_canary
         if step and step.serving != step.pods and now >= step.ready_at:
             fleet = replace(fleet, rollout_canary=replace(step, serving=step.pods))
+        pool = fleet.plain
+        if pool and pool.ready != pool.pods and now >= pool.ready_at:
+            fleet = replace(fleet, plain=replace(pool, ready=pool.pods))
         if fleet.rollout is None or now < fleet.rollout.ready_at:
             return fleet
         return replace(

@@ -3,10 +3,11 @@
 From the top: what the guard did (every decision a labelled marker, labels staggered so none
 overlaps, and the scenario's Git changes), then what it saw against the truth, per class:
 acceptance, speedup, p95 TPOT and validity, each with its floor or SLO; the fleet's readings as
-solid lines, its canary's (a trial's or a canary rollout's pods) as circles; a line never
-crosses a window without samples. Shaded bands: the kill switch engaged (red), a trial's canary
-(orange), a canary rollout's canary (blue). At the bottom, lanes: the fleet's revision, the
-canary and its revision, speculation on or off. The x axis is the scenario's own time.
+solid lines, its canary's (a trial's or a canary rollout's pods) as circles, the plain pool's
+p95 TPOT as squares; a line never crosses a window without samples. Shaded bands: the kill
+switch engaged (red), a trial's canary (orange), a canary rollout's canary (blue). At the
+bottom, lanes: the fleet's revision, the canary and its revision, speculation on or off, and
+the plain pool, when there is one. The x axis is the scenario's own time.
 
 matplotlib is imported here, lazily: the operator image ships without it.
 """
@@ -156,7 +157,7 @@ class Points:
         return out
 
     def seen(self, side: str, field: str, name: str, factor: float = 1.0) -> list[float]:
-        """A class's reading on one side (`fleet` or `canary`) per point."""
+        """A class's reading on one side (`fleet`, `canary` or `plain`) per point."""
         values = []
         for tick in self.ticks:
             seen: Seen | None = getattr(tick, side)
@@ -364,6 +365,7 @@ def _legend(axis: Any, result: Result, styles: list[tuple[str, dict[str, Any]]],
 
 FLEET = ("fleet", {"lw": 1.2})
 CANARY = ("canary pods", {"ls": "", "marker": "o", "ms": 4, "mfc": "white"})
+PLAIN = ("plain pool", {"ls": "", "marker": "s", "ms": 3})
 TRUE = ("true", {"ls": "--", "lw": 1})
 FLOOR = ("floor / SLO", {"ls": ":", "lw": 1.2})
 
@@ -431,15 +433,18 @@ def _tpot(axis: Any, result: Result, view: Points) -> None:
         color = f"C{index}"
         fleet = view.seen("fleet", "p95_tpot", name, 1000)
         canary = view.seen("canary", "p95_tpot", name, 1000)
+        plain = view.seen("plain", "p95_tpot", name, 1000)
         broken_line(axis, times, fleet, color=color, lw=_width(index))
         _canary(axis, times, canary, color)
-        top = max([top, *(v for v in fleet + canary if not math.isnan(v))])
+        axis.plot(times, plain, color=color, **PLAIN[1])
+        top = max([top, *(v for v in fleet + canary + plain if not math.isnan(v))])
         if name in slos:
             axis.axhline(slos[name] * 1000, color=color, ls=":", lw=1.2)
             top = max(top, slos[name] * 1000)
     axis.set_ylabel("p95 TPOT (ms)", fontsize=8)
     axis.set_ylim(0, top * 1.1 or 1)
-    _legend(axis, result, [FLEET, CANARY, ("p95 TPOT SLO", FLOOR[1])])
+    pooled = [PLAIN] if any(t.plain for t in view.ticks) else []
+    _legend(axis, result, [FLEET, CANARY, *pooled, ("p95 TPOT SLO", FLOOR[1])])
 
 
 def _validity(axis: Any, result: Result, view: Points) -> None:
@@ -498,8 +503,17 @@ def _lanes(axis: Any, result: Result, scale: float) -> None:
     flags = [s.speculation for s in result.run.serving]
     for start, end, on in _segments(flags):
         bar(start, end, 0, "tab:green" if on else "lightgray", "on" if on else "off")
-    axis.set_yticks([0, 1, 2], ["speculation", "canary", "fleet revision"], fontsize=7)
-    axis.set_ylim(-0.5, 2.5)
+    lanes = ["speculation", "canary", "fleet revision"]
+    if any(result.run.pools):
+        lanes.insert(0, "plain pool")
+        axis.set_ylim(-1.5, 2.5)
+        for start, end, pool in _segments(result.run.pools):
+            if pool is not None:
+                routed = ", ".join(pool.routed) if pool.ready else "starting"
+                bar(start, end, -1, "lightsteelblue", f"{pool.pods} pods: {routed or 'none'}")
+    else:
+        axis.set_ylim(-0.5, 2.5)
+    axis.set_yticks(range(3 - len(lanes), 3), lanes, fontsize=7)
     handles = [
         Patch(color=color, alpha=min(alpha * 4, 1), label=text)
         for color, alpha, text in BANDS.values()

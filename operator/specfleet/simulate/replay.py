@@ -3,25 +3,27 @@ operator plans, the fleet rolls the plan out; and the same scenario with the sam
 fixed policies (always on, always off) and an oracle, for goodput comparisons.
 
 Time advances in slices of gcd(tick, window) seconds. Each tick the guard sees the last window
-of slices the current setting served (and a trial's canary, beside it); spec changes from the
-scenario's rollouts reach the operator at their time (rounded up to a slice).
+of slices the current setting served (and a trial's canary, beside it), without what the plain
+pool served; spec changes from the scenario's rollouts reach the operator at their time
+(rounded up to a slice).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from specfleet.api.spec import GuardSpec
+from specfleet.experiment.arms import gpus_per_replica
 from specfleet.guard import Action, Decision
 from specfleet.guard.evidence import past_deadline
 from specfleet.guard.speedup import weighted
+from specfleet.simulate.baselines import Policy
 from specfleet.simulate.control import Operator, initial_setting
 from specfleet.simulate.draws import ClassDraw
-from specfleet.simulate.fleet import Fleet
+from specfleet.simulate.fleet import Fleet, PlainPool, fleet_load
 from specfleet.simulate.outcome import ClassSlice, realize, window
 from specfleet.simulate.world import Conditions, Setting, World
 from specfleet.telemetry.model import Observation
@@ -70,6 +72,8 @@ class Goodput:
     decode_seconds: float = 0.0
     slo_violation_seconds: float = 0.0
     """Scenario seconds in which a class with traffic was served below its quality SLO."""
+    gpu_seconds: float = 0.0
+    """GPUs held, over time: the cost."""
 
     @property
     def rate(self) -> float:
@@ -81,6 +85,7 @@ class Goodput:
             self.valid_tokens + sum(s.valid_tokens for s in total),
             self.decode_seconds + sum(s.decode_seconds for s in total),
             self.slo_violation_seconds + (seconds if served.violating else 0.0),
+            self.gpu_seconds + served.gpus * seconds,
         )
 
 
@@ -131,6 +136,9 @@ class Tick:
     canary once it is judged)."""
     canary: Seen | None = None
     """A trial's or a canary rollout's canary pods, when any served in the window."""
+    plain: Seen | None = None
+    """The plain pool, when it served in the window: its series carry pool="plain", which the
+    guard's fleet readings leave out (`telemetry.reader.FLEET`)."""
     past_deadline: tuple[str, ...] = ()
     """Judgements still pending a tick after their deadline (`guard.evidence.past_deadline`):
     none, as the guard promises."""
@@ -145,6 +153,10 @@ class GuardedRun:
     """What a trial's canary served, per slice (None: no canary took traffic)."""
     rollout: list[tuple[Setting, dict[str, ClassSlice]] | None] = field(default_factory=list)
     """What a canary rollout's pods served, per slice, and their setting."""
+    plain: list[dict[str, ClassSlice] | None] = field(default_factory=list)
+    """What the plain pool served, per slice (None: no class routed to a ready pod)."""
+    pools: list[PlainPool | None] = field(default_factory=list)
+    """The plain pool and the classes routed to it, per slice."""
     requests: list[dict[str, int]] = field(default_factory=list)
     """Requests per revision (engine-config hash), per slice."""
     ticks: list[Tick] = field(default_factory=list)
@@ -158,15 +170,19 @@ def replay_guarded(
     run = GuardedRun()
     start = world.changes[0].specmodel
     fleet = Fleet(serving=initial_setting(start, clock.at(0)))
-    operator = Operator.start(start, fleet, clock.at(-RUNNING_BEFORE))
+    before = clock.at(-RUNNING_BEFORE)
+    operator = Operator.start(start, fleet, before)
+    # a plain pool the spec asks for from the start is ready, and routed, at the first slice
+    operator, fleet = _follow(operator, fleet, -RUNNING_BEFORE, before, base.rollout_seconds)
     changes = list(world.changes[1:])
     counted = dict.fromkeys(world.scenario.classes, 0)
     """Requests per class before the current slice: the canary takes every n-th of them."""
     for i in range(base.count + 1):
         t, now = base.time(i), clock.at(base.time(i))
         advanced = fleet.advance(t)
-        if advanced != fleet:  # the rollout completed: the watch event makes a reconcile
-            fleet, operator = advanced, operator.reconciled(advanced, now)
+        if advanced != fleet:  # pods got ready: the watch event makes a reconcile
+            operator = operator.reconciled(advanced, now)
+            operator, fleet = _follow(operator, advanced, t, now, base.rollout_seconds)
         if i and i % base.tick_slices == 0:
             operator, fleet = _tick(world, run, operator, fleet, base, clock, i)
         while changes and base.index(changes[0].t) <= i:
@@ -178,6 +194,8 @@ def replay_guarded(
             run.slices.append(served.fleet)
             run.canary.append(served.canary)
             run.rollout.append(served.rollout)
+            run.plain.append(served.plain)
+            run.pools.append(fleet.plain)
             run.requests.append(served.requests)
             run.goodput = run.goodput.plus(served, base.slice_seconds)
             _count(counted, draws[i])
@@ -187,7 +205,7 @@ def replay_guarded(
 @dataclass(frozen=True)
 class Served:
     """One slice: what the pods serving the fleet's setting, those a rollout has moved to the
-    pending one, a trial's canary and a canary rollout's pods served."""
+    pending one, a trial's canary, a canary rollout's pods and the plain pool served."""
 
     fleet: dict[str, ClassSlice]
     moved: dict[str, ClassSlice] | None
@@ -200,10 +218,13 @@ class Served:
     rollout: tuple[Setting, dict[str, ClassSlice]] | None = None
     requests: dict[str, int] = field(default_factory=dict)
     """Requests per revision (engine-config hash)."""
+    plain: dict[str, ClassSlice] | None = None
+    gpus: int = 0
+    """GPUs held over the slice."""
 
     @property
     def total(self) -> dict[str, ClassSlice]:
-        parts = [p for p in (self.moved, self.canary) if p is not None]
+        parts = [p for p in (self.moved, self.canary, self.plain) if p is not None]
         if self.rollout is not None:
             parts.append(self.rollout[1])
         return {name: sum((p[name] for p in parts), part) for name, part in self.fleet.items()}
@@ -217,24 +238,33 @@ def serve(
     counted: dict[str, int],
     spread: float,
 ) -> Served:
-    """Round robin over the Ready pods: the first `moved` run the pending setting, the last
-    of the replicas a canary rollout's step (when its pods are ready), the rest the serving one,
-    and a trial's canary, one more pod behind the Service, takes every (replicas + 1)-th
-    request. Every pod runs at the load it has without the canary: the baselines have no extra
-    pod, so the guarded run gets no credit for the canary's capacity (it would lower every
-    pod's load by a third at two replicas)."""
-    replicas = world.specmodel_at(t).spec.pod.replicas
+    """The gateways send the plain pool's ready pods the requests of the classes routed to it;
+    the rest go round robin over the fleet's Ready pods: the first `moved` run the pending
+    setting, the last of the replicas a canary rollout's step (when its pods are ready), the
+    rest the serving one, and a trial's canary, one more pod behind the Service, takes every
+    (replicas + 1)-th request. Every pod runs at the load it has without the canary: the
+    baselines have no extra pod, so the guarded run gets no credit for the canary's capacity
+    (it would lower every pod's load by a third at two replicas)."""
+    specmodel = world.specmodel_at(t)
+    replicas = specmodel.spec.pod.replicas
     moved, canary = fleet.moved(t), fleet.canary_serving
     step = fleet.rollout_canary
     stepped = min(step.serving, replicas) if step else 0
     fleet_pods = replicas - stepped
     moved = min(moved, fleet_pods)
     pods = replicas + (canary is not None)
+    pool = fleet.plain
+    plain = {
+        n: replace(d, requests=_part(counted[n], d.requests, pool.share(n) if pool else 0.0))
+        for n, d in draws.items()
+    }
+    left = {n: d.requests - plain[n].requests for n, d in draws.items()}
+    load = fleet_load(pool)
 
     def on(setting: Setting, first: int, last: int) -> tuple[dict[str, ClassSlice], Conditions]:
-        conditions = world.conditions(t, setting)
+        conditions = world.conditions(t, setting, load)
         share = {
-            n: replace(d, requests=_round_robin(counted[n], d.requests, pods, first, last))
+            n: replace(d, requests=_round_robin(counted[n], left[n], pods, first, last))
             for n, d in draws.items()
         }
         return realize_all(conditions, share, spread), conditions
@@ -242,7 +272,7 @@ def serve(
     served, conditions = on(fleet.serving, moved, fleet_pods)
     requests = _requests({}, fleet.serving, served)
     violating = _violating(conditions)
-    on_moved = on_rollout = None
+    on_moved = on_rollout = on_plain = None
     if fleet.pending is not None and moved:
         on_moved, moved_conditions = on(fleet.pending, 0, moved)
         violating |= _violating(moved_conditions)
@@ -254,7 +284,22 @@ def serve(
     on_canary = on(canary, replicas, pods)[0] if canary else None
     if canary is not None and on_canary is not None:
         requests = _requests(requests, canary, on_canary)
-    return Served(served, on_moved, on_canary, conditions, violating, on_rollout, requests)
+    if pool is not None and pool.routed:
+        setting = Setting(fleet.serving.config, False)
+        plain_conditions = world.conditions(t, setting, pool.load(draws))
+        on_plain = realize_all(plain_conditions, plain, spread)
+        violating |= _violating(plain_conditions)
+        requests = _requests(requests, setting, on_plain)
+    gpus = gpus_per_replica(specmodel) * fleet.pods(replicas)
+    return Served(
+        served, on_moved, on_canary, conditions, violating, on_rollout, requests, on_plain, gpus
+    )
+
+
+def _part(counted: int, requests: int, share: float) -> int:
+    """Of `requests` after the first `counted`, how many a `share` of them, evenly spread,
+    takes."""
+    return math.floor((counted + requests) * share + 1e-9) - math.floor(counted * share + 1e-9)
 
 
 def _requests(
@@ -301,7 +346,9 @@ def _tick(
     assert situation is not None and decision is not None  # a guard tick always judges
     tick = _record(t, fleet, observation, decision, situation.policy.guard)
     late = past_deadline(operator.status, now, base.tick_slices * base.slice_seconds)
-    run.ticks.append(replace(tick, past_deadline=tuple(late)))
+    plain = plain_readings(world, run, i, fleet, base, now)
+    seen = Seen.of(plain) if plain else None
+    run.ticks.append(replace(tick, past_deadline=tuple(late), plain=seen))
     context = {
         "revision": situation.revision.number,
         "speculation": fleet.serving.speculation,
@@ -315,11 +362,13 @@ def _follow(
     operator: Operator, fleet: Fleet, t: float, now: datetime, rollout_seconds: float
 ) -> tuple[Operator, Fleet]:
     """The operator applies its plan; if that changes what runs, a rollout starts (or a canary,
-    one pod, starts or goes) and the watch event that follows shows it."""
+    one pod, starts or goes; or the plain pool grows, shrinks or routes other classes) and the
+    watch event that follows shows it."""
     replicas = operator.specmodel.spec.pod.replicas
     moved = fleet.request(operator.target, t, rollout_seconds, replicas)
     moved = moved.request_canary(operator.canary, t, rollout_seconds, replicas)
     moved = moved.request_rollout_canary(operator.rollout_canary, t, rollout_seconds, replicas)
+    moved = moved.request_plain(*operator.plain, t, rollout_seconds, replicas)
     if moved != fleet:
         operator = operator.reconciled(moved, now)
     return operator, moved
@@ -353,11 +402,10 @@ def observe(
     beside them a canary's (its series are new: only the slices it served) or a canary
     rollout's (the slices its revision served). Prometheus reports nothing it did not scrape:
     blind while it is down, and back, only the slices since."""
-    scraped = world.scenario.prometheus_since(base.time(end))
-    if scraped is None or base.index(scraped) >= end:
+    start = _scraped(world, end, base)
+    if start is None:
         blind = _window(world, [], fleet.serving, base, now)
         return replace(blind, classes={}, blind="Prometheus unreachable")
-    start = max(end - base.window_slices, base.index(scraped))
     first = max(start, base.index(fleet.switched_at))
     observation = _window(world, run.slices[first:end], fleet.serving, base, now)
     step = fleet.rollout_canary
@@ -371,6 +419,26 @@ def observe(
     served = [s for s in run.canary[first:end] if s is not None]
     canary = _window(world, served, fleet.canary.setting, base, now)
     return replace(observation, canary=canary if served else None)
+
+
+def plain_readings(
+    world: World, run: GuardedRun, end: int, fleet: Fleet, base: Timebase, now: datetime
+) -> Observation | None:
+    """The plain pool's last window, as its pool="plain" series report it: the slices it
+    served (None: none)."""
+    start = _scraped(world, end, base)
+    served = [s for s in run.plain[start:end] if s is not None] if start is not None else []
+    plain = Setting(fleet.serving.config, False)
+    return _window(world, served, plain, base, now) if served else None
+
+
+def _scraped(world: World, end: int, base: Timebase) -> int | None:
+    """The first slice of the window up to `end` that Prometheus scraped (None: it is down, or
+    has scraped nothing since it came back)."""
+    scraped = world.scenario.prometheus_since(base.time(end))
+    if scraped is None or base.index(scraped) >= end:
+        return None
+    return max(end - base.window_slices, base.index(scraped))
 
 
 def _window(
@@ -430,22 +498,27 @@ def replay_fixed(
     world: World,
     draws: list[dict[str, ClassDraw]],
     base: Timebase,
-    choose: Callable[[float], Setting],
+    choose: Policy,
     spread: float,
     rollout_seconds: float | None = None,
+    pools: list[PlainPool | None] | None = None,
 ) -> Goodput:
-    """Goodput of a fixed policy: `choose(t)` is the setting wanted at t, rolled out in
-    `rollout_seconds` (None: switched at once)."""
+    """Goodput of a fixed policy: `choose(t, load)` is the setting wanted at t for what the
+    fleet serves, rolled out in `rollout_seconds` (None: switched at once), beside `pools`, the
+    plain pool per slice (a guarded run's: the policy is judged on the same pods and routing)."""
     goodput = Goodput()
-    fleet = Fleet(serving=choose(0.0))
+    pools = pools or [None] * base.count
+    fleet = Fleet(serving=choose(0.0, fleet_load(pools[0])))
     counted = dict.fromkeys(world.scenario.classes, 0)
     for i in range(base.count):
-        t = base.time(i)
+        t, pool = base.time(i), pools[i]
+        wanted = choose(t, fleet_load(pool))
         if rollout_seconds is None:
-            fleet = Fleet(serving=choose(t))
+            fleet = Fleet(serving=wanted, plain=pool)
         else:
             replicas = world.specmodel_at(t).spec.pod.replicas
-            fleet = fleet.request(choose(t), t, rollout_seconds, replicas).advance(t)
+            fleet = fleet.request(wanted, t, rollout_seconds, replicas).advance(t)
+            fleet = replace(fleet, plain=pool)
         served = serve(world, fleet, t, draws[i], counted, spread)
         goodput = goodput.plus(served, base.slice_seconds)
         _count(counted, draws[i])

@@ -39,6 +39,7 @@ def summary(result: Result) -> dict[str, Any]:
         "actingActions": len(result.acting),
         "canaryServedSeconds": result.base.slice_seconds
         * sum(1 for served in result.run.canary if served is not None),
+        "plainPoolRequests": plain_pool_requests(result),
         "episodes": [e.to_json() for e in result.episodes],
         "detectionLatencySeconds": latencies,
         "maxDetectionLatencySeconds": max(latencies) if latencies else None,
@@ -145,6 +146,7 @@ def goodput(runs: dict[str, Goodput]) -> dict[str, Any]:
             "decodeSeconds": round(run.decode_seconds, 1),
             "tokensPerDecodeSecond": round(run.rate, 3),
             "sloViolationSeconds": run.slo_violation_seconds,
+            "gpuSeconds": round(run.gpu_seconds),
         }
     out["ratios"] = {
         f"guardedVs{name.title().replace('_', '')}": round(guarded / run.rate, 4)
@@ -152,6 +154,13 @@ def goodput(runs: dict[str, Goodput]) -> dict[str, Any]:
         if name != "guarded" and run.rate
     }
     return out
+
+
+def plain_pool_requests(result: Result) -> dict[str, int]:
+    """Requests the plain pool served, per class it served."""
+    served = [s for s in result.run.plain if s is not None]
+    totals = {n: sum(s[n].requests for s in served) for n in result.world.scenario.classes}
+    return {n: count for n, count in totals.items() if count}
 
 
 def rollbacks(result: Result) -> list[dict[str, Any]]:
@@ -248,15 +257,19 @@ def text(result: Result) -> str:
     ]
     if data["canaryServedSeconds"]:
         lines.append(f"trial canaries took traffic for {data['canaryServedSeconds']}s")
+    if data["plainPoolRequests"]:
+        served = ", ".join(f"{n} {c}" for n, c in data["plainPoolRequests"].items())
+        lines.append(f"the plain pool served requests of {served}")
     lines.append(f"false actions: {len(data['falseActions'])}, missed: {len(data['missed'])}")
     lines += [f"  false t={f['t']:.0f}s {f['action']}: {f['why']}" for f in data["falseActions"]]
     lines += [f"  missed t={m['t']:.0f}s: {m['what']}" for m in data["missed"]]
-    lines.append("goodput (valid output tokens per decode-second):")
+    lines.append("goodput (valid output tokens per decode-second), GPU-hours:")
     for name in ("guarded", "always_on", "always_off", "oracle", "oracle_rollout"):
         run = data["goodput"][name]
         violation = run["sloViolationSeconds"]
         note = f"  (quality SLO violated for {violation:.0f}s)" if violation else ""
-        lines.append(f"  {name:<14} {run['tokensPerDecodeSecond']:9.2f}{note}")
+        hours = run["gpuSeconds"] / 3600
+        lines.append(f"  {name:<14} {run['tokensPerDecodeSecond']:9.2f} {hours:7.2f}{note}")
     ratios = data["goodput"]["ratios"]
     lines.append(
         "  guarded / oracle {:.3f} (/ oracle with rollouts {:.3f}), / always-on {:.3f}, "

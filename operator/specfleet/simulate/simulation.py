@@ -83,18 +83,15 @@ def simulate(world: World, settings: SimulationSettings | None = None) -> Result
     draws = draw_slices(world.scenario, seed, base.slice_seconds, base.count)
     spread = settings.alpha_spread
     run = replay_guarded(world, draws, base, settings.clock, spread)
+    rollout, pools = settings.rollout_seconds, run.pools
+    on, off = baselines.always(world, True), baselines.always(world, False)
+    oracle = baselines.oracle(world)
     goodput = {
         "guarded": run.goodput,
-        "always_on": replay_fixed(
-            world, draws, base, baselines.always(world, True), spread, settings.rollout_seconds
-        ),
-        "always_off": replay_fixed(
-            world, draws, base, baselines.always(world, False), spread, settings.rollout_seconds
-        ),
-        "oracle": replay_fixed(world, draws, base, baselines.oracle(world), spread),
-        "oracle_rollout": replay_fixed(
-            world, draws, base, baselines.oracle(world), spread, settings.rollout_seconds
-        ),
+        "always_on": replay_fixed(world, draws, base, on, spread, rollout, pools),
+        "always_off": replay_fixed(world, draws, base, off, spread, rollout, pools),
+        "oracle": replay_fixed(world, draws, base, oracle, spread, None, pools),
+        "oracle_rollout": replay_fixed(world, draws, base, oracle, spread, rollout, pools),
     }
     table = analysis.TruthTable(world, run, base)
     found = analysis.episodes(table, guard)

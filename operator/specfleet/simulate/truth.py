@@ -3,7 +3,8 @@
 Speculation truly stops paying when the guard's own speedup function at the scenario's true α
 and true batch (traffic-weighted by expected output tokens) falls below minSpeedup, or a
 critical class's true acceptance rate (the engines' accepted / drafted, in expectation) falls
-below its floor. The true TPOT speedup (the simulator's timing model) is reported beside it.
+below its floor, over what the fleet serves (a class routed to the plain pool is not its). The
+true TPOT speedup (the simulator's timing model) is reported beside it.
 A revision is truly bad when its effects put a class's tool-call / structured-output validity
 below the guard's limit or its truncation or error rate above it, judged against the last good
 revision, or its p95 TTFT or TPOT above the class's SLO or LATENCY_MARGIN times the last good
@@ -21,7 +22,7 @@ from specfleet.guard.speedup import load_factor, weighted
 from specfleet.signals import P95_TPOT, P95_TTFT
 from specfleet.simulate import physics
 from specfleet.simulate.outcome import p95_tpot_seconds
-from specfleet.simulate.world import Conditions, Setting, World
+from specfleet.simulate.world import WHOLE, Conditions, Load, Setting, World
 
 
 @dataclass(frozen=True)
@@ -38,19 +39,20 @@ class Truth:
         return slow or bool(self.critical_breaches)
 
 
-def truth_at(world: World, t: float, config: str) -> Truth:
+def truth_at(world: World, t: float, config: str, load: Load = WHOLE) -> Truth:
+    """The truth for the fleet's pods serving `load`."""
     policy = Policy.of(world.specmodel_at(t), None)
-    on = world.conditions(t, Setting(config, True))
+    on = world.conditions(t, Setting(config, True), load)
     if not on.k or not policy.k:
         return Truth({}, {}, None, None)
     rates, speedups, weights = {}, {}, {}
-    load = load_factor(on.batch, on.drafts_per_step, policy.per_token_compute)
+    factor = load_factor(on.batch, on.drafts_per_step, policy.per_token_compute)
     for c in on.classes:
         rates[c.name] = physics.engine_acceptance_rate(c.alpha, on.k, c.decay, c.match_rate)
         modelled = physics.modelled_speedup(
             c.alpha, on.k, policy.draft_cost, policy.step_overhead, c.decay, c.match_rate
         )
-        speedups[c.name] = modelled * load
+        speedups[c.name] = modelled * factor
         weights[c.name] = c.rate * c.output_tokens
     floors = {
         p.name: p.slo.min_acceptance_rate
@@ -62,7 +64,7 @@ def truth_at(world: World, t: float, config: str) -> Truth:
         for name, floor in floors.items()
         if name in rates and weights[name] > 0 and rates[name] < floor
     ]
-    off = world.conditions(t, Setting(config, False))
+    off = world.conditions(t, Setting(config, False), load)
     return Truth(rates, speedups, weighted(speedups, weights), _tpot_speedup(on, off), breaches)
 
 

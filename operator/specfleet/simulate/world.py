@@ -1,5 +1,6 @@
-"""The simulated world: the scenario, the revisions its rollouts create, and the conditions the
-fleet serves under for a setting (revision, speculation on or off) at a time.
+"""The simulated world: the scenario, the revisions its rollouts create, and the conditions a
+group of pods serves under for a setting (revision, speculation on or off) and a load (its share
+of each class's requests over its pods) at a time.
 
 A rollout whose spec patch changes the engine config creates a revision; its `effects` belong
 to that revision and apply only while the fleet serves it (a rollback ends them). A rollout
@@ -30,6 +31,26 @@ class Setting:
 
 
 @dataclass(frozen=True)
+class Load:
+    """What a group of pods serves: `shares` of the named classes' requests (a class not named:
+    all of them), spread over `pods` pods (None: the spec's replicas)."""
+
+    shares: tuple[tuple[str, float], ...] = ()
+    pods: int | None = None
+
+    @classmethod
+    def of(cls, shares: dict[str, float], pods: int | None = None) -> Load:
+        return cls(tuple((n, s) for n, s in shares.items() if s != 1.0), pods)
+
+    def share(self, name: str) -> float:
+        return dict(self.shares).get(name, 1.0)
+
+
+WHOLE = Load()
+"""The fleet's replicas serving every request."""
+
+
+@dataclass(frozen=True)
 class Revision:
     config: str
     number: int
@@ -55,7 +76,7 @@ class SpecChange:
 class ClassConditions:
     name: str
     rate: float
-    """Requests per second."""
+    """Requests per second the pods serve."""
     alpha: float
     decay: float
     output_tokens: int
@@ -103,7 +124,9 @@ class World:
     """SpecModel classes that ask for JSON (`match.jsonResponse: true`): every answer is a
     structured output."""
     notes: tuple[str, ...] = ()
-    _cache: dict[tuple[float, Setting], Conditions] = field(default_factory=dict, compare=False)
+    _cache: dict[tuple[float, Setting, Load], Conditions] = field(
+        default_factory=dict, compare=False
+    )
 
     def change_at(self, t: float) -> SpecChange:
         return [c for c in self.changes if c.t <= t][-1]
@@ -121,10 +144,10 @@ class World:
                 effects = effects.merged(change)
         return effects.merged(self.revisions[config].effects)
 
-    def conditions(self, t: float, setting: Setting) -> Conditions:
-        key = (self._segment(t), setting)
+    def conditions(self, t: float, setting: Setting, load: Load = WHOLE) -> Conditions:
+        key = (self._segment(t), setting, load)
         if key not in self._cache:
-            self._cache[key] = self._conditions(t, setting)
+            self._cache[key] = self._conditions(t, setting, load)
         return self._cache[key]
 
     def _segment(self, t: float) -> float:
@@ -140,7 +163,7 @@ class World:
             points |= {p[0] for p in profile.acceptance.points + profile.output_tokens.points}
         return sorted(points)
 
-    def _conditions(self, t: float, setting: Setting) -> Conditions:
+    def _conditions(self, t: float, setting: Setting, load: Load) -> Conditions:
         revision = self.revisions[setting.config]
         effects = self.effects(t, setting.config)
         k = revision.k if setting.speculation else 0
@@ -151,10 +174,10 @@ class World:
         slos = {c.name: c.slo for c in specmodel.spec.classes}
         critical = {c.name for c in specmodel.spec.classes if c.critical}
         classes = [
-            self._class(name, t, effects, slos.get(name), lookup, name in critical)
+            self._class(name, t, effects, slos.get(name), lookup, name in critical, load)
             for name in self.scenario.classes
         ]
-        replicas = max(specmodel.spec.pod.replicas, 1)
+        replicas = max(specmodel.spec.pod.replicas if load.pods is None else load.pods, 1)
         steps = [
             c.rate * c.output_tokens / physics.tokens_per_step(c.alpha, k, c.decay, c.match_rate)
             for c in classes
@@ -182,6 +205,7 @@ class World:
         slo: ClassSlo | None,
         lookup: bool,
         critical: bool,
+        load: Load,
     ) -> ClassConditions:
         profile = self.scenario.classes[name]
         validity = effects.tool_call_validity
@@ -194,7 +218,7 @@ class World:
         ceiling = slo.max_truncation_rate if slo else None
         return ClassConditions(
             name=name,
-            rate=self.scenario.rps(t) * profile.share,
+            rate=self.scenario.rps(t) * profile.share * load.share(name),
             alpha=min(self.scenario.acceptance(name, t) * effects.acceptance_factor, 1.0),
             decay=profile.position_decay,
             output_tokens=self.scenario.output_tokens(name, t),
