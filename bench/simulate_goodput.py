@@ -48,6 +48,7 @@ EXAMPLES = {
     "slow-revision": SCENARIOS / "slow-revision.specmodel.yaml",
     "broken-during-probation": SCENARIOS / "broken-during-probation.specmodel.yaml",
     "canary-rollouts": SCENARIOS / "canary-rollouts.specmodel.yaml",
+    "plain-pool": SCENARIOS / "plain-pool.specmodel.yaml",
 }
 DOCS_PICTURES = {
     "acceptance-collapse": "docs/replay-collapse.png",

@@ -67,5 +67,5 @@ def test_the_main_readme_quotes_the_sets_goodput_as_the_outputs_give_it() -> Non
     [(mean, worst), (rest_mean, rest_worst)] = means
     readme = (ROOT / "README.md").read_text()
     assert f"mean {mean}, worst {worst}" in readme
-    assert f"the other ten mean {rest_mean}, worst {rest_worst}" in readme
-    assert f"(mean {rest_mean})" in readme and f"set of eleven ({mean})" in readme
+    assert f"the other eleven mean {rest_mean}, worst {rest_worst}" in readme
+    assert f"(mean {rest_mean})" in readme and f"set of twelve ({mean})" in readme
