@@ -1,8 +1,8 @@
-"""The replay's plain pool: a class set off speculation (`guard.classesOff`) waits on the
-speculative fleet until the pool the operator sizes has a pod ready, then the gateways send it
-there; the pool decodes without speculation at its own load, its readings carry pool="plain"
-(the guard's fleet readings leave them out), its pods cost GPUs and its requests count in
-goodput."""
+"""The replay's plain pool: a class set off speculation (`guard.classesOff`, or by the guard
+with `guard.routeClasses`) waits on the speculative fleet until the pool the operator sizes has
+a pod ready, then the gateways send it there (but a class trial's share); the pool decodes
+without speculation at its own load, its readings carry pool="plain" (`Observation.plain`,
+apart from the fleet's windows), its pods cost GPUs and its requests count in goodput."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from specfleet.api.status import ClassSpeculationState
+from specfleet.render import PlainPool as RenderedPool
 from specfleet.scenario import parse_scenario
 from specfleet.simulate.control import Operator
 from specfleet.simulate.draws import ClassDraw
@@ -61,14 +62,16 @@ def test_once_ready_the_pool_serves_the_class_without_drafts(routed: Result) -> 
     run, base = routed.run, routed.base
     ready = base.index(OFF_AT + POD_START)
     for i in range(ready, base.count):
-        plain, fleet = run.plain[i], run.slices[i]
-        assert run.pools[i] == PlainPool(2, OFF_AT + POD_START, 2, ("creative",))
+        plain, fleet, pool = run.plain[i], run.slices[i], run.pools[i]
+        assert pool is not None and pool.routed == ("creative",) and pool.ready >= 1
         assert plain is not None
         assert fleet["creative"].requests == 0 and plain["code"].requests == 0
         assert plain["creative"].draft_tokens == 0 and plain["creative"].steps == 0
         assert fleet["code"].draft_tokens > 0  # the other class keeps speculating
     served = [s for s in run.plain if s]
     assert sum(s["creative"].requests for s in served) == routed_requests(routed, ready)
+    pool = run.pools[-1]  # sized from creative's share of the requests, at most maxReplicas
+    assert pool is not None and (pool.pods, pool.ready) == (2, 2)
 
 
 def routed_requests(result: Result, first: int) -> int:
@@ -87,7 +90,7 @@ def test_the_pools_readings_are_apart_from_the_fleets_the_guard_judges(routed: R
     for tick in settled:
         assert tick.plain is not None and not tick.plain.speculation
         assert tick.plain.tpot["creative"] is not None and tick.plain.rates["creative"] is None
-        assert tick.plain.tpot["code"] is None
+        assert set(tick.plain.tpot) == {"creative"}  # the gateways route nothing else there
         assert tick.fleet is not None and tick.fleet.tpot["creative"] is None
         assert tick.observed_rates["creative"] is None  # the guard judged no creative request
         assert tick.observed_rates["code"] is not None
@@ -102,8 +105,9 @@ def test_the_pools_readings_are_apart_from_the_fleets_the_guard_judges(routed: R
 def test_the_pools_pods_cost_gpus_and_its_requests_count_in_goodput(routed: Result) -> None:
     run, base = routed.run, routed.base
     assert not routed.acting  # no trial canary, no rollout: the fleet is four pods throughout
-    pool_seconds = 2 * (base.count * base.slice_seconds - OFF_AT)
-    assert run.goodput.gpu_seconds == 4 * base.count * base.slice_seconds + pool_seconds
+    pods = [4 + (pool.pods if pool else 0) for pool in run.pools]
+    assert run.goodput.gpu_seconds == base.slice_seconds * sum(pods)
+    assert max(pods) == 6 and pods[base.index(OFF_AT) - 1] == 4
     on_fleet = sum(s[n].valid_tokens for s in run.slices for n in s)
     on_pool = sum(s[n].valid_tokens for s in run.plain if s for n in s)
     assert on_pool > 0 and run.goodput.valid_tokens == on_fleet + on_pool
@@ -157,18 +161,23 @@ def test_the_operator_routes_the_class_once_the_pool_has_a_pod() -> None:
     operator = Operator.start(specmodel, fleet, start)
     states = {c.name: c.state for c in operator.pools.classes}
     assert states == {"code": ClassSpeculationState.SPECULATING, "creative": "waiting"}
-    assert operator.plain == (2, ())  # sized, not routed: no pod is available yet
-    starting = fleet.request_plain(*operator.plain, 0.0, 60.0, 4)
+    sized = RenderedPool(replicas=2)  # not routed: no pod is available yet
+    assert operator.pools.plain == sized
+    starting = fleet.request_plain(operator.pools.plain, 0.0, 60.0, 4)
     operator = operator.reconciled(starting, start)
-    assert operator.plain == (2, ()) and starting.plain and starting.plain.share("creative") == 0
+    assert operator.pools.plain == sized
+    assert starting.plain and starting.plain.share("creative") == 0
     ready = starting.advance(POD_START)
     operator = operator.reconciled(ready, start + timedelta(seconds=POD_START))
     assert {c.name: c.state for c in operator.pools.classes}["creative"] == "plain"
-    assert operator.plain == (2, ("creative",))
-    routed = ready.request_plain(*operator.plain, POD_START, 60.0, 4)
+    assert operator.pools.plain == RenderedPool(replicas=2, routed=["creative"])
+    routed = ready.request_plain(operator.pools.plain, POD_START, 60.0, 4)
     assert routed.plain == PlainPool(2, POD_START, 2, ("creative",))
     assert routed.plain.share("creative") == 1.0 and routed.plain.share("code") == 0.0
-    assert routed.request_plain(0, (), 100.0, 60.0, 4).plain is None  # removed at once
+    trial = RenderedPool(replicas=2, routed=["creative"], trial={"creative": 0.25})
+    on_trial = routed.request_plain(trial, 100.0, 60.0, 4).plain
+    assert on_trial and on_trial.share("creative") == 0.75  # the trial's share on the fleet
+    assert routed.request_plain(None, 100.0, 60.0, 4).plain is None  # removed at once
 
 
 def test_a_spec_with_the_class_off_from_the_start_routes_it_from_the_first_slice() -> None:
@@ -192,8 +201,9 @@ def test_back_on_the_fleet_when_the_class_is_on_again() -> None:
     assert run.pools[again - 1] is not None and run.pools[again:] == [None] * (base.count - again)
     assert all(p is None for p in run.plain[again:])
     assert all(s["creative"].draft_tokens > 0 for s in run.slices[again:])
-    total = base.count * base.slice_seconds
-    assert run.goodput.gpu_seconds == 4 * total + 2 * (1200 - OFF_AT)
+    pods = [4 + (pool.pods if pool else 0) for pool in run.pools]
+    assert run.goodput.gpu_seconds == base.slice_seconds * sum(pods)
+    assert pods[again:] == [4] * (base.count - again)
 
 
 def test_a_rollout_setting_off_an_unknown_class_is_refused_naming_the_field() -> None:
@@ -212,5 +222,29 @@ def test_the_picture_draws_the_pools_tpot_and_its_lane(routed: Result) -> None:
     on_pool = [v for v in view.seen("plain", "p95_tpot", "creative") if v == v]
     assert len(on_pool) == sum(1 for t in routed.run.ticks if t.plain)
     assert on_pool and all(v < 0.06 for v in on_pool)  # under creative's p95 TPOT SLO
-    lanes = list(plot._segments(routed.run.pools))
-    assert [(pool.pods, pool.ready) for _, _, pool in lanes if pool] == [(2, 0), (2, 2)]
+    lanes = [(pool.pods, pool.ready) for _, _, pool in plot._segments(routed.run.pools) if pool]
+    assert lanes[0] == (2, 0) and lanes[-1] == (2, 2)
+
+
+def test_the_guard_routes_a_class_and_its_trials_serve_a_share_on_the_fleet() -> None:
+    """guard.routeClasses: creative, named not paying, goes to the plain pool; each trial sends
+    classTrialShare (half) of it back to the speculative fleet, judged there, and fails."""
+    document = load_specmodel_document(SPECMODEL)
+    document["spec"]["guard"] = {"routeClasses": True}
+    scenario = yaml.safe_load((SCENARIOS / "plain-pool.yaml").read_text())
+    scenario |= {"rollouts": [], "duration_s": 900}
+    result = simulate(build_world(document, parse_scenario(scenario)))
+    run = result.run
+    kinds = [d["action"] for d in run.decisions]
+    assert kinds[:3] == ["class_breach", "class_speculation_off", "class_trial_started"]
+    assert "class_trial_failed" in kinds and "kill_switch_engaged" not in kinds
+    on_trial = [i for i, pool in enumerate(run.pools) if pool and pool.trial and pool.ready]
+    assert on_trial
+    fleet = sum(run.slices[i]["creative"].requests for i in on_trial)
+    plain = [run.plain[i] for i in on_trial]
+    pool = sum(s["creative"].requests for s in plain if s)
+    assert fleet == pytest.approx(pool, abs=1)  # evenly spread, no random number drawn
+    assert all(run.slices[i]["creative"].draft_tokens > 0 for i in on_trial)
+    assert all(s and s["creative"].draft_tokens == 0 for s in plain)
+    outside = [i for i, p in enumerate(run.pools) if p and p.ready and not p.trial]
+    assert outside and all(run.slices[i]["creative"].requests == 0 for i in outside)

@@ -54,13 +54,6 @@ class Operator:
         pods = self.plan.rollout_pods
         return (Setting(self.plan.desired.hash, self.plan.speculation), pods) if pods else None
 
-    @property
-    def plain(self) -> tuple[int, tuple[str, ...]]:
-        """The plain pool's pods and the classes the gateways route to it (none until it has a
-        pod available)."""
-        pool = self.pools.plain
-        return (pool.replicas, tuple(pool.routed)) if pool else (0, ())
-
     def with_spec(self, specmodel: SpecModel, fleet: Fleet, now: datetime) -> Operator:
         """Git changed the spec: the controller reconciles at once."""
         configs = {**self.configs, **_config_of(specmodel)}

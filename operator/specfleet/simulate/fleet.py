@@ -13,7 +13,8 @@ whole window of Ready.
 
 The plain pool (`<name>-plain`) runs the fleet's revision without speculation: new pods start
 together and take one pod start, as a canary does; fewer pods go at once. The gateways send the
-classes the operator routes to its ready pods.
+classes the operator routes to its ready pods, but for a class on the guard's trial the share
+they serve with speculation instead.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from specfleet import render
 from specfleet.simulate.world import WHOLE, Load, Setting
 
 
@@ -55,10 +57,12 @@ class PlainPool:
     ready_at: float
     ready: int = 0
     routed: tuple[str, ...] = ()
+    trial: tuple[tuple[str, float], ...] = ()
+    """Per routed class on the guard's trial, the share of it the fleet serves instead."""
 
     def share(self, name: str) -> float:
         """The share of a class's requests the pool serves."""
-        return 1.0 if name in self.routed else 0.0
+        return 1.0 - dict(self.trial).get(name, 0.0) if name in self.routed else 0.0
 
     def load(self, names: Iterable[str]) -> Load:
         """What its ready pods serve."""
@@ -169,23 +173,20 @@ class Fleet:
         return replace(self, rollout_canary=RolloutCanary(setting, pods, ready_at, serving))
 
     def request_plain(
-        self,
-        pods: int,
-        routed: tuple[str, ...],
-        now: float,
-        rollout_seconds: float,
-        replicas: int,
+        self, plan: render.PlainPool | None, now: float, rollout_seconds: float, replicas: int
     ) -> Fleet:
-        """Size the plain pool to `pods` (more: the new ones start, and any still starting
-        with them; fewer: at once; none: removed) and route `routed` to it."""
+        """Run the plain pool the plan renders (more pods: the new ones start, and any still
+        starting with them; fewer: at once; none: removed) and route to it as it says."""
         old = self.plain
-        if not pods:
+        if plan is None:
             return replace(self, plain=None) if old else self
+        pods, routed, trial = plan.replicas, tuple(plan.routed), tuple(plan.trial.items())
         if old is None or pods > old.pods:
             ready_at = now + pod_start_seconds(rollout_seconds, replicas)
-            pool = PlainPool(pods, ready_at, old.ready if old else 0, routed)
+            pool = PlainPool(pods, ready_at, old.ready if old else 0, routed, trial)
         else:
-            pool = replace(old, pods=pods, ready=min(old.ready, pods), routed=routed)
+            ready = min(old.ready, pods)
+            pool = replace(old, pods=pods, ready=ready, routed=routed, trial=trial)
         return self if pool == old else replace(self, plain=pool)
 
     def advance(self, now: float) -> Fleet:

@@ -26,7 +26,7 @@ from specfleet.simulate.draws import ClassDraw
 from specfleet.simulate.fleet import Fleet, PlainPool, fleet_load
 from specfleet.simulate.outcome import ClassSlice, realize, window
 from specfleet.simulate.world import Conditions, Setting, World
-from specfleet.telemetry.model import Observation
+from specfleet.telemetry.model import ClassWindow, Observation
 from specfleet.tick.plan import rollback_target
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -137,8 +137,8 @@ class Tick:
     canary: Seen | None = None
     """A trial's or a canary rollout's canary pods, when any served in the window."""
     plain: Seen | None = None
-    """The plain pool, when it served in the window: its series carry pool="plain", which the
-    guard's fleet readings leave out (`telemetry.reader.FLEET`)."""
+    """What the gateways sent the plain pool in the window (`Observation.plain`: its series
+    carry pool="plain", apart from the fleet's), when they routed any class there."""
     past_deadline: tuple[str, ...] = ()
     """Judgements still pending a tick after their deadline (`guard.evidence.past_deadline`):
     none, as the guard promises."""
@@ -346,8 +346,8 @@ def _tick(
     assert situation is not None and decision is not None  # a guard tick always judges
     tick = _record(t, fleet, observation, decision, situation.policy.guard)
     late = past_deadline(operator.status, now, base.tick_slices * base.slice_seconds)
-    plain = plain_readings(world, run, i, fleet, base, now)
-    seen = Seen.of(plain) if plain else None
+    plain = replace(observation, speculation=False, classes=observation.plain)
+    seen = Seen.of(plain) if observation.plain else None
     run.ticks.append(replace(tick, past_deadline=tuple(late), plain=seen))
     context = {
         "revision": situation.revision.number,
@@ -368,7 +368,7 @@ def _follow(
     moved = fleet.request(operator.target, t, rollout_seconds, replicas)
     moved = moved.request_canary(operator.canary, t, rollout_seconds, replicas)
     moved = moved.request_rollout_canary(operator.rollout_canary, t, rollout_seconds, replicas)
-    moved = moved.request_plain(*operator.plain, t, rollout_seconds, replicas)
+    moved = moved.request_plain(operator.pools.plain, t, rollout_seconds, replicas)
     if moved != fleet:
         operator = operator.reconciled(moved, now)
     return operator, moved
@@ -400,14 +400,16 @@ def observe(
 ) -> Observation:
     """The last window as telemetry reports it: only slices the current setting served, and
     beside them a canary's (its series are new: only the slices it served) or a canary
-    rollout's (the slices its revision served). Prometheus reports nothing it did not scrape:
-    blind while it is down, and back, only the slices since."""
+    rollout's (the slices its revision served), and what the gateways sent the plain pool.
+    Prometheus reports nothing it did not scrape: blind while it is down, and back, only the
+    slices since."""
     start = _scraped(world, end, base)
     if start is None:
         blind = _window(world, [], fleet.serving, base, now)
         return replace(blind, classes={}, blind="Prometheus unreachable")
     first = max(start, base.index(fleet.switched_at))
     observation = _window(world, run.slices[first:end], fleet.serving, base, now)
+    observation = replace(observation, plain=_plain(world, run, first, end))
     step = fleet.rollout_canary
     if step is not None:
         rolled = [r[1] for r in run.rollout[start:end] if r and r[0] == step.setting]
@@ -421,17 +423,6 @@ def observe(
     return replace(observation, canary=canary if served else None)
 
 
-def plain_readings(
-    world: World, run: GuardedRun, end: int, fleet: Fleet, base: Timebase, now: datetime
-) -> Observation | None:
-    """The plain pool's last window, as its pool="plain" series report it: the slices it
-    served (None: none)."""
-    start = _scraped(world, end, base)
-    served = [s for s in run.plain[start:end] if s is not None] if start is not None else []
-    plain = Setting(fleet.serving.config, False)
-    return _window(world, served, plain, base, now) if served else None
-
-
 def _scraped(world: World, end: int, base: Timebase) -> int | None:
     """The first slice of the window up to `end` that Prometheus scraped (None: it is down, or
     has scraped nothing since it came back)."""
@@ -441,6 +432,15 @@ def _scraped(world: World, end: int, base: Timebase) -> int | None:
     return max(end - base.window_slices, base.index(scraped))
 
 
+def _plain(world: World, run: GuardedRun, first: int, end: int) -> dict[str, ClassWindow]:
+    """What the gateways sent the plain pool, per class they routed there in the window, as
+    their pool="plain" series report it: labelled with the fleet's revision and speculation, so
+    over the slices the current setting served, as the fleet's own."""
+    routed = {n for pool in run.pools[first:end] if pool for n in pool.routed}
+    served = [s for s in run.plain[first:end] if s is not None]
+    return _windows(world, served, False, [n for n in world.scenario.classes if n in routed])
+
+
 def _window(
     world: World,
     slices: list[dict[str, ClassSlice]],
@@ -448,17 +448,24 @@ def _window(
     base: Timebase,
     now: datetime,
 ) -> Observation:
-    classes = {
-        name: window([s[name] for s in slices], setting.speculation, profile.tool_call_rate > 0)
-        for name, profile in world.scenario.classes.items()
-    }
     return Observation(
         at=now,
         window_seconds=base.window_slices * base.slice_seconds,
         revision=world.revisions[setting.config].number,
         speculation=setting.speculation,
-        classes=classes,
+        classes=_windows(world, slices, setting.speculation, list(world.scenario.classes)),
     )
+
+
+def _windows(
+    world: World, slices: list[dict[str, ClassSlice]], speculation: bool, names: list[str]
+) -> dict[str, ClassWindow]:
+    """Each named class's counters summed over the slices."""
+    profiles = world.scenario.classes
+    return {
+        n: window([s[n] for s in slices], speculation, profiles[n].tool_call_rate > 0)
+        for n in names
+    }
 
 
 def _record(
