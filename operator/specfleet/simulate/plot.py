@@ -507,10 +507,12 @@ def _lanes(axis: Any, result: Result, scale: float) -> None:
     if any(result.run.pools):
         lanes.insert(0, "plain pool")
         axis.set_ylim(-1.5, 2.5)
+        wide = 0.05 * len(result.run.pools)  # shorter spans go unlabelled: no overlap
         for start, end, pool in _segments(result.run.pools):
             if pool is not None:
                 routed = ", ".join(pool.routed) if pool.ready else "starting"
-                bar(start, end, -1, "lightsteelblue", f"{pool.pods} pods: {routed or 'none'}")
+                text = f"{pool.pods} pods: {routed or 'none'}" if end - start >= wide else ""
+                bar(start, end, -1, "lightsteelblue", text)
     else:
         axis.set_ylim(-0.5, 2.5)
     axis.set_yticks(range(3 - len(lanes), 3), lanes, fontsize=7)
