@@ -2,9 +2,10 @@
 speculating, on examples/scenarios/plain-pool.yaml: the same scenario and the same draws, its
 change at t=600 being `guard.classesOff: [creative]` (routed: creative to the plain pool, code
 speculating on the fleet), `guard.mode: off` (the fleet-wide switch: no class speculates) or
-`guard.mode: on` (every class speculates); and routed on the same four GPUs (the fleet down to
-three pods, the pool at most one). Each is the guarded replay (`specfleet simulate`), so the
-operator's own tick sizes the pool and routes the class.
+`guard.mode: on` (every class speculates); routed on the same four GPUs (the fleet down to
+three pods, the pool at most one); and the guard routing on its own from the start
+(`guard.routeClasses`, no change at t=600). Each is the guarded replay (`specfleet simulate`),
+so the operator's own tick sizes the pool and routes the class.
 
 Prints, per variant over the seeds: goodput (valid output tokens per decode-second, see
 `specfleet.simulate`), GPU-hours (the fleet's pods, a rollout's surge pod, trial canaries and
@@ -25,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from specfleet.documents import merge
 from specfleet.scenario import parse_scenario
 from specfleet.simulate import report
 from specfleet.simulate.inputs import build_world, load_specmodel_document
@@ -32,23 +34,27 @@ from specfleet.simulate.simulation import Result, SimulationSettings, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "examples/scenarios"
-VARIANTS = {
-    "routed": {"guard": {"classesOff": ["creative"]}},
+VARIANTS: dict[str, dict[str, Any]] = {
+    "routed": {"change": {"guard": {"classesOff": ["creative"]}}},
     "routed, 3+1 pods": {
-        "guard": {"classesOff": ["creative"]},
-        "pod": {"replicas": 3},
-        "plainPool": {"maxReplicas": 1},
+        "change": {
+            "guard": {"classesOff": ["creative"]},
+            "pod": {"replicas": 3},
+            "plainPool": {"maxReplicas": 1},
+        }
     },
-    "fleet-wide off": {"guard": {"mode": "off"}},
-    "all speculating": {"guard": {"mode": "on"}},
+    "guard routes": {"start": {"guard": {"routeClasses": True}}, "change": {}},
+    "fleet-wide off": {"change": {"guard": {"mode": "off"}}},
+    "all speculating": {"change": {"guard": {"mode": "on"}}},
 }
-"""The spec change at the scenario's rollout, per variant."""
+"""Per variant, the spec from the start (merged into the SpecModel's) and the change at t=600."""
 
 
-def replay(patch: dict[str, Any], seed: int) -> Result:
+def replay(variant: dict[str, Any], seed: int) -> Result:
     document = yaml.safe_load((SCENARIOS / "plain-pool.yaml").read_text())
-    document["rollouts"][0]["spec"] = patch
+    document["rollouts"][0]["spec"] = variant["change"]
     specmodel = load_specmodel_document(SCENARIOS / "plain-pool.specmodel.yaml")
+    specmodel = merge(specmodel, {"spec": variant.get("start", {})})
     world = build_world(specmodel, parse_scenario(document))
     return simulate(world, SimulationSettings(seed=seed))
 
