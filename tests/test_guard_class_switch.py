@@ -174,5 +174,25 @@ def test_a_routed_class_is_watched_on_what_the_plain_pool_served_it() -> None:
     prose = next(c for c in decisions[-1].classes if c.name == "prose")
     assert (prose.judged_on, prose.requests, prose.verdict) == ("plainPool", 40.0, "bad")
     assert prose.expected_speedup is None  # nothing drafted there: no speculation to judge
+    assert prose.plain_pool_requests == 40.0
     assert current.kill_switch.state == KillSwitchState.RELEASED
     assert current.guard.class_switches == []  # latency, not speculation: nothing to route
+
+
+def test_route_classes_turned_on_later_routes_a_class_that_already_breaches() -> None:
+    current, decisions = run(start(routeClasses=False), observe(prose=COLLAPSED))
+    assert actions(decisions) == [("class_breach", "ClassBreach")]
+    routing = replace(current, policy=start().policy)
+    current, decisions = run(routing, observe(prose=COLLAPSED))
+    assert actions(decisions) == [("class_speculation_off", "ClassNotPaying")]
+    assert switch_of(current) is not None
+
+
+def test_a_class_a_human_set_off_is_not_the_fleets_switchs_to_judge() -> None:
+    """While code waits for the plain pool it is still served, with speculation, by the fleet:
+    its collapse there engages no kill switch, set off as it is already."""
+    collapsed = observe(code=window(0.05), prose=HEALTHY)
+    current, _ = run(start(routeClasses=False, classesOff=["code"]), collapsed)
+    assert current.kill_switch.state == KillSwitchState.RELEASED
+    current, _ = run(start(routeClasses=False), collapsed)
+    assert current.kill_switch.state == KillSwitchState.ENGAGED

@@ -194,9 +194,25 @@ def test_a_routed_class_seen_on_the_plain_pool_sizes_it_down_as_well_as_up() -> 
     serving = Rollout(replicas=ReplicaStatus(desired=3, updated=3, ready=3, available=3))
     routed_traffic = SpecModelStatus(
         classes=[
-            ClassObservation(name="code", requests=10, judged_on="plainPool"),
+            ClassObservation(
+                name="code", requests=10, plain_pool_requests=10, judged_on="plainPool"
+            ),
             ClassObservation(name="chat", requests=90),
         ]
     )
     model = specmodel(guard={"classesOff": ["code"]})
     assert plain_replicas(tick(model, Observed(plain=serving), routed_traffic)) == 1
+
+
+def test_a_class_on_both_pools_in_a_window_is_sized_on_both_its_shares() -> None:
+    """The window a class moves in, or a trial's, holds some of it on the fleet's engines and
+    the rest on the pool: the pool is sized on the two together, and does not shrink."""
+    serving = Rollout(replicas=ReplicaStatus(desired=3, updated=3, ready=3, available=3))
+    moving = SpecModelStatus(
+        classes=[
+            ClassObservation(name="code", requests=5, plain_pool_requests=55),
+            ClassObservation(name="chat", requests=40),
+        ]
+    )
+    model = specmodel(guard={"classesOff": ["code"]})
+    assert plain_replicas(tick(model, Observed(plain=serving), moving)) == 3

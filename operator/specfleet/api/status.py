@@ -433,12 +433,18 @@ class ClassObservation(ApiModel):
         default=JudgedOn.WINDOW,
         description="`window`: the latest window; `accumulated`: the window held too few "
         "requests to judge the class, so it was judged on the fleet's evidence summed since its "
-        "judgement began (`guard.fleetEvidence`), with no p95s (they do not add up).",
+        "judgement began (`guard.fleetEvidence`), with no p95s (they do not add up); "
+        "`plainPool`: routed, judged on what the plain pool served it in the window.",
     )
     seconds: float | None = Field(
         default=None, description="Seconds of serving the numbers hold (the window's or the sum's)."
     )
     requests: float | None = Field(default=None, description="Requests the numbers hold.")
+    plain_pool_requests: float | None = Field(
+        default=None,
+        description="Of the window's requests, those the plain pool served (a routed class's; "
+        "some of one moving, or on trial): what sizes the pool.",
+    )
     draft_tokens: float | None = Field(default=None, description="Drafted tokens.")
     accepted_tokens: float | None = Field(default=None, description="Accepted draft tokens.")
     acceptance_rate: float | None = Field(default=None, description="Accepted / drafted tokens.")

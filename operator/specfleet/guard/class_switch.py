@@ -1,10 +1,11 @@
 """Speculation per class (guard.routeClasses): a class whose own speculation does not pay is
 routed to the plain pool while the other classes keep it, and comes back by a trial.
 
-- Off: the tick that names a class breaching on its acceptance floor or its speedup
-  (`guard.classes`, with its evidence rules: N windows in a row or one decisive) switches it
-  off, unless no other class would speculate (the fleet's kill switch answers then, as without
-  routing). From then on the fleet's kill switch judges the other classes alone (`excluding`).
+- Off: a class `guard.classes` has named breaching on its acceptance floor or its speedup (with
+  its evidence rules: N windows in a row or one decisive) is switched off, unless no other class
+  would speculate (the fleet's kill switch answers then, as without routing). From then on the
+  fleet's kill switch judges the other classes alone (`excluding`), as it judges without the
+  classes a human's override sets off.
 - Trial: after the cooldown (doubled per failed trial, at most maxCooldownSeconds),
   classTrialShare of the class is served by the speculative fleet again. Those requests are the
   class's fleet windows (the plain pool's are labelled apart), summed since the trial began
@@ -48,11 +49,12 @@ def switch(tick: Tick, window: Evaluation, evaluate: Evaluate) -> Evaluation:
     """Each class's switch after `guard.classes` judged the window; returns the window's
     evaluation for the fleet's kill switch: without the classes switched off or on trial."""
     situation = tick.situation
-    if not situation.policy.guard.route_classes or situation.policy.override is not None:
-        return window
+    policy = situation.policy
+    if not policy.guard.route_classes or policy.override is not None:
+        return _without(window, policy.classes_off, tick)
     switches = {s.name: s for s in tick.guard.class_switches}
     for state in tick.guard.classes:
-        if state.name not in switches and _newly_not_paying(tick, state, len(switches)):
+        if state.name not in switches and _not_paying(tick, state, len(switches)):
             off = _off(tick, window, state)
             if off is not None:
                 switches[state.name] = off
@@ -66,17 +68,30 @@ def switch(tick: Tick, window: Evaluation, evaluate: Evaluate) -> Evaluation:
     listed = list(switches.values())
     if listed != tick.guard.class_switches:
         tick.guard.class_switches = listed
-    if not listed:
+    return _without(window, policy.classes_off | switches.keys(), tick)
+
+
+def excluded(tick: Tick) -> frozenset[str]:
+    """The classes the fleet's speculation is judged without: an override's and (routing) the
+    guard's own."""
+    policy = tick.situation.policy
+    if not policy.guard.route_classes or policy.override is not None:
+        return policy.classes_off
+    return policy.classes_off | {s.name for s in tick.guard.class_switches}
+
+
+def _without(window: Evaluation, names: frozenset[str], tick: Tick) -> Evaluation:
+    if not names:
         return window
-    return excluding(window, frozenset(switches), situation.policy, situation.speculation)
+    return excluding(window, names, tick.situation.policy, tick.situation.speculation)
 
 
-def _newly_not_paying(tick: Tick, state: ClassGuardStatus, switched: int) -> bool:
-    """Named breaching its speculation this tick, with another class left speculating."""
-    if state.state != ClassState.BREACHING or state.since != tick.stamp:
+def _not_paying(tick: Tick, state: ClassGuardStatus, switched: int) -> bool:
+    """Breaching its speculation, with another class left speculating."""
+    if state.state != ClassState.BREACHING or SPECULATION_SIGNALS.isdisjoint(state.signals):
         return False
     left = len(tick.situation.policy.classes) - switched - 1
-    return left >= 1 and not SPECULATION_SIGNALS.isdisjoint(state.signals)
+    return left >= 1
 
 
 def _off(tick: Tick, window: Evaluation, state: ClassGuardStatus) -> ClassSwitch | None:
@@ -197,11 +212,12 @@ def _back_on(
 
 
 def _cleared(state: ClassGuardStatus, stamp: str) -> ClassGuardStatus:
-    """A class its trial showed paying is ok, unless it breaches more than its speculation: a
-    breach that comes back is then named anew, and answered anew."""
-    if not SPECULATION_SIGNALS.issuperset(state.signals):
-        return state
-    return ClassGuardStatus(name=state.name, since=stamp)
+    """A class its trial showed paying no longer breaches its speculation (ok, unless it
+    breaches more): a breach that comes back is named anew, and answered anew."""
+    others = [s for s in state.signals if s not in SPECULATION_SIGNALS]
+    if not others:
+        return ClassGuardStatus(name=state.name, since=stamp)
+    return state.model_copy(update={"signals": others})
 
 
 def _failed(

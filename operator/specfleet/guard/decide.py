@@ -38,7 +38,7 @@ from specfleet.guard.policy import Policy
 from specfleet.guard.rollout import StepJudgement
 from specfleet.guard.situation import QuietJudgement, Situation, Tick
 from specfleet.guard.speedup import weighted
-from specfleet.guard.verdict import ClassVerdict, Evaluation, evaluate
+from specfleet.guard.verdict import ClassVerdict, Evaluation, evaluate, excluding
 from specfleet.telemetry.model import Observation
 
 
@@ -73,7 +73,7 @@ class Decision:
             return []
         quiet, routed = self.quiet, self.routed
         plain = replace(observation, classes=observation.plain) if routed else observation
-        return [
+        found = [
             _class_observation(quiet.classes[v.name], quiet.evidence, JudgedOn.ACCUMULATED)
             if quiet is not None and v.name in quiet.classes
             else _class_observation(v, plain, JudgedOn.PLAIN_POOL)
@@ -81,6 +81,7 @@ class Decision:
             else _class_observation(v, observation, JudgedOn.WINDOW)
             for v in self.evaluation.classes
         ]
+        return [_with_plain_pool(c, observation) for c in found]
 
     @cached_property
     def acceptance(self) -> str | None:
@@ -174,11 +175,14 @@ def _evaluate(tick: Tick, observation: Observation, policy: Policy) -> Evaluatio
 
 def _judge_canary(tick: Tick) -> Evaluation | None:
     """A trial is judged on what its canary alone has shown since the trial began (None while
-    nothing new): one pod, so the requests in flight per replica are its own."""
+    nothing new): one pod, so the requests in flight per replica are its own; without the
+    classes off speculation alone (they will be routed once the fleet speculates)."""
     canary = killswitch.trial_evidence(tick)
     if canary is None:
         return None
-    return _judge(tick, canary, replace(tick.situation.policy, replicas=1))
+    judged = _judge(tick, canary, replace(tick.situation.policy, replicas=1))
+    off = class_switch.excluded(tick)
+    return excluding(judged, off, tick.situation.policy, True) if off else judged
 
 
 def _has_data(observation: Observation | None) -> bool:
@@ -208,6 +212,13 @@ def _class_observation(
         expected_speedup=_r(verdict.speedup),
         verdict=verdict.verdict,
     )
+
+
+def _with_plain_pool(found: ClassObservation, observation: Observation) -> ClassObservation:
+    window = observation.plain.get(found.name)
+    if window is None or not window.requests:
+        return found
+    return found.model_copy(update={"plain_pool_requests": window.requests})
 
 
 def _r(value: float | None) -> float | None:

@@ -44,6 +44,9 @@ class Policy:
     """`annotation` or `spec` when a human or Git decides speculation; None when the guard does."""
     rollout: RolloutSpec = field(default_factory=RolloutSpec)
     """A canary step's deadline and what it does then."""
+    classes_off: frozenset[str] = frozenset()
+    """The classes a human's per-class override serves without speculation
+    (`SpecModel.classes_off`): the fleet's speculation is judged without them."""
 
     @property
     def band(self) -> float:
@@ -68,6 +71,7 @@ class Policy:
             replicas=spec.pod.replicas,
             override=override,
             rollout=spec.rollout,
+            classes_off=frozenset(specmodel.classes_off()[0]),
         )
 
 

@@ -23,6 +23,7 @@ from specfleet.api.status import (
     ClassSpeculationState,
     ClassSwitch,
     ClassSwitchState,
+    JudgedOn,
     SpeculationSource,
 )
 from specfleet.guard import killswitch
@@ -101,14 +102,21 @@ def _sized(
 
 
 def _seen(routed: list[str], traffic: list[ClassObservation]) -> bool:
-    """Whether the last window saw requests of a routed class (the plain pool's, once routed)."""
-    return any(c.requests for c in traffic if c.name in routed)
+    """Whether the last window saw requests of a routed class, on either pool."""
+    return any(_served(c) for c in traffic if c.name in routed)
+
+
+def _served(found: ClassObservation) -> float:
+    """The class's requests in the last window, on the fleet's engines and the plain pool: a
+    class moving, or on trial, is served by both."""
+    fleet = 0.0 if found.judged_on == JudgedOn.PLAIN_POOL else found.requests or 0.0
+    return fleet + (found.plain_pool_requests or 0.0)
 
 
 def _share(routed: list[str], traffic: list[ClassObservation], classes: int) -> float:
     """The routed classes' share of the last window's requests; without any, their share of
     the classes."""
-    requests = {c.name: c.requests or 0.0 for c in traffic}
+    requests = {c.name: _served(c) for c in traffic}
     total = sum(requests.values())
     if total <= 0:
         return len(routed) / classes
