@@ -5,8 +5,9 @@ Replays (`specfleet.simulate`, the guard's real tick on a virtual clock) over ma
 1. time to a correct decision at 0.05, 0.15, 0.5, 2 and 8 requests/s per class, for four cases:
    a broken revision on a canary rollout (half its tool calls invalid: abort), a 2.5x slower
    revision on a canary rollout (abort), an acceptance collapse on the live fleet (kill switch
-   engaged, SpeculationNotPaying) and a recovery after the kill switch engaged (released after
-   a trial). Per case and rate: median and p90 time from the change to the correct decision,
+   engaged, SpeculationNotPaying), a recovery after the kill switch engaged (released after
+   a trial) and the same recovery with guard.routeClasses (the class alone routed off, back
+   after a class trial on half of it). Per case and rate: median and p90 time from the change to the correct decision,
    and the share of seeds whose first judgement was the correct one on evidence, one a
    deadline made (StepDeadline, TrialDeadline), a wrong one, or none within the run; one png;
 2. false actions per simulated week of healthy, noisy traffic at each rate, on a fleet that
@@ -64,16 +65,16 @@ RATES = (0.05, 0.15, 0.5, 2.0, 8.0)
 """Requests per second per class, the fleet's (a step-1 canary takes 1/4 of it, a trial's
 canary 1/5)."""
 HORIZON = 3600.0
-"""Seconds a run lasts after the change at 0.5 req/s per class and more: a decision later than
-its run's horizon (`horizon`) is 'none'."""
+"""Seconds a run lasts after the change (a recovery's at 0.5 req/s per class and more): a
+decision later than its run's end is 'none'."""
 CLASS_REQUESTS_PER_RUN = 2160.0
-"""Below HORIZON's rates a run lasts until the fleet has served this many requests of each class
-(12 h at 0.05 req/s): a trial's canary sees a fifth of them, enough to show a critical class's
-acceptance a few points over its floor (`guard.verdict.requests_to_show`)."""
+"""A recovery's run lasts until the fleet has served this many requests of each class, at least
+HORIZON (12 h at 0.05 req/s): a trial's canary sees a fifth of them, enough to show a critical
+class's acceptance a few points over its floor (`guard.verdict.requests_to_show`)."""
 
 
 def horizon(rate: float) -> float:
-    """Seconds a run at `rate` requests/s per class lasts after its change."""
+    """Seconds a recovery's run at `rate` requests/s per class lasts after its change."""
     return max(HORIZON, CLASS_REQUESTS_PER_RUN / rate)
 
 
@@ -86,6 +87,7 @@ kill switch engages at 615-630 s), then at RECOVERY_AT acceptance returns and th
 falls to the rate measured. The first trial is due 60 s (the cooldown) after the kill switch's
 rollout, at about 735 s: it sees the recovery."""
 DETECTION_RATE = 4.0
+ROUTED_RECOVERY_AT = 660.0
 HEALTHY_PERIOD = 7200.0
 """The healthy fleets roll out a good revision every two hours, the first at ROLLOUT_AT."""
 WEEK = 7 * 24 * 3600.0
@@ -93,6 +95,8 @@ WEEK = 7 * 24 * 3600.0
 ABORTED, STEP_PASSED, PROMOTED = "rollout_aborted", "rollout_step_passed", "rollout_promoted"
 ENGAGED, RELEASED = "kill_switch_engaged", "kill_switch_released"
 TRIAL_FAILED = "trial_failed"
+CLASS_OFF, CLASS_ON = "class_speculation_off", "class_speculation_on"
+CLASS_TRIAL_FAILED = "class_trial_failed"
 ROLLED_BACK, QUALITY_BREACH, CLASS_BREACH = "rolled_back", "quality_breach", "class_breach"
 STEP_DEADLINE, NOT_PAYING = "StepDeadline", "SpeculationNotPaying"
 KEPT = "revision_kept"
@@ -100,6 +104,7 @@ KEPT = "revision_kept"
 SHOULD_NOT_HAPPEN = (ENGAGED, TRIAL_FAILED, ABORTED, ROLLED_BACK, QUALITY_BREACH, CLASS_BREACH)
 """On healthy traffic with good revisions (a trial fails only after a kill switch engaged)."""
 ACTING = (ENGAGED, RELEASED, TRIAL_FAILED, ROLLED_BACK, STEP_PASSED, PROMOTED, ABORTED)
+ACTING += (CLASS_OFF, CLASS_ON, CLASS_TRIAL_FAILED)
 OUTCOMES = ("evidence", "deadline", "wrong", "none")
 """A seed's first judgement after the change: the correct one on evidence; one a deadline made
 (a canary step's StepDeadline abort, the correct action; a trial's TrialDeadline, failed
@@ -138,8 +143,9 @@ class Case:
     """Which decision is the correct one (`first_judgement`)."""
     deadline_words: str = "by the deadline"
     """What the 'deadline' outcome means here, for the plot."""
-    engaged_first: bool = False
-    """The case needs the kill switch engaged before its change (else its seeds are 'setup')."""
+    first: str | None = None
+    """The action the case needs before its change (else its seeds are 'setup'): the kill
+    switch engaged, or the class switched off."""
 
 
 def _specmodel(path: Path) -> dict[str, Any]:
@@ -153,7 +159,7 @@ def _specmodel(path: Path) -> dict[str, Any]:
 def _canary_case(effects: dict[str, Any]) -> Callable[[float], tuple[dict, dict]]:
     def build(rate: float) -> tuple[dict[str, Any], dict[str, Any]]:
         scenario = {
-            "duration_s": ROLLOUT_AT + horizon(rate),
+            "duration_s": ROLLOUT_AT + HORIZON,
             "traffic_rps": 3 * rate,
             "classes": copy.deepcopy(CANARY_CLASSES),
             "rollouts": [
@@ -189,20 +195,28 @@ def _live_classes(code_acceptance: Any) -> dict[str, Any]:
 
 def _collapse(rate: float) -> tuple[dict[str, Any], dict[str, Any]]:
     scenario = {
-        "duration_s": COLLAPSE_AT + horizon(rate),
+        "duration_s": COLLAPSE_AT + HORIZON,
         "traffic_rps": 2 * rate,
         "classes": _live_classes([[0, 0.8], [COLLAPSE_AT, 0.2]]),
     }
     return _specmodel(LIVE_SPECMODEL), scenario
 
 
-def _recovery(rate: float) -> tuple[dict[str, Any], dict[str, Any]]:
+def _recovery(rate: float, at: float = RECOVERY_AT) -> tuple[dict[str, Any], dict[str, Any]]:
     scenario = {
-        "duration_s": RECOVERY_AT + horizon(rate),
-        "traffic_rps": [[0, 2 * DETECTION_RATE], [RECOVERY_AT, 2 * rate]],
-        "classes": _live_classes([[0, 0.8], [COLLAPSE_AT, 0.2], [RECOVERY_AT, 0.8]]),
+        "duration_s": at + horizon(rate),
+        "traffic_rps": [[0, 2 * DETECTION_RATE], [at, 2 * rate]],
+        "classes": _live_classes([[0, 0.8], [COLLAPSE_AT, 0.2], [at, 0.8]]),
     }
     return _specmodel(LIVE_SPECMODEL), scenario
+
+
+def _routed(rate: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The recovery with the guard routing code alone to the plain pool (at 615-630 s): back at
+    ROUTED_RECOVERY_AT, before its first class trial is due (the cooldown after it)."""
+    specmodel, scenario = _recovery(rate, ROUTED_RECOVERY_AT)
+    specmodel["spec"].setdefault("guard", {})["routeClasses"] = True
+    return specmodel, scenario
 
 
 CORRECT, WRONG, INCONCLUSIVE = "correct", "wrong", "inconclusive"
@@ -240,6 +254,19 @@ def _released(d: dict[str, Any], change: float) -> str | None:
     return INCONCLUSIVE if d["reason"].endswith("Deadline") else WRONG
 
 
+def _class_back(d: dict[str, Any], change: float) -> str | None:
+    """Code's speculation back on by its class trial once acceptance is back; before it, or a
+    class trial failed on evidence or the fleet's switch after it, is wrong; a class trial ended
+    at its deadline (ClassTrialDeadline) is inconclusive. Switching it off is the setup."""
+    if d["t"] < change:
+        return WRONG if d["action"] == CLASS_ON else None
+    if d["action"] == CLASS_ON:
+        return CORRECT
+    if d["action"] not in (CLASS_TRIAL_FAILED, ENGAGED, TRIAL_FAILED, ROLLED_BACK, ABORTED):
+        return None
+    return INCONCLUSIVE if d["reason"].endswith("Deadline") else WRONG
+
+
 def first_judgement(
     decisions: list[dict[str, Any]], change: float, verdict: Verdict
 ) -> tuple[str, float | None, str | None]:
@@ -263,12 +290,12 @@ def first_judgement(
 
 
 def judge(case: Case, decisions: list[dict[str, Any]]) -> tuple[str, float | None, str | None]:
-    """first_judgement by the case's predicate; 'setup' when a case that needs the kill switch
-    engaged before its change (the recovery) did not get it."""
-    if case.engaged_first and not any(
-        d["action"] == ENGAGED and d["t"] < case.change for d in decisions
+    """first_judgement by the case's predicate; 'setup' when a case that needs an action before
+    its change (the recoveries) did not get it."""
+    if case.first and not any(
+        d["action"] == case.first and d["t"] < case.change for d in decisions
     ):
-        return "setup", None, f"the kill switch had not engaged before the {case.name}"
+        return "setup", None, f"no {case.first} before the {case.name}"
     return first_judgement(decisions, case.change, case.verdict)
 
 
@@ -311,7 +338,19 @@ CASES = (
         _recovery,
         _released,
         "first trial ran out its deadline",
-        engaged_first=True,
+        first=ENGAGED,
+    ),
+    Case(
+        "routed",
+        "recovery of the class alone (guard.routeClasses: code routed to the plain pool, its "
+        "trial half of it on the fleet)",
+        "recovery of a routed class",
+        "class speculating again after its trial",
+        ROUTED_RECOVERY_AT,
+        _routed,
+        _class_back,
+        "first class trial ran out its deadline",
+        first=CLASS_OFF,
     ),
 )
 
@@ -388,12 +427,16 @@ def _per_window(case: Case, rate: float) -> dict[str, float]:
         return {"canaryByDeadline": round(rate / REPLICAS * defaults()["stepDeadline"], 1)}
     if case.name == "recovery":
         return {"trialCanaryPerWindow": round(rate / (REPLICAS + 1) * 60, 1)}
+    if case.name == "routed":
+        return {"classTrialPerWindow": round(rate / 2 * 60, 1)}
     return {"fleetPerWindow": round(rate * 60, 1)}
 
 
 def _runs() -> str:
-    """How long the runs last, in words: '3600 s; 28800 s at 0.05 req/s, ...'."""
-    longer = [f"{horizon(r):.0f} s at {r:g} req/s" for r in RATES if horizon(r) > HORIZON]
+    """How long the runs last, in words: '3600 s; a recovery's 43200 s at 0.05 req/s, ...'."""
+    longer = [
+        f"a recovery's {horizon(r):.0f} s at {r:g} req/s" for r in RATES if horizon(r) > HORIZON
+    ]
     return "; ".join([f"{HORIZON:.0f} s", *longer])
 
 
@@ -742,13 +785,14 @@ def plot(rows: list[dict[str, Any]], seeds: int, commit: str, out: Path) -> None
 
     colours = {"broken": "tab:red", "slow": "tab:orange", "collapse": "tab:blue"}
     colours["recovery"] = "tab:green"
+    colours["routed"] = "tab:purple"
     longest = max(horizon(rate) for rate in RATES)
     band = longest * 1.5  # where "not decided within the run" is drawn, a row per case
     fig, ax = plt.subplots(figsize=(9.5, 7.2))
     for index, case in enumerate(CASES):
         mine = [r for r in rows if r["case"] == case.name]
         rates = [r["rate"] for r in mine]
-        colour, shift = colours[case.name], 1.09 ** (index - 1.5)  # side by side in the band
+        colour, shift = colours[case.name], 1.09 ** (index - (len(CASES) - 1) / 2)  # side by side
         for key, style in (("median", "-"), ("p90", "--")):
             values = [math.nan if r[key] is None else r[key] for r in mine]
             ax.plot(
