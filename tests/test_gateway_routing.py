@@ -1,11 +1,14 @@
 """The gateway routes the classes its configuration sends to the plain pool: against a pair of
 loopback engines (a speculative local one, a plain one), with the fallback to the local engine
-when the pool cannot be reached, and the routing switched by a configuration reload."""
+when the pool cannot be reached (and the pool left alone for its back-off), and the routing
+switched by a configuration reload."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,9 +20,11 @@ from pydantic import ValidationError
 
 from specfleet.api.gateway import GatewayConfig, PlainRoute
 from specfleet.gateway.config import load_gateway_config
+from specfleet.gateway.proxy import ProxySettings
 from specfleet.gateway.server import GatewayServer, Watch, running
 from specfleet_testbed.engine.args import EngineConfig, parse_vllm
 from specfleet_testbed.engine.server import EngineSimulator, SimOptions, serve
+from test_gateway_backoff import Clock
 from test_gateway_edges import Upstream, hang_up_mid_stream
 from test_gateway_proxy import EAGLE3, MESSAGES, WEATHER, client, gateway_config, metric, scrape
 
@@ -48,6 +53,17 @@ def unused_port() -> int:
     return port  # closed: a connection to it is refused
 
 
+def blackhole() -> tuple[socket.socket, socket.socket]:
+    """A listener that never accepts, its one-place queue taken: connections to its port never
+    complete (a Service whose pods are gone and whose packets are dropped). Close both to free
+    the port."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    queued = socket.create_connection(listener.getsockname())
+    return listener, queued
+
+
 @asynccontextmanager
 async def engines() -> AsyncIterator[tuple[EngineSimulator, EngineSimulator]]:
     async with serve(engine(True), OPTIONS) as local, serve(engine(False), OPTIONS) as plain:
@@ -58,12 +74,12 @@ async def served(sim: EngineSimulator) -> float:
     return metric(await scrape(sim.url), "vllm:request_success_total")
 
 
-async def send(gw: GatewayServer, cls: str, stream: bool) -> str:
-    """One request of `cls`; what the client got back."""
+async def send(gw: GatewayServer, cls: str, stream: bool, **options: Any) -> str:
+    """One request of `cls` (`options` for the request); what the client got back."""
     oai = client(gw.url)
-    extra: dict[str, Any] = {"extra_headers": {"x-specfleet-class": cls}}
+    extra: dict[str, Any] = {"extra_headers": {"x-specfleet-class": cls}, **options}
     if cls == "tools":
-        extra = {"tools": [WEATHER], "tool_choice": "required"}
+        extra = {"tools": [WEATHER], "tool_choice": "required", **options}
     if not stream:
         answer = await oai.chat.completions.create(model="llama", messages=MESSAGES, **extra)
         return answer.choices[0].finish_reason
@@ -110,6 +126,50 @@ async def test_an_unreachable_plain_pool_is_served_locally_and_counted_never_fai
         fallbacks = "specfleet_gateway_plain_pool_fallbacks_total"
         assert metric(text, fallbacks, **{"class": "code"}) == 2
         assert metric(text, "specfleet_spec_draft_tokens_total", pool="fleet") > 0
+
+
+async def test_an_unreachable_plain_pool_is_not_tried_during_its_back_off_then_used_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "specfleet.gateway.plain")
+    clock, connect_timeout = Clock(), ProxySettings.connect_timeout
+    listener, queued = blackhole()
+    port = listener.getsockname()[1]
+    async with (
+        serve(engine(True), OPTIONS) as local,
+        running(routed(f"http://127.0.0.1:{port}", "code"), local.url) as gw,
+    ):
+        assert gw.proxy.routing.plain is not None
+        gw.proxy.routing.plain.backoff.clock = clock
+        with listener, queued:
+            first = await timed(send(gw, "code", True, max_tokens=16))
+            later = [
+                await timed(send(gw, "code", stream=i % 5 == 0, max_tokens=16)) for i in range(10)
+            ]
+        # An attempt waits out the whole timeout on a blackholed pool; these tried none.
+        assert first >= connect_timeout
+        assert max(later) < connect_timeout / 2, later
+        text = await scrape(gw.metrics_url)
+        assert await served(local) == 11 and requests(text, "code", "fleet") == 11
+        fallbacks = "specfleet_gateway_plain_pool_fallbacks_total"
+        assert metric(text, fallbacks, **{"class": "code", "reason": "unreachable"}) == 1
+        assert metric(text, fallbacks, **{"class": "code", "reason": "backing_off"}) == 10
+        async with serve(engine(False), OPTIONS, port=port) as plain:
+            clock.now += 1.0  # the first back-off has passed: one request probes the pool
+            for stream in (True, False):
+                await send(gw, "code", stream)
+            assert (await served(plain), await served(local)) == (2, 11)
+            text = await scrape(gw.metrics_url)
+            assert requests(text, "code", "plain") == 2
+            assert metric(text, fallbacks) == 11
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name.endswith(".plain")]
+    assert [level for level, _ in said] == ["WARNING", "INFO"], said
+
+
+async def timed(request: Any) -> float:
+    started = time.perf_counter()
+    await request
+    return time.perf_counter() - started
 
 
 async def test_a_reloaded_configuration_switches_the_routing_without_a_restart(

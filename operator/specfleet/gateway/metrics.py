@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from specfleet import series
+from specfleet.gateway.plain import FALLBACK_REASONS
 from specfleet.gateway.quality import KINDS, Verdicts
 from specfleet.gateway.schemas import REASONS
 from specfleet.gateway.stats import SpecCounts
@@ -141,8 +142,9 @@ class GatewayMetrics:
         )  # fmt: skip
         self.plain_fallbacks = Counter(
             series.PLAIN_POOL_FALLBACKS, "Requests of a class routed to the plain pool that "
-            "the gateway served with its own engine: no connection to the pool.",
-            [series.CLASS], registry=r,
+            "the gateway served with its own engine, by why: the connection to the pool failed "
+            "(unreachable), or the pool was not tried while it backs off from failing "
+            "(backing_off).", [series.CLASS, series.REASON], registry=r,
         )  # fmt: skip
         self._series: dict[tuple[str, str], _ClassSeries] = {}
         self.mirror = MirrorMetrics(r)
@@ -150,12 +152,15 @@ class GatewayMetrics:
     def ensure_classes(self, names: Iterable[str], pool: str = series.FLEET_POOL) -> None:
         for name in names:
             self._of(name, pool)
+            if pool == series.PLAIN_POOL:
+                for reason in FALLBACK_REASONS:
+                    self.plain_fallbacks.labels(name, reason)
 
     def record(self, record: RequestRecord) -> None:
         self._of(record.class_name, record.pool).record(record)
 
-    def count_fallback(self, class_name: str) -> None:
-        self.plain_fallbacks.labels(class_name).inc()
+    def count_fallback(self, class_name: str, reason: str) -> None:
+        self.plain_fallbacks.labels(class_name, reason).inc()
 
     def _of(self, name: str, pool: str) -> _ClassSeries:
         found = self._series.get((name, pool))

@@ -4,9 +4,9 @@ Inference requests (`POST /v1/chat/completions`, `/v1/completions`) are classifi
 and relayed event by event while their statistics are read on the side; everything else passes
 through untouched. A request of a class the configuration routes to the plain pool is sent there
 instead of to the local engine, and counted as the plain pool's; with no connection to the pool
-it is served locally (and the fallback counted). Bookkeeping runs after the client has its bytes
-and never fails a request: its errors are logged and counted in
-`specfleet_gateway_errors_total{stage}`.
+it is served locally (and the fallback counted), and the pool is left alone for a back-off
+(`gateway.plain`). Bookkeeping runs after the client has its bytes and never fails a request:
+its errors are logged and counted in `specfleet_gateway_errors_total{stage}`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from specfleet.gateway.classify import Classifier, RequestView
 from specfleet.gateway.exchange import Exchange, StreamReader, account
 from specfleet.gateway.metrics import GatewayMetrics, RequestRecord
 from specfleet.gateway.mirror import Mirroring
+from specfleet.gateway.plain import NotSent, PlainUpstream
 from specfleet.gateway.request import Refused, Request
 from specfleet.gateway.sse import SseSplitter
 from specfleet.gateway.stats import summarize_body
@@ -36,7 +37,6 @@ from specfleet.gateway.upstream import (
     EngineConnection,
     EngineError,
     EnginePool,
-    EngineUnreachable,
     Head,
     Pump,
 )
@@ -76,8 +76,8 @@ class Routing:
 
     config: GatewayConfig
     classifier: Classifier
-    plain: EnginePool | None = None
-    """The plain pool's connections, when the configuration routes classes to it."""
+    plain: PlainUpstream | None = None
+    """The plain pool, when the configuration routes classes to it."""
     routed: frozenset[str] = frozenset()
     """The classes it serves."""
 
@@ -113,17 +113,17 @@ class Proxy:
         self.routing = self._routing(config, self.routing.plain)
         self.mirroring.apply(config)
 
-    def _routing(self, config: GatewayConfig, plain: EnginePool | None) -> Routing:
-        """The configuration's routing; the plain pool's connections are kept while its URL
-        holds (exchanges in flight give theirs back to the pool they came from)."""
+    def _routing(self, config: GatewayConfig, plain: PlainUpstream | None) -> Routing:
+        """The configuration's routing; the plain pool's connections and back-off are kept
+        while its URL holds (exchanges in flight give theirs back to the pool they came from)."""
         self.metrics.ensure_classes(config.routed(), series.PLAIN_POOL)
-        url = config.plain_pool.url if config.plain_pool else None
-        if plain is not None and plain.base_url != url:
+        route = config.plain_pool
+        if plain is not None and (route is None or plain.url != route.url):
             plain.close()
             plain = None
-        if plain is None and url is not None:
+        if plain is None and route is not None:
             settings = self.settings
-            plain = EnginePool(url, settings.connect_timeout, settings.upstream_timeout)
+            plain = PlainUpstream(route.url, settings.connect_timeout, settings.upstream_timeout)
         return Routing(config, Classifier(config), plain, config.routed())
 
     async def open(self) -> None:
@@ -330,18 +330,17 @@ class Proxy:
         plain = self._plain_pool_for(exchange, routing)
         if plain is not None:
             try:
-                connection = await plain.send("POST", target, headers, body)
-            except EngineUnreachable as exc:
-                log.warning("the plain pool is unreachable, serving locally: %s", exc)
-                self.metrics.count_fallback(exchange.record.class_name)
+                connection = await plain.send(target, headers, body)
+            except NotSent as exc:
+                self.metrics.count_fallback(exchange.record.class_name, exc.reason)
             else:
                 # Served without speculation: nothing drafted to derive.
                 exchange.k, exchange.drafting = None, None
                 exchange.record.pool = series.PLAIN_POOL
-                return connection, plain
+                return connection, plain.engines
         return await self.engine.send("POST", target, headers, body), self.engine
 
-    def _plain_pool_for(self, exchange: Exchange, routing: Routing) -> EnginePool | None:
+    def _plain_pool_for(self, exchange: Exchange, routing: Routing) -> PlainUpstream | None:
         if routing.plain is None:
             return None
         record = exchange.record
