@@ -1,7 +1,7 @@
 """The gateway routes the classes its configuration sends to the plain pool: against a pair of
 loopback engines (a speculative local one, a plain one), with the fallback to the local engine
-when the pool cannot be reached (and the pool left alone for its back-off), and the routing
-switched by a configuration reload."""
+when the pool cannot be reached (and the pool left alone for its back-off), a trial share served
+locally, and the routing switched by a configuration reload."""
 
 from __future__ import annotations
 
@@ -38,12 +38,13 @@ def engine(speculative: bool) -> EngineConfig:
     return parse_vllm(argv, env={})
 
 
-def routed(url: str | None, *classes: str) -> GatewayConfig:
+def routed(url: str | None, *classes: str, trial: dict[str, float] | None = None) -> GatewayConfig:
     """The test gateway's configuration, `classes` routed to the plain pool at `url`."""
     config = gateway_config("vllm")
     if url is None:
         return config
-    return config.model_copy(update={"plain_pool": PlainRoute(url=url, classes=list(classes))})
+    route = PlainRoute(url=url, classes=list(classes), trial=trial or {})
+    return config.model_copy(update={"plain_pool": route})
 
 
 def unused_port() -> int:
@@ -172,6 +173,27 @@ async def timed(request: Any) -> float:
     return time.perf_counter() - started
 
 
+async def test_a_class_on_trial_has_its_share_served_by_the_fleet() -> None:
+    async with engines() as (local, plain):
+        config = routed(plain.url, "code", "chat", trial={"code": 0.5})
+        async with running(config, local.url) as gw:
+            gw.proxy.trial_draws.seed(29)
+            for i in range(40):
+                await send(gw, "code", stream=i % 10 == 0, max_tokens=16)
+            for stream in (True, False):
+                await send(gw, "chat", stream)  # routed, not on trial
+            text = await scrape(gw.metrics_url)
+        on_trial, off = requests(text, "code", "fleet"), requests(text, "code", "plain")
+        assert on_trial + off == 40 and 8 <= on_trial <= 32  # 0.5 of 40, within 4 sd
+        assert (await served(local), await served(plain)) == (on_trial, off + 2)
+        assert [requests(text, "chat", pool) for pool in ("fleet", "plain")] == [0, 2]
+        # served by the fleet, a trial speculates and is measured as the fleet's
+        drafts = "specfleet_spec_draft_tokens_total"
+        assert metric(text, drafts, **{"class": "code", "pool": "fleet"}) > 0
+        assert metric(text, drafts, pool="plain") == 0
+        assert metric(text, "specfleet_gateway_plain_pool_fallbacks_total") == 0
+
+
 async def test_a_reloaded_configuration_switches_the_routing_without_a_restart(
     tmp_path: Path,
 ) -> None:
@@ -231,3 +253,31 @@ def test_a_route_to_an_unknown_class_or_outside_the_cluster_is_refused(
 ) -> None:
     with pytest.raises(ValidationError, match=error):
         GatewayConfig.model_validate({**gateway_config("vllm").to_wire(), "plainPool": route})
+
+
+@pytest.mark.parametrize(
+    ("trial", "error"),
+    [
+        (
+            {"chat": 0.5},
+            r"trial names classes not routed to the plain pool: \['chat'\]; add them to "
+            "classes or drop them from trial",
+        ),
+        ({"code": 0.0}, r"shares must be in \(0, 1\]: code"),
+        ({"code": 1.5}, r"shares must be in \(0, 1\]: code"),
+    ],
+)
+def test_a_trial_of_a_class_not_routed_or_outside_0_1_is_refused(
+    trial: dict[str, float], error: str
+) -> None:
+    route = {"url": "http://m-plain.ns.svc:80", "classes": ["code"], "trial": trial}
+    with pytest.raises(ValidationError, match=error):
+        GatewayConfig.model_validate({**gateway_config("vllm").to_wire(), "plainPool": route})
+
+
+def test_a_route_without_a_trial_writes_none() -> None:
+    """A gateway from before trials refuses unknown fields: an empty trial is left out."""
+    route = PlainRoute(url="http://m-plain.ns.svc:80", classes=["code"])
+    assert route.to_wire() == {"url": "http://m-plain.ns.svc:80", "classes": ["code"]}
+    trial = route.model_copy(update={"trial": {"code": 0.25}})
+    assert PlainRoute.model_validate(trial.to_wire()) == trial

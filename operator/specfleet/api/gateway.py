@@ -50,6 +50,14 @@ class Drafting(ApiModel):
     )
 
 
+def shares(by_class: dict[str, float]) -> dict[str, float]:
+    """Each class's share of its requests, in (0, 1]."""
+    outside = [name for name, share in by_class.items() if not 0 < share <= 1]
+    if outside:
+        raise ValueError(f"shares must be in (0, 1]: {', '.join(outside)}")
+    return by_class
+
+
 class MirrorArm(ApiModel):
     name: str = Field(max_length=63, pattern=ARM_NAME, description="The arm, as metrics name it.")
     url: str = Field(
@@ -130,13 +138,7 @@ class Mirror(ApiModel):
         "prompts. Required with `keepSample`.",
     )
 
-    @field_validator("sample")
-    @classmethod
-    def _shares(cls, sample: dict[str, float]) -> dict[str, float]:
-        outside = [name for name, share in sample.items() if not 0 < share <= 1]
-        if outside:
-            raise ValueError(f"shares must be in (0, 1]: {', '.join(outside)}")
-        return sample
+    _sample = field_validator("sample")(lambda sample: shares(sample))
 
     @model_validator(mode="after")
     def _arms(self) -> Self:
@@ -159,8 +161,27 @@ class PlainRoute(ApiModel):
         "a Service name, a port, no path. Unreachable, the gateway serves locally.",
     )
     classes: list[str] = Field(min_length=1, description="The classes routed there.")
+    trial: dict[str, float] = Field(
+        default_factory=dict,
+        # Absent when empty: a gateway from before trials still reads the configuration.
+        exclude_if=lambda trial: not trial,
+        description="The share (0 < share <= 1) of a routed class's requests served by the "
+        "speculative fleet (the local engine) instead of the plain pool, while the guard judges "
+        "on trial whether speculation pays for that class again.",
+    )
 
     _url = field_validator("url")(lambda url: cluster_url(url))
+    _trial = field_validator("trial")(lambda trial: shares(trial))
+
+    @model_validator(mode="after")
+    def _trial_routed(self) -> Self:
+        unrouted = sorted(set(self.trial) - set(self.classes))
+        if unrouted:
+            raise ValueError(
+                f"trial names classes not routed to the plain pool: {unrouted}; add them to "
+                "classes or drop them from trial"
+            )
+        return self
 
 
 class GatewayConfig(ApiModel):

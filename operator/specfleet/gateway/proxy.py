@@ -5,8 +5,10 @@ and relayed event by event while their statistics are read on the side; everythi
 through untouched. A request of a class the configuration routes to the plain pool is sent there
 instead of to the local engine, and counted as the plain pool's; with no connection to the pool
 it is served locally (and the fallback counted), and the pool is left alone for a back-off
-(`gateway.plain`). Bookkeeping runs after the client has its bytes and never fails a request:
-its errors are logged and counted in `specfleet_gateway_errors_total{stage}`.
+(`gateway.plain`). A class on trial has a share of its requests served locally all the same,
+drawn at random: the fleet's measure of whether speculation pays for it again. Bookkeeping
+runs after the client has its bytes and never fails a request: its errors are logged and
+counted in `specfleet_gateway_errors_total{stage}`.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -80,6 +83,8 @@ class Routing:
     """The plain pool, when the configuration routes classes to it."""
     routed: frozenset[str] = frozenset()
     """The classes it serves."""
+    trial: Mapping[str, float] = field(default_factory=dict)
+    """The share of a routed class's requests served locally instead."""
 
 
 class ClientGone(Exception):
@@ -107,6 +112,9 @@ class Proxy:
         self._engine: EnginePool | None = None
         self.in_flight = InFlight()
         self.mirroring = Mirroring(config, metrics)
+        self.trial_draws = random.Random()
+        """Which requests of a class on trial are served locally: drawn from nothing in the
+        request, so no client chooses its pool. Seed it for a repeatable run."""
 
     def apply(self, config: GatewayConfig) -> None:
         self.metrics.ensure_classes(c.name for c in config.classes)
@@ -124,7 +132,8 @@ class Proxy:
         if plain is None and route is not None:
             settings = self.settings
             plain = PlainUpstream(route.url, settings.connect_timeout, settings.upstream_timeout)
-        return Routing(config, Classifier(config), plain, config.routed())
+        trial = route.trial if route else {}
+        return Routing(config, Classifier(config), plain, config.routed(), trial)
 
     async def open(self) -> None:
         if Pump is None:
@@ -324,8 +333,8 @@ class Proxy:
     async def _send(
         self, exchange: Exchange, routing: Routing, headers: Mapping[str, str], body: bytes
     ) -> tuple[EngineConnection, EnginePool]:
-        """Sends the request to the plain pool if its class is routed there and the pool takes
-        the connection, else to the local engine."""
+        """Sends the request to the plain pool if its class is routed there (and not drawn for
+        its trial) and the pool takes the connection, else to the local engine."""
         target = exchange.request.target
         plain = self._plain_pool_for(exchange, routing)
         if plain is not None:
@@ -344,9 +353,14 @@ class Proxy:
         if routing.plain is None:
             return None
         record = exchange.record
-        record.class_name = self._classify(routing, exchange.request, exchange.body)
+        name = record.class_name = self._classify(routing, exchange.request, exchange.body)
         exchange.classified = True
-        return routing.plain if record.class_name in routing.routed else None
+        if name not in routing.routed:
+            return None
+        share = routing.trial.get(name)
+        if share is not None and self.trial_draws.random() < share:
+            return None
+        return routing.plain
 
     def _classify(self, routing: Routing, request: Request, body: dict[str, Any] | None) -> str:
         try:
