@@ -180,6 +180,8 @@ def test_a_class_on_the_guards_trial_sends_its_share_back_to_the_fleet() -> None
     the_step = tick(model, READY, switched(trial))
     assert routed(the_step) == ["code"]
     assert the_step.pools.plain is not None and the_step.pools.plain.trial == {"code": 0.25}
+    data = children(the_step)[("ConfigMap", "m-gateway")]["data"]["gateway.yaml"]
+    assert yaml.safe_load(data)["plainPool"]["trial"] == {"code": 0.25}  # the gateways' sample
     assert states(the_step)["code"] == "trial"
     assert the_step.status.classes_speculating == "2/3"  # a trial's class is mostly plain
 

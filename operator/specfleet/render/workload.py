@@ -232,7 +232,7 @@ def plain_route(workload: Workload) -> PlainRoute | None:
     if plain is None or not plain.routed:
         return None
     url = f"http://{plain_name(workload.name)}.{workload.namespace}.svc:{PLAIN_SERVICE_PORT}"
-    return PlainRoute(url=url, classes=plain.routed)
+    return PlainRoute(url=url, classes=plain.routed, trial=plain.trial)
 
 
 def gateway_configmap(workload: Workload) -> Manifest:
