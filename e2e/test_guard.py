@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from tests.argocd_lua import health as argocd_health
 
 from e2e.cluster.harness import LocalCluster, eventually
@@ -570,3 +572,92 @@ def test_prometheus_down_is_blind_alerts_and_holds(
             60,
         )
         traffic.result(stop=True)
+
+
+def routed_to_plain(cluster: LocalCluster, namespace: str, name: str, klass: str) -> float:
+    """Requests of `klass` the fleet's gateways sent to the plain pool, read off the gateways
+    themselves (what Prometheus would scrape)."""
+    pods = cluster.kubectl_json(
+        "get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={name}"
+    )["items"]
+    total = 0.0
+    for pod in pods:
+        ip = pod.get("status", {}).get("podIP")
+        if not ip or "gateway" not in {c["name"] for c in pod["spec"]["containers"]}:
+            continue
+        try:
+            with urllib.request.urlopen(f"http://{ip}:9090/metrics", timeout=2) as response:
+                text = response.read().decode()
+        except OSError:
+            continue
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = sample.labels
+                if sample.name == "specfleet_requests_total" and labels.get("pool") == "plain":
+                    total += sample.value if labels.get("class") == klass else 0.0
+    return total
+
+
+def test_a_collapsed_class_is_routed_to_the_plain_pool_alone_and_a_trial_brings_it_back(
+    local_cluster: LocalCluster, namespace: str, operator: RunningOperator, tmp_path: Path
+) -> None:
+    """routeClasses: code's acceptance collapses and code alone moves to the plain pool (no
+    engine restarts, the fleet's kill switch stays released, chat keeps speculating); once its
+    acceptance is back, a trial sends half of code to the fleet again and brings it back."""
+    collapse, recover = 30, 60  # routed at about 45 s; the first trial, 30 s later, sees it back
+    plan = scenario([[0, 0.85], [collapse, 0.1], [recover, 0.95]])
+    guard = GUARD | {"routeClasses": True, "cooldownSeconds": 30, "trialDeadlineSeconds": 120}
+    name = "routed"
+    apply(local_cluster, namespace, specmodel(name, guard=guard, plainPool={"maxReplicas": 1}))
+    with simulated_pods(local_cluster, namespace, plan, tmp_path) as fleet:
+        eventually(lambda: ready_replicas(local_cluster, namespace, name) == 2, "fleet Ready", 60)
+        fleet_pods = pod_uids(local_cluster, namespace, name)
+        traffic = fleet.traffic_in_background(name, name, 600)
+        wait_action(local_cluster, namespace, name, "class_speculation_off", collapse + 60)
+        off = decision(local_cluster, namespace, name, "class_speculation_off")
+        decided = time.monotonic()
+        assert off["reason"] == "ClassNotPaying" and off["evidence"]["class"] == "code"
+        eventually(
+            lambda: routed_to_plain(local_cluster, namespace, name, "code") > 0,
+            "code served by the plain pool",
+            60,
+        )
+        moved = time.monotonic() - decided
+        st = status(local_cluster, namespace, name)
+        states = {c["name"]: c["state"] for c in st["classSpeculation"]}
+        assert states == {"code": "plain", "chat": "speculating"}, st["classSpeculation"]
+        assert st["classesSpeculating"] == "1/2"
+        assert st["killSwitch"]["state"] == "released" and st["speculationActive"] is True
+        assert "kill_switch_engaged" not in actions(local_cluster, namespace, name)
+        plain = local_cluster.kubectl_json("get", "deployment", f"{name}-plain", "-n", namespace)
+        plain_args = " ".join(
+            next(c for c in plain["spec"]["template"]["spec"]["containers"])["args"]
+        )
+        assert "speculative" not in plain_args
+        assert pod_uids(local_cluster, namespace, name) == fleet_pods  # a class flip restarts none
+        eventually(
+            lambda: "SpecfleetClassNotPaying" in webhook_alertnames(local_cluster, namespace, name),
+            "the ClassNotPaying alert",
+            60,
+        )
+        assert "ClassNotPaying" in reasons(local_cluster, namespace)
+        wait_action(local_cluster, namespace, name, "class_trial_started", 60)
+        wait_action(local_cluster, namespace, name, "class_speculation_on", 150)
+        back = decision(local_cluster, namespace, name, "class_speculation_on")
+        assert back["reason"] == "ClassPays" and back["evidence"]["class"] == "code"
+        eventually(
+            lambda: status(local_cluster, namespace, name)["classesSpeculating"] == "2/2",
+            "code speculating again",
+            30,
+        )
+        assert pod_uids(local_cluster, namespace, name) == fleet_pods
+        report = traffic.result(stop=True)
+    assert sum(report.failed.values()) == 0, report.errors[:5]
+    print(f"decision to the first code request on the plain pool: {moved:.1f}s")
+
+
+def pod_uids(cluster: LocalCluster, namespace: str, name: str) -> set[str]:
+    """The fleet's engine pods (not the plain pool's, nor a canary's)."""
+    selector = f"app.kubernetes.io/instance={name},app.kubernetes.io/name=specfleet-engine"
+    items = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"]
+    return {p["metadata"]["uid"] for p in items if "deletionTimestamp" not in p["metadata"]}

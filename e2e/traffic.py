@@ -96,10 +96,14 @@ class Traffic:
         return self._targets[self._next]
 
     async def _refresh_targets(self, stop_at: float) -> None:
-        """Ready, not terminating pods, as endpoints would list them: the stand-in kubelet
-        (`specfleet-testbed pods`) marks a pod Ready once its gateway answers /health."""
+        """Ready, not terminating pods the SpecModel's Service selects, as its endpoints would
+        list them (not the plain pool's: no gateway, their clients are the fleet's gateways):
+        the stand-in kubelet (`specfleet-testbed pods`) marks a pod Ready once its gateway
+        answers /health."""
         core = client.CoreV1Api(self.api)
-        selector = f"app.kubernetes.io/instance={self.specmodel}"
+        selector = (
+            f"app.kubernetes.io/instance={self.specmodel},app.kubernetes.io/managed-by=specfleet"
+        )
         while time.time() < stop_at:
             listed = await asyncio.to_thread(
                 core.list_namespaced_pod, self.namespace, label_selector=selector
