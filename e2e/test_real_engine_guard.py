@@ -5,16 +5,19 @@ real gateway, Prometheus scrapes both, and the operator's guard acts on what the
 did.
 
 The draft's logits are the target's, so greedy clients get every draft accepted and sampled ones
-almost none: the acceptance collapse below is the clients' own doing, not a script. A draft step
-costs a fraction of a target step, so greedy speculation really beats plain decoding on this CPU
-and the trial can release the kill switch on speed and acceptance both. One SpecModel with one
-replica for the module; every pod it gets (the rollouts, the trial's canary) starts a real
-engine (about two minutes, 4.2-4.4 GiB).
+almost none: the acceptance collapse below is the clients' own doing, not a script. With
+`guard.routeClasses` the class whose clients sample is routed to a plain pool running the real
+vLLM without speculation, while the other class keeps speculating on the fleet's engine, which
+never restarts; a trial on the fleet itself brings the class back once its clients are greedy
+again. One SpecModel with one replica for the module; its plain pool's pod starts a second real
+engine (about two minutes, 4.2-4.4 GiB). The fleet-wide kill switch's flip and trial are the
+simulated fleet's to prove (`test_guard`): on the real engine they cost two more engine starts.
 """
 
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +25,7 @@ from typing import Any
 
 import pytest
 from openai import OpenAI
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import real_clients, real_engine
 from e2e.cluster.harness import LocalCluster, eventually
@@ -29,7 +33,7 @@ from e2e.fleet import Background, simulated_pods
 from e2e.real_clients import PROMPTS, SAMPLED, Clients, chat_request
 from e2e.real_engine_pod import COMMAND
 from e2e.test_cluster import prometheus_query
-from e2e.test_guard import actions, apply, operator, status, wait_action  # noqa: F401
+from e2e.test_guard import actions, apply, decision, operator, status, wait_action  # noqa: F401
 from e2e.test_real_engine import GATEWAY_TO_ENGINE
 from e2e.traffic import serving
 
@@ -43,8 +47,8 @@ GUARD = {
     # among two once read a greedy trial at 0.87x)
     "minRequests": 5,
     "minDraftTokens": 30,
-    # longer than a pod's restart (the pair's engine: 74-136 s alone at load 2-5), so the
-    # trial's canary does not start beside a rollout
+    # longer than the plain pool's engine start (the pair's engine: 74-136 s alone at load 2-5),
+    # so the class's trial starts once its clients are greedy again
     "cooldownSeconds": 180,
     # a failed trial is tried again after the same cooldown, not twice it (see the test)
     "maxCooldownSeconds": 180,
@@ -56,6 +60,8 @@ GUARD = {
     "releaseMargin": 0.1,
     "probationSeconds": 30,
     "blindAfterSeconds": 60,
+    # the class alone is routed off, and a trial sends half of it back to the fleet's engine
+    "routeClasses": True,
 }
 SPECMODEL = real_clients.specmodel(
     real_engine.PAIR_SOURCE,
@@ -101,20 +107,16 @@ class RealFleet:
             for r in prometheus_query(self.cluster, query)
         }
 
-    def total(self, metric: str, selector: str) -> float:
-        query = f'sum({metric}{{namespace="{self.namespace}", {selector}}})'
-        return sum(float(r["value"][1]) for r in prometheus_query(self.cluster, query))
-
-    def speculating(self) -> set[bool]:
-        """For each serving pod of the fleet (the canary aside): has it --speculative-config?"""
-        return {
-            "--speculative-config" in engine_args(p)
-            for p in self.serving_pods()
-            if not is_canary(p)
-        }
-
     def serving_pods(self) -> list[dict[str, Any]]:
-        selector = f"app.kubernetes.io/instance={NAME}"
+        return self._pods(
+            f"app.kubernetes.io/instance={NAME},app.kubernetes.io/name!=specfleet-engine-plain"
+        )
+
+    def plain_pods(self) -> list[dict[str, Any]]:
+        """The plain pool's (no gateway, outside the SpecModel's Service)."""
+        return self._pods(f"app.kubernetes.io/instance={NAME},specfleet.dev/pool=plain")
+
+    def _pods(self, selector: str) -> list[dict[str, Any]]:
         pods = self.cluster.kubectl_json("get", "pods", "-n", self.namespace, "-l", selector)
         return [p for p in pods["items"] if serving(p)]
 
@@ -180,83 +182,95 @@ def test_gateway_class_counters_in_prometheus_equal_the_engines_own(fleet: RealF
         assert sum(per_class.values()) == sum(delta(theirs).values()), (ours, per_class, theirs)
 
 
-def test_sampling_clients_engage_the_kill_switch_and_a_greedy_trial_releases_it(
+def test_sampling_clients_route_their_class_to_a_plain_real_engine_and_a_trial_brings_it_back(
     fleet: RealFleet,
 ) -> None:
     cluster, namespace = fleet.cluster, fleet.namespace
     with fleet.clients(3600) as (clients, traffic):
         timings = {"first engine start": fleet.engine_start_s}
         wait_evaluated(fleet, "code", lambda rate: rate >= 0.9)
+        [speculative] = fleet.serving_pods()
 
         clients.temperature["code"] = SAMPLED
         flipped = time.monotonic()
-        wait_action(cluster, namespace, NAME, "kill_switch_engaged", DETECT_S)
+        wait_action(cluster, namespace, NAME, "class_speculation_off", DETECT_S)
         timings["detection"] = time.monotonic() - flipped
-        engaged = next(
-            d
-            for d in status(cluster, namespace, NAME)["decisions"]
-            if d["action"] == "kill_switch_engaged"
+        off = decision(cluster, namespace, NAME, "class_speculation_off")
+        assert off["evidence"]["class"] == "code", off
+        assert off["evidence"]["acceptanceRate"] < real_clients.FLOOR, off
+        routed_at = time.monotonic()
+        eventually(
+            lambda: class_states(fleet) == {"code": "plain", "chat": "speculating"},
+            "code routed to the plain pool's real engine, Ready",
+            ENGINE_READY_S,
         )
-        assert engaged["evidence"]["classes"]["code"]["acceptanceRate"] < 0.5, engaged
+        timings["plain pool"] = time.monotonic() - routed_at
+        [plain] = fleet.plain_pods()
+        assert "--speculative-config" not in engine_args(plain)
+        # the engines' own counters: the plain engine serves code and drafts nothing, the
+        # fleet's engine still drafts for chat
+        fleet_before, plain_before = engine_counts(speculative), engine_counts(plain)
+        eventually(
+            lambda: engine_counts(plain)["requests"] >= plain_before["requests"] + 3,
+            "code's requests answered by the plain engine",
+            60,
+        )
+        eventually(
+            lambda: engine_counts(speculative)["drafted"] > fleet_before["drafted"],
+            "the fleet's engine drafting for chat",
+            60,
+        )
+        assert engine_counts(plain)["drafted"] == 0
+        st = status(cluster, namespace, NAME)
+        assert st["killSwitch"]["state"] == "released" and st["speculationActive"] is True
+        assert fleet.serving_pods()[0]["metadata"]["uid"] == speculative["metadata"]["uid"]
+
         clients.temperature["code"] = 0.0
-        engaged_at = time.monotonic()
-
-        eventually(
-            lambda: fleet.speculating() == {False},
-            "the fleet's pod restarted with a real engine without --speculative-config, Ready",
-            ROLLOUT_S,
-        )
-        timings["restart"] = time.monotonic() - engaged_at
-        eventually(
-            lambda: fleet.total("vllm:generation_tokens_total", 'speculation="off"') > 0,
-            "Prometheus to scrape tokens from the engine without speculation",
-            30,
-        )
-        assert fleet.total("vllm:spec_decode_num_draft_tokens_total", 'speculation="off"') == 0
-
-        wait_action(cluster, namespace, NAME, "trial_started", GUARD["cooldownSeconds"] + DETECT_S)
-        trial = time.monotonic()
-        verdict = wait_trial_verdict(fleet, ENGINE_READY_S + DETECT_S)
-        if verdict["action"] == "trial_failed":
-            # The whole suite's load once slowed the greedy canary's engine below the fleet's
-            # (measured 0.93x in CI, 3-4x beside a plain engine alone): the guard rightly
-            # fails that trial and tries again after its cooldown, which must then release.
-            print("first trial failed:", verdict["message"])
-            retry = GUARD["maxCooldownSeconds"] + ENGINE_READY_S + DETECT_S
-            verdict = wait_trial_verdict(fleet, retry, after=verdict["time"])
-        timings["trial"] = time.monotonic() - trial
-        # The canary's greedy code class accepts again, the trial saw it, and the canary's
-        # speculation beats the fleet's plain decoding (measured TPOT, the same windows) by
-        # more than minSpeedup + releaseMargin: the kill switch is released.
-        code = verdict["evidence"]["classes"]["code"]
-        assert code["acceptanceRate"] >= 0.9 and code["speedupSource"] == "measured", verdict
-        assert verdict["action"] == "kill_switch_released", verdict
-        released = GUARD["minSpeedup"] + GUARD["releaseMargin"]
-        assert verdict["evidence"]["speedup"] >= released, verdict
-        deployment = cluster.kubectl_json("get", "deployment", NAME, "-n", namespace)
-        assert "--speculative-config" in engine_args(deployment["spec"]["template"])
+        greedy = time.monotonic()
+        wait_action(cluster, namespace, NAME, "class_trial_started", GUARD["cooldownSeconds"])
+        back = wait_class_back(fleet, GUARD["maxCooldownSeconds"] + 2 * DETECT_S)
+        timings["greedy to back"] = time.monotonic() - greedy
+        assert back["evidence"]["acceptanceRate"] >= 0.9, back
+        assert "kill_switch_engaged" not in actions(cluster, namespace, NAME)
+        assert fleet.serving_pods()[0]["metadata"]["uid"] == speculative["metadata"]["uid"]
         report = traffic.result(stop=True)
         print("seconds:", {k: round(v) for k, v in timings.items()}, "requests:", report.ok)
         assert sum(report.failed.values()) == 0, report.errors[:5]
         assert report.ok["code"] > 0 and report.ok["chat"] > 0
 
 
-def wait_trial_verdict(fleet: RealFleet, timeout: float, after: str = "") -> dict[str, Any]:
-    """The first decision on a trial (the kill switch released, or the trial failed) made
-    after the time `after`."""
-    verdicts = {"kill_switch_released", "trial_failed"}
+def wait_class_back(fleet: RealFleet, timeout: float) -> dict[str, Any]:
+    """Code's speculation back on: its first trial's, or (a trial that started while the clients
+    still sampled failed rightly) the next one's."""
 
-    def verdict() -> dict[str, Any] | None:
+    def back() -> dict[str, Any] | None:
         decisions = status(fleet.cluster, fleet.namespace, NAME).get("decisions", [])
-        found = (d for d in decisions if d["action"] in verdicts and d["time"] > after)
-        return next(found, None)
+        return next((d for d in decisions if d["action"] == "class_speculation_on"), None)
 
-    eventually(
-        verdict, "the trial's verdict on its canary (a real engine with speculation)", timeout
-    )
-    found = verdict()
+    eventually(back, "code's trial on the fleet's real engine to show it pays", timeout)
+    found = back()
     assert found is not None
     return found
+
+
+def class_states(fleet: RealFleet) -> dict[str, str]:
+    found = status(fleet.cluster, fleet.namespace, NAME).get("classSpeculation") or []
+    return {c["name"]: c["state"] for c in found}
+
+
+def engine_counts(pod: dict[str, Any]) -> dict[str, float]:
+    """The engine's own requests answered and draft tokens proposed, off its /metrics."""
+    url = f"http://{pod['status']['podIP']}:8000/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    counts = {"requests": 0.0, "drafted": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "vllm:request_success_total":
+                counts["requests"] += sample.value
+            elif sample.name == "vllm:spec_decode_num_draft_tokens_total":
+                counts["drafted"] += sample.value
+    return counts
 
 
 def wait_evaluated(fleet: RealFleet, klass: str, healthy: Any) -> None:
@@ -268,10 +282,6 @@ def wait_evaluated(fleet: RealFleet, klass: str, healthy: Any) -> None:
         return value if value is not None and healthy(value) else None
 
     eventually(rate, f"the guard to see {klass}'s greedy acceptance", DETECT_S)
-
-
-def is_canary(pod: dict[str, Any]) -> bool:
-    return bool(pod["metadata"]["labels"]["app.kubernetes.io/name"] == "specfleet-engine-canary")
 
 
 def engine_args(pod: dict[str, Any]) -> list[str]:

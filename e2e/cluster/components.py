@@ -188,34 +188,42 @@ def kwok(layout: Layout) -> Daemon:
 
 MANAGED_BY = '.metadata.labels."app.kubernetes.io/managed-by"'
 APP_NAME = '.metadata.labels."app.kubernetes.io/name"'
+POOL = '.metadata.labels."specfleet.dev/pool"'
+"""The plain pool's pods: specfleet's too, without managed-by."""
 
 
 def kwok_stages(layout: Layout) -> Path:
-    """kwok's default stages, except that specfleet's pods start Running but not Ready: the
-    stand-in kubelet (`specfleet-testbed pods`) marks them Ready when their engine answers /health,
-    as a readiness probe would, so rollouts wait for real processes like on a real cluster; and
-    it, not kwok, ends an experiment's load tests, when their command has run."""
+    """kwok's default stages, except that specfleet's pods (the plain pool's too, which carry no
+    managed-by) start Running but not Ready: the stand-in kubelet (`specfleet-testbed pods`)
+    marks them Ready when their engine answers /health, as a readiness probe would, so rollouts
+    wait for real processes like on a real cluster; and it, not kwok, ends an experiment's load
+    tests, when their command has run."""
     stages = list(yaml.safe_load_all((layout.bin_dir / "kwok-stages.yaml").read_text()))
     [ready] = [s for s in stages if s and s["metadata"]["name"] == "pod-ready"]
     [complete] = [s for s in stages if s and s["metadata"]["name"] == "pod-complete"]
     complete["spec"]["selector"]["matchExpressions"].append(
         {"key": APP_NAME, "operator": "NotIn", "values": [CAPACITY_APP]}
     )
-    starting = copy.deepcopy(ready)
-    starting["metadata"]["name"] = "specfleet-pod-starting"
-    ready["spec"]["selector"]["matchExpressions"].append(
-        {"key": MANAGED_BY, "operator": "NotIn", "values": ["specfleet"]}
-    )
-    starting["spec"]["selector"]["matchExpressions"].append(
-        {"key": MANAGED_BY, "operator": "In", "values": ["specfleet"]}
-    )
-    template = starting["spec"]["next"]["statusTemplate"]
+    base = copy.deepcopy(ready)
+    template = base["spec"]["next"]["statusTemplate"]
     for kind in ("Ready", "ContainersReady"):
         template = re.sub(
             rf'status: "True"(\s+)type: {kind}\b', rf'status: "False"\1type: {kind}', template
         )
-    starting["spec"]["next"]["statusTemplate"] = template.replace("ready: true", "ready: false", 1)
-    return layout.write_config("kwok-stages.yaml", yaml.safe_dump_all([*stages, starting]))
+    template = template.replace("ready: true", "ready: false", 1)
+    starting = []
+    for label, value in ((MANAGED_BY, "specfleet"), (POOL, "plain")):
+        ready["spec"]["selector"]["matchExpressions"].append(
+            {"key": label, "operator": "NotIn", "values": [value]}
+        )
+        stage = copy.deepcopy(base)
+        stage["metadata"]["name"] = f"specfleet-{value}-pod-starting"
+        stage["spec"]["selector"]["matchExpressions"].append(
+            {"key": label, "operator": "In", "values": [value]}
+        )
+        stage["spec"]["next"]["statusTemplate"] = template
+        starting.append(stage)
+    return layout.write_config("kwok-stages.yaml", yaml.safe_dump_all([*stages, *starting]))
 
 
 def webhook(layout: Layout) -> Daemon:
