@@ -2,14 +2,15 @@
 
 Replays (`specfleet.simulate`, the guard's real tick on a virtual clock) over many seeds:
 
-1. time to a correct decision at 0.05, 0.15, 0.5, 2 and 8 requests/s per class, for four cases:
+1. time to a correct decision at 0.05, 0.15, 0.5, 2 and 8 requests/s per class, for five cases:
    a broken revision on a canary rollout (half its tool calls invalid: abort), a 2.5x slower
    revision on a canary rollout (abort), an acceptance collapse on the live fleet (kill switch
    engaged, SpeculationNotPaying), a recovery after the kill switch engaged (released after
    a trial) and the same recovery with guard.routeClasses (the class alone routed off, back
-   after a class trial on half of it). Per case and rate: median and p90 time from the change to the correct decision,
-   and the share of seeds whose first judgement was the correct one on evidence, one a
-   deadline made (StepDeadline, TrialDeadline), a wrong one, or none within the run; one png;
+   after a class trial on half of it). Per case and rate: median and p90 time from the change
+   to the correct decision, and the share of seeds whose first judgement was the correct one
+   on evidence, one a deadline made (StepDeadline, TrialDeadline), a wrong one, or none within
+   the run; one png;
 2. false actions per simulated week of healthy, noisy traffic at each rate, on a fleet that
    rolls out a good revision every two hours as canaries, and on one that rolls them out
    directly (probation): every kill switch engaged, rollout aborted, rollback, quality breach
