@@ -155,10 +155,17 @@ def test_no_class_trial_while_the_fleets_switch_holds_speculation_off() -> None:
     assert switch_of(current).state == "off"
 
 
-def test_a_dry_run_says_what_it_would_route_and_routes_nothing() -> None:
-    current, decisions = run(start(dryRun=True), observe(prose=COLLAPSED))
+def test_a_dry_run_says_what_it_would_route_once_and_routes_nothing() -> None:
+    current, decisions = run(start(dryRun=True), *[observe(prose=COLLAPSED)] * 4)
     off = [a for d in decisions for a in d.actions if a.action == "class_speculation_off"]
     assert len(off) == 1 and off[0].dry_run and off[0].message.startswith("dry run: would have")
+    assert current.guard.class_switches == []
+
+
+def test_route_classes_turned_off_brings_every_class_back_to_the_fleet() -> None:
+    current = routed_off()
+    assert switch_of(current) is not None
+    current, _ = run(replace(current, policy=start(routeClasses=False).policy), observe())
     assert current.guard.class_switches == []
 
 

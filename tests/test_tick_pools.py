@@ -186,6 +186,11 @@ def test_a_class_on_the_guards_trial_sends_its_share_back_to_the_fleet() -> None
     assert the_step.status.classes_speculating == "2/3"  # a trial's class is mostly plain
 
 
+def test_without_route_classes_the_guards_switches_route_nothing() -> None:
+    the_step = tick(specmodel(), READY, switched(OFF))
+    assert routed(the_step) is None and set(states(the_step).values()) == {"speculating"}
+
+
 def test_an_override_decides_and_the_guards_switches_wait() -> None:
     model = specmodel(guard={"routeClasses": True, "mode": "on"})
     the_step = tick(model, READY, switched(OFF))

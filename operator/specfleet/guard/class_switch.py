@@ -50,8 +50,10 @@ def switch(tick: Tick, window: Evaluation, evaluate: Evaluate) -> Evaluation:
     evaluation for the fleet's kill switch: without the classes switched off or on trial."""
     situation = tick.situation
     policy = situation.policy
+    if not policy.guard.route_classes and tick.guard.class_switches:
+        tick.guard.class_switches = []  # routing turned off: every class back on the fleet
     if not policy.guard.route_classes or policy.override is not None:
-        return _without(window, policy.classes_off, tick)
+        return _without(window, excluded(tick), tick)
     switches = {s.name: s for s in tick.guard.class_switches}
     for state in tick.guard.classes:
         if state.name not in switches and _not_paying(tick, state, len(switches)):
@@ -68,7 +70,7 @@ def switch(tick: Tick, window: Evaluation, evaluate: Evaluate) -> Evaluation:
     listed = list(switches.values())
     if listed != tick.guard.class_switches:
         tick.guard.class_switches = listed
-    return _without(window, policy.classes_off | switches.keys(), tick)
+    return _without(window, excluded(tick), tick)
 
 
 def excluded(tick: Tick) -> frozenset[str]:
@@ -87,8 +89,11 @@ def _without(window: Evaluation, names: frozenset[str], tick: Tick) -> Evaluatio
 
 
 def _not_paying(tick: Tick, state: ClassGuardStatus, switched: int) -> bool:
-    """Breaching its speculation, with another class left speculating."""
+    """Breaching its speculation, with another class left speculating; in a dry run, named so
+    this tick (it switches nothing, so it says so once)."""
     if state.state != ClassState.BREACHING or SPECULATION_SIGNALS.isdisjoint(state.signals):
+        return False
+    if tick.situation.policy.guard.dry_run and state.since != tick.stamp:
         return False
     left = len(tick.situation.policy.classes) - switched - 1
     return left >= 1

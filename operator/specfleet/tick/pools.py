@@ -85,7 +85,7 @@ def _off(specmodel: SpecModel, plan: Plan, switches: list[ClassSwitch]) -> dict[
     guard decides) the guard."""
     names, source = killswitch.classes_off(specmodel)
     off = {n: Off(f"set off by the {source}") for n in names}
-    if plan.speculation_source == SpeculationSource.GUARD:
+    if plan.speculation_source == SpeculationSource.GUARD and specmodel.spec.guard.route_classes:
         for found in switches:
             trial = found.state == ClassSwitchState.TRIAL
             off.setdefault(found.name, Off(f"set off by the guard: {found.reason}", trial))
