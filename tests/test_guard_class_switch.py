@@ -49,8 +49,9 @@ def switch_of(current: Situation, name: str = "prose") -> ClassSwitch | None:
 
 
 def routed_off(current: Situation | None = None) -> Situation:
+    """Prose switched off, and (as the next status says once the pool is Ready) routed."""
     current, _ = run(current or start(), observe(prose=COLLAPSED))
-    return current
+    return replace(current, routed=frozenset({"prose"}))
 
 
 def test_a_class_that_does_not_pay_is_routed_off_alone() -> None:
@@ -113,6 +114,15 @@ def test_a_trial_after_the_cooldown_brings_a_class_back_on_its_samples_evidence(
     assert switch_of(current) is None
     prose = next(c for c in current.guard.classes if c.name == "prose")
     assert prose.state == "ok"  # shown paying: a new breach is named, and answered, anew
+
+
+def test_no_class_trial_while_the_class_waits_for_the_pool() -> None:
+    """Waiting, the class is all on the fleet: a trial then would judge all of it."""
+    waiting = replace(routed_off(), routed=frozenset())
+    current, decisions = run(waiting, *[observe(prose=HEALTHY)] * 8)
+    assert "class_trial_started" not in [a for a, _ in actions(decisions)]
+    current, decisions = run(replace(current, routed=frozenset({"prose"})), observe())
+    assert actions(decisions) == [("class_trial_started", "ClassTrialStarted")]
 
 
 def test_a_trial_shown_short_doubles_the_cooldown() -> None:

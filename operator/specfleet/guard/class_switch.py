@@ -14,8 +14,10 @@ routed to the plain pool while the other classes keep it, and comes back by a tr
   Shown short (its speedup's upper bound under minSpeedup, or its acceptance under its floor):
   off again, the cooldown doubled. Undecided at trialDeadlineSeconds: off, the cooldown not
   doubled, its evidence handed to the next trial.
-- No class trial starts while the fleet's own switch holds speculation off (nothing to serve
-  the sample with speculation) or a human's override decides.
+- No class trial starts before the class has moved to the plain pool (while it waits for the
+  pool it is all on the fleet: a trial would judge all of it), while the fleet's own switch
+  holds speculation off (nothing to serve the sample with speculation) or while a human's
+  override decides.
 """
 
 from __future__ import annotations
@@ -131,7 +133,8 @@ def _next(tick: Tick, found: ClassSwitch, evaluate: Evaluate, fleet_on: bool) ->
     decisions and keeps the switch as it was."""
     if found.state == OFF:
         due = tick.situation.now >= datetime.fromisoformat(found.next_trial_after)
-        return _trial(tick, found) if due and fleet_on else found
+        moved = found.name in tick.situation.routed
+        return _trial(tick, found) if due and moved and fleet_on else found
     if not fleet_on:
         return found
     return _judge_trial(tick, found, evaluate)

@@ -51,6 +51,8 @@ class Situation:
     rollout_stalled: str | None = None
     """Why the rollout's canary pods cannot become available (its Deployment's progress
     deadline passed: a crash loop, an unschedulable pod, a flag the engine refuses)."""
+    routed: frozenset[str] = frozenset()
+    """The classes the plain pool serves as status last said (not those waiting for it)."""
 
 
 class QuietJudgement(NamedTuple):

@@ -11,6 +11,7 @@ from specfleet.api import SpecModel, SpecModelStatus
 from specfleet.api.spec import GuardSpec, SpeculativeSpec
 from specfleet.api.status import (
     MAX_DECISIONS,
+    ClassSpeculationState,
     GuardStatus,
     KillSwitchStatus,
     RevisionRecord,
@@ -21,6 +22,9 @@ from specfleet.telemetry.model import Observation
 from specfleet.tick import rollouts
 from specfleet.tick.observed import Observed, Rollout
 from specfleet.tick.plan import Plan, rollback_target
+
+ROUTED = frozenset({ClassSpeculationState.PLAIN, ClassSpeculationState.TRIAL})
+"""A class in these states is served by the plain pool (a trial's share aside)."""
 
 
 def situation(
@@ -52,6 +56,7 @@ def situation(
         rollback_target=target.number if target else None,
         rollout=the_rollout,
         rollout_stalled=observed.rollout.deadline_exceeded if the_rollout else None,
+        routed=frozenset(c.name for c in status.class_speculation if c.state in ROUTED),
     )
 
 
