@@ -137,6 +137,6 @@ def simulated_pods(
     finally:
         process.terminate()
         try:
-            process.wait(30)
+            process.wait(60)
         except subprocess.TimeoutExpired:
             process.kill()

@@ -198,3 +198,18 @@ def test_a_plain_pools_pod_runs_its_engine_alone_and_is_probed_there(tmp_path: P
         assert len(started.processes) == 1
     finally:
         runtime.stop_all()
+
+
+def test_stopping_the_stand_in_cuts_short_a_pod_still_in_its_pre_stop_pause(
+    tmp_path: Path,
+) -> None:
+    """A pod released just before the stand-in stops is stopped with the rest, not left to its
+    pause and drain (the stand-in's own stop is bounded: what outlives it stays on its IP)."""
+    runtime = PodRuntime(client.ApiClient(), SimSettings(tmp_path, drain_seconds=2))
+    released = PodProcesses("ns/plain", "127.0.0.9", pre_stop_seconds=60)
+    assert released.launch([(SLEEPER, tmp_path / "engine.log")])
+    runtime.running["u1"] = released
+    runtime.sync({"metadata": {"uid": "u1", "name": "plain", "namespace": "ns"}}, deleted=True)
+    began = time.monotonic()
+    runtime.stop_all()
+    assert not released.alive() and time.monotonic() - began < 10

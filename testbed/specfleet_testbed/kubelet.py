@@ -86,6 +86,8 @@ class PodProcesses:
     """Where its readiness probe asks /health: its gateway, or a plain pod's engine."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopped: bool = False
+    _cut: threading.Event = field(default_factory=threading.Event)
+    """Set by a stop without the pause: it cuts short one in progress."""
 
     def launch(self, commands: list[Command], after: threading.Thread | None = None) -> bool:
         """Starts the pod's processes once `after` (the stopping of the pod that last held this
@@ -107,7 +109,9 @@ class PodProcesses:
         with self._lock:
             self._stopped = True
         if pre_stop:
-            time.sleep(self.pre_stop_seconds)
+            self._cut.wait(self.pre_stop_seconds)
+        else:
+            self._cut.set()
         for process in self.processes:
             signal_group(process, signal.SIGTERM)
         for process in self.processes:
@@ -128,6 +132,9 @@ class PodRuntime:
         IP at once, a CNI only once the pod's sandbox is gone: a new pod given that IP starts
         after the old one's processes have stopped, or the old gateway would answer its
         readiness probe and the new one would fail to bind."""
+        self._draining: list[PodProcesses] = []
+        """Pods released while running (their preStop pause, their drain): stopping this
+        stand-in cuts them short rather than leave them behind."""
         self._lock = threading.Lock()
         self._volumes = Volumes(self._core)
 
@@ -181,6 +188,7 @@ class PodRuntime:
                     target=stopping.stop, args=(self.settings.drain_seconds,)
                 )
                 self._releasing[stopping.ip] = stopper
+                self._draining = [p for p in self._draining if p.alive()] + [stopping]
                 stopper.start()
 
     def _sync_load_test(self, pod: Pod, deleted: bool) -> None:
@@ -211,6 +219,7 @@ class PodRuntime:
     def stop_all(self) -> None:
         with self._lock:
             pods, self.running = list(self.running.values()), {}
+            pods += [p for p in self._draining if p.alive()]
             tests, self.load_tests = list(self.load_tests.values()), {}
         for test in tests:
             test.stop()
