@@ -7,8 +7,10 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from specfleet.api import SpecModelStatus
 from specfleet.api.status import ClassSwitch, KillSwitchState, KillSwitchStatus
 from specfleet.guard import Decision, Situation, decide
+from specfleet.guard.evidence import past_deadline
 from specfleet.telemetry.model import ClassWindow, Observation
 from test_guard import T0, policy, situation, window
 from test_guard_classes import CLASSES, COLLAPSED, HEALTHY
@@ -213,3 +215,14 @@ def test_a_class_a_human_set_off_is_not_the_fleets_switchs_to_judge() -> None:
     assert current.kill_switch.state == KillSwitchState.RELEASED
     current, _ = run(start(routeClasses=False), collapsed)
     assert current.kill_switch.state == KillSwitchState.ENGAGED
+
+
+def test_a_class_trial_is_a_pending_judgement_with_a_deadline() -> None:
+    """The replay holds every pending judgement to its deadline (`evidence.past_deadline`): a
+    class trial is one."""
+    current, _ = run(routed_off(), *[observe()] * 4)
+    status = SpecModelStatus(guard=current.guard)
+    assert past_deadline(status, current.now, 0.0) == []
+    late = current.now + timedelta(seconds=601)
+    seen = current.guard.model_copy(update={"last_data": late.isoformat()})  # not blind
+    assert past_deadline(SpecModelStatus(guard=seen), late, 0.0) == ["class trial of prose"]

@@ -19,7 +19,13 @@ from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from specfleet.api.status import Evidence, RevisionVerdict, RolloutPhase, SpecModelStatus
+from specfleet.api.status import (
+    ClassSwitchState,
+    Evidence,
+    RevisionVerdict,
+    RolloutPhase,
+    SpecModelStatus,
+)
 from specfleet.telemetry.model import ClassWindow, Observation
 
 LATEST = ("p95_ttft_seconds", "p95_tpot_seconds")
@@ -81,6 +87,9 @@ def _pending(status: SpecModelStatus) -> list[tuple[str, Evidence]]:
     active = next((r for r in status.revisions if r.number == status.active_revision), None)
     if guard is not None and active is not None and active.verdict == RevisionVerdict.PROBATION:
         found.append(("probation", guard.probation_evidence))
+    if guard is not None:
+        trials = [s for s in guard.class_switches if s.state == ClassSwitchState.TRIAL]
+        found += [(f"class trial of {s.name}", s.evidence) for s in trials]
     return [(name, evidence) for name, evidence in found if evidence is not None]
 
 
