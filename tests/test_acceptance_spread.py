@@ -61,6 +61,7 @@ def test_the_gateway_exports_the_per_request_sums_per_class() -> None:
         "drafted_squared": 40.0**2 + 20.0**2,
         "accepted_drafted": 30.0 * 40 + 4.0 * 20,
         "tpot_squared_seconds": 0.0,  # none streamed
+        "ttft_squared_seconds": 0.0,  # no first token timed
     }
 
 
@@ -164,14 +165,15 @@ def test_looked_at_after_every_request_it_errs_about_as_often_as_it_says() -> No
     assert errs / streams <= alpha + 0.035
 
 
-def test_the_gateway_sums_the_squares_of_the_tpots_it_observes() -> None:
+@pytest.mark.parametrize("latency", ["tpot", "ttft"])
+def test_the_gateway_sums_the_squares_of_the_latencies_it_observes(latency: str) -> None:
     metrics = GatewayMetrics()
-    for tpot in (0.02, 0.03):
-        metrics.record(RequestRecord("chat", "ok", tpot=tpot))
+    for seconds in (0.02, 0.03):
+        metrics.record(RequestRecord("chat", "ok", **{latency: seconds}))
     families = text_string_to_metric_families(metrics.exposition().decode())
     [family] = [f for f in families if f.name == series.REQUEST_MOMENTS]
     [squares] = [
-        s.value for s in family.samples if s.labels[series.MOMENT] == "tpot_squared_seconds"
+        s.value for s in family.samples if s.labels[series.MOMENT] == f"{latency}_squared_seconds"
     ]
     assert squares == pytest.approx(0.02**2 + 0.03**2)
 

@@ -323,3 +323,30 @@ def test_a_fresh_canary_warms_up_its_answers_judged_its_latency_not() -> None:
     assert judged(rollout(), slow).rollout.bad_windows == 1  # warm: judged on latency too
     far_slower = judged(fresh, canary(0.05, p95_tpot_seconds=0.05))
     assert far_slower.rollout.phase == "Aborted"  # 2.5x: decisive, warm or not
+
+
+def ttft(observation: Observation, p95: float, times: list[float]) -> Observation:
+    """Every class's requests with these TTFTs (p95 as read from buckets), as the gateway's
+    sums tell them."""
+    samples, squares = float(len(times)), sum(t * t for t in times)
+    mean = sum(times) / samples
+    sums = {"mean_ttft_seconds": mean, "ttft_samples": samples, "ttft_squares": squares}
+    classes = {
+        name: replace(w, p95_ttft_seconds=p95, **sums) for name, w in observation.classes.items()
+    }
+    return replace(observation, classes=classes)
+
+
+def test_a_ttft_p95_over_the_controls_counts_only_once_its_mean_is_shown_slower() -> None:
+    # CI aborted a good revision on one window's TTFT p95, 0.230 s against 0.079 s: a fresh
+    # canary's first prefills were slow, the rest were the control's
+    control = ttft(CONTROL, 0.079, [0.05, 0.06] * 100)
+    fresh = ttft(canary(), 0.23, [0.05, 0.06] * 85 + [0.5] * 11)
+    assert analyse(policy(), fresh, control).verdict != "bad"
+    slower = ttft(canary(), 0.23, [0.18, 0.2] * 20)
+    analysis = analyse(policy(), slower, control)
+    assert analysis.verdict == "bad" and analysis.decisive
+    assert {(b.klass, b.signal) for b in analysis.breaches} == {
+        ("code", "p95TtftSeconds"),
+        ("chat", "p95TtftSeconds"),
+    }

@@ -18,7 +18,7 @@ def test_unreachable_prometheus_is_blind_not_zero() -> None:
 
 def test_one_query_set_per_window_length() -> None:
     templates = {template.format(w="60s") for template, _, _ in QUERIES.values()}
-    assert len(templates) == 17
+    assert len(templates) == 19
     group = "sum by (namespace, specmodel, revision, speculation, pool, class"
     assert all(group in t for t in templates)
 
@@ -64,7 +64,7 @@ def test_a_trial_canary_is_read_beside_the_fleet_with_the_same_queries() -> None
     assert canary is not None and canary.speculation and canary.revision == 1
     assert canary.classes["code"].requests == 100.0
     # nothing extra asked: the query set and the unjudged checks' one
-    assert reader.queries == QUERIES_PER_TICK == 18
+    assert reader.queries == QUERIES_PER_TICK == 20
     alone = reader.read([Target("ns", "other", 60, 1, False)], datetime.now(UTC))
     assert alone[("ns", "other")].canary is None
 

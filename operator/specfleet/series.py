@@ -16,7 +16,7 @@ DRAFT_TOKENS = "specfleet_spec_draft_tokens"
 ACCEPTED_TOKENS = "specfleet_spec_accepted_tokens"
 SPEC_STEPS = "specfleet_spec_steps"
 REQUEST_MOMENTS = "specfleet_request_moments"
-"""Per-request sums behind the spread of the acceptance rate and of TPOT, by `MOMENT`."""
+"""Per-request sums behind the spread of the acceptance rate, TPOT and TTFT, by `MOMENT`."""
 OUTPUT_TOKENS = "specfleet_output_tokens"
 REQUEST_SECONDS = "specfleet_request_seconds"
 TTFT = "specfleet_ttft_seconds"
@@ -89,9 +89,11 @@ MOMENTS = (
     "drafted_squared",
     "accepted_drafted",
     "tpot_squared_seconds",
+    "ttft_squared_seconds",
 )
 """The `MOMENT`s of REQUEST_MOMENTS: requests that reported drafts, Σ accepted², Σ drafted²,
-Σ accepted·drafted over them, and Σ TPOT² over the streams the TPOT histogram observed."""
+Σ accepted·drafted over them, and Σ TPOT² and Σ TTFT² over the requests the TPOT and TTFT
+histograms observed."""
 TRUNCATED = "length"
 """The finish `reason` of a choice cut at its token limit (max_tokens or the context)."""
 

@@ -80,8 +80,9 @@ class GatewayMetrics:
         )
         self.moments = Counter(
             series.REQUEST_MOMENTS, "Per-request sums behind the spread of the acceptance "
-            "rate and of TPOT: requests that reported drafts, the sums of accepted², drafted² "
-            "and accepted·drafted tokens over them, and of TPOT² (seconds²) over the streams.",
+            "rate, TPOT and TTFT: requests that reported drafts, the sums of accepted², drafted² "
+            "and accepted·drafted tokens over them, of TPOT² (seconds²) over the streams and of "
+            "TTFT² (seconds²) over the requests that had a first token.",
             [*CLASS_POOL, series.MOMENT], registry=r,
         )  # fmt: skip
         self.output_tokens = Counter(
@@ -234,7 +235,7 @@ class _ClassSeries:
         self.draft_tokens = metrics.draft_tokens.labels(name, pool)
         self.accepted_tokens = metrics.accepted_tokens.labels(name, pool)
         self.spec_steps = metrics.spec_steps.labels(name, pool)
-        *self.spec_moments, self.tpot_squared = (
+        *self.spec_moments, self.tpot_squared, self.ttft_squared = (
             metrics.moments.labels(name, pool, m) for m in series.MOMENTS
         )
         self.output_tokens = metrics.output_tokens.labels(name, pool)
@@ -263,6 +264,7 @@ class _ClassSeries:
         self.request_seconds.inc(record.seconds)
         if record.ttft is not None:
             self.ttft.observe(record.ttft)
+            self.ttft_squared.inc(record.ttft * record.ttft)
         if record.tpot is not None:
             self.tpot.observe(record.tpot)
             self.tpot_squared.inc(record.tpot * record.tpot)

@@ -225,25 +225,33 @@ def _latency(
     return None
 
 
+MEANS: dict[str, Callable[[ClassWindow], tuple[float | None, float | None, float | None]]] = {
+    P95_TPOT: lambda w: (w.mean_tpot_seconds, w.tpot_samples, w.tpot_squares),
+    P95_TTFT: lambda w: (w.mean_ttft_seconds, w.ttft_samples, w.ttft_squares),
+}
+"""Each latency's mean, its samples and their sum of squares, as a window reads them."""
+
+
 def _body_slower(sides: Sides, signal: str) -> bool:
-    """A TPOT p95 over the control's counts only where the mean (exact, not read from buckets)
-    is over the control's by the tolerance too, shown so where both sides' spreads are known
-    (a few slow tokens move a p95 interpolated in a bucket 15 ms wide, where a slower revision
-    slows every token)."""
-    if signal != P95_TPOT or sides.control is None:
+    """A p95 over the control's counts only where the mean (exact, not read from buckets) is
+    over the control's by the tolerance too, shown so where both sides' spreads are known: a
+    few slow requests move a p95 interpolated in a bucket (a fresh pod's first prefills, a
+    stalled stream), where a slower revision slows them all. A p95 is one window's reading;
+    the mean's bounds accumulate and hold at the stated error rate."""
+    if sides.control is None:
         return True
-    bounds = _tpot_bounds(sides)
+    bounds = _mean_bounds(sides, signal)
     if bounds is not None:
         canary, control = bounds
         return canary[0] > control[1] * LATENCY_TOLERANCE
-    mean, other = sides.canary.mean_tpot_seconds, sides.control.mean_tpot_seconds
+    mean, other = MEANS[signal](sides.canary)[0], MEANS[signal](sides.control)[0]
     return mean is None or not other or mean > other * LATENCY_TOLERANCE
 
 
 def _tpot_unproven(sides: Sides, band: float) -> Unproven | None:
     """The canary's mean TPOT not yet shown within the control's by the tolerance and the
     band: what a step needs shown to pass, as an abort needs it shown past."""
-    bounds = _tpot_bounds(sides)
+    bounds = _mean_bounds(sides, P95_TPOT)
     if bounds is None:
         return None
     (_, upper), (lower, _) = bounds
@@ -254,18 +262,21 @@ def _tpot_unproven(sides: Sides, band: float) -> Unproven | None:
     return Unproven(sides.name, MEAN_TPOT, mean, sides.canary.tpot_samples or 0.0, upper, needed)
 
 
-def _tpot_bounds(sides: Sides) -> tuple[Bounds, Bounds] | None:
-    """The canary's and the control's mean TPOT bounds, each at half the error rate (the two
-    together hold at it); None for one look (an experiment's report) or without the sums."""
+def _mean_bounds(sides: Sides, signal: str) -> tuple[Bounds, Bounds] | None:
+    """The canary's and the control's bounds on the mean of `signal`'s latency, each at half
+    the error rate (the two together hold at it); None for one look (an experiment's report)
+    or without the sums."""
     if sides.error_rate is None or sides.control is None:
         return None
-    found = [_mean_tpot_bounds(w, sides.error_rate / 2) for w in (sides.canary, sides.control)]
-    canary, control = found
+    rate = sides.error_rate / 2
+    canary, control = (_bounds(MEANS[signal](w), rate) for w in (sides.canary, sides.control))
     return None if canary is None or control is None else (canary, control)
 
 
-def _mean_tpot_bounds(window: ClassWindow, error_rate: float) -> Bounds | None:
-    mean, samples, squares = window.mean_tpot_seconds, window.tpot_samples, window.tpot_squares
+def _bounds(
+    read: tuple[float | None, float | None, float | None], error_rate: float
+) -> Bounds | None:
+    mean, samples, squares = read
     if not mean or not samples or squares is None:
         return None
     return mean_confidence_sequence(mean * samples, squares, samples, error_rate)

@@ -10,7 +10,8 @@ window are Prometheus's `increase()`'s to handle. What no window covered while t
 data at all (Prometheus down) is no evidence, and the judgement's deadline moves back by as much:
 it bounds the serving a judgement may take to be decided, not the outages of its telemetry.
 While the guard is blind it judges nothing, so no deadline ends a judgement then. A p95 does not
-add up: the sum carries the last window's. The mean TPOT is summed as its total and count.
+add up: the sum carries the last window's. The mean TPOT and TTFT are summed as their totals
+and counts.
 """
 
 from __future__ import annotations
@@ -30,12 +31,16 @@ from specfleet.telemetry.model import ClassWindow, Observation
 
 LATEST = ("p95_ttft_seconds", "p95_tpot_seconds")
 """Read from the last window: quantiles do not add."""
-TPOT_SUM = "tpot_seconds"
-"""The stored total of the TPOTs behind the mean (mean × samples)."""
+MEANS = {
+    "mean_tpot_seconds": ("tpot_samples", "tpot_seconds"),
+    "mean_ttft_seconds": ("ttft_samples", "ttft_seconds"),
+}
+"""Each mean, its samples and the key of its stored total (mean × samples)."""
+TOTALS = tuple(total for _, total in MEANS.values())
 SUMMED = tuple(
     f.name
     for f in fields(ClassWindow)
-    if f.name not in (*LATEST, "mean_tpot_seconds") and f.type in ("float | None", float | None)
+    if f.name not in (*LATEST, *MEANS) and f.type in ("float | None", float | None)
 )
 """The counts that add up across windows."""
 
@@ -153,9 +158,10 @@ def _summed(
             value = getattr(klass, attr)
             if value is not None:
                 into[attr] = into.get(attr, 0.0) + value * share
-        if klass.mean_tpot_seconds is not None and klass.tpot_samples:
-            tpot = klass.mean_tpot_seconds * klass.tpot_samples * share
-            into[TPOT_SUM] = into.get(TPOT_SUM, 0.0) + tpot
+        for mean, (samples, key) in MEANS.items():
+            value, count = getattr(klass, mean), getattr(klass, samples)
+            if value is not None and count:
+                into[key] = into.get(key, 0.0) + value * count * share
         for attr in LATEST:
             value = getattr(klass, attr)
             if value is not None:
@@ -164,9 +170,10 @@ def _summed(
 
 
 def _window(counts: dict[str, float], latency: bool) -> ClassWindow:
-    left_out = (TPOT_SUM,) if latency else (TPOT_SUM, *LATEST)
+    left_out = TOTALS if latency else (*TOTALS, *LATEST)
     known: dict[str, Any] = {attr: value for attr, value in counts.items() if attr not in left_out}
-    samples = counts.get("tpot_samples")
-    if TPOT_SUM in counts and samples:
-        known["mean_tpot_seconds"] = counts[TPOT_SUM] / samples
+    for mean, (samples, key) in MEANS.items():
+        count = counts.get(samples)
+        if key in counts and count:
+            known[mean] = counts[key] / count
     return ClassWindow(**known)

@@ -41,6 +41,10 @@ class ClassSlice:
     """Σ over output tokens of their TPOT: mean TPOT = this / output_tokens."""
     tpot_squares: float = 0.0
     """Σ over requests of their TPOT², as the gateway exports it."""
+    ttft_seconds_total: float = 0.0
+    """Σ over answered requests of their TTFT."""
+    ttft_squares: float = 0.0
+    """Σ over answered requests of their TTFT², as the gateway exports it."""
     p95_tpot_total: float = 0.0
     p95_ttft_total: float = 0.0
     """Output-token-weighted sums of the slice's p95s."""
@@ -86,7 +90,9 @@ def realize(
         steps=steps,
         **moments(ok if drafted else 0, drafted, accepted, spread),
         tpot_seconds_total=tpot * tokens,
-        tpot_squares=n * (tpot * tpot + ((p95 - tpot) / physics.Z95) ** 2),
+        tpot_squares=n * _squares(tpot, p95),
+        ttft_seconds_total=klass.mean_ttft_seconds * ok,
+        ttft_squares=ok * _squares(klass.mean_ttft_seconds, klass.p95_ttft_seconds),
         p95_tpot_total=p95 * tokens,
         p95_ttft_total=klass.p95_ttft_seconds * tokens,
         tool_calls_valid=tools - tools_bad,
@@ -98,6 +104,11 @@ def realize(
         valid_tokens=_valid(ok - tools_bad - structured_bad - truncated, klass),
         decode_seconds=tpot * n * klass.output_tokens,
     )
+
+
+def _squares(mean: float, p95: float) -> float:
+    """A request's expected latency², its spread read off the p95 as a normal's."""
+    return mean * mean + ((p95 - mean) / physics.Z95) ** 2
 
 
 def moments(requests: float, drafted: float, accepted: float, spread: float) -> dict[str, float]:
@@ -172,7 +183,7 @@ def _clamp(alpha: float) -> float:
 def window(slices: list[ClassSlice], speculation: bool, tool_calls: bool) -> ClassWindow:
     """The class's counters summed over a window's slices, as telemetry would report them."""
     total = sum(slices, ClassSlice())
-    tokens = total.output_tokens
+    tokens, answered = total.output_tokens, total.choices
 
     def per_token(value: float) -> float | None:
         return value / tokens if tokens else None
@@ -194,6 +205,9 @@ def window(slices: list[ClassSlice], speculation: bool, tool_calls: bool) -> Cla
         mean_tpot_seconds=per_token(total.tpot_seconds_total),
         tpot_samples=float(total.requests),
         tpot_squares=total.tpot_squares,
+        mean_ttft_seconds=total.ttft_seconds_total / answered if answered else None,
+        ttft_samples=float(answered),
+        ttft_squares=total.ttft_squares,
         tool_calls_valid=float(total.tool_calls_valid) if tool_calls else None,
         tool_calls_invalid=float(total.tool_calls_invalid) if tool_calls else None,
         structured_valid=float(total.structured_valid),

@@ -122,13 +122,18 @@ def step_seconds(
     return a + b * batch
 
 
+MEAN_WAITING_STEPS = 1.0
+P95_WAITING_STEPS = 2.0
+"""The running steps a new request waits out before its prefill: on average, and at the p95."""
+
+
 def ttft_seconds(
     timing: TimingModel,
     prompt_tokens: int,
     step: float,
     ttft_factor: float,
-    waiting_steps: float = 2.0,
+    waiting_steps: float = P95_WAITING_STEPS,
 ) -> float:
-    """Time to first token: the prefill plus waiting out running steps; up to two at the p95."""
+    """Time to first token: the prefill plus waiting out running steps."""
     prefill = timing.prefill_ms_per_token * prompt_tokens / 1000.0 * ttft_factor
     return prefill + waiting_steps * step

@@ -85,6 +85,7 @@ class ClassConditions:
     validity: float
     error_rate: float
     p95_ttft_seconds: float
+    mean_ttft_seconds: float = 0.0
     meets_slo: bool = True
     """The served validity meets the class's quality SLOs (minToolCallValidity for a class
     that calls tools, minStructuredOutputValidity for one that answers JSON), and its
@@ -191,10 +192,13 @@ class World:
         step *= effects.tpot_factor
         prompts = {n: p.prompt_tokens for n, p in self.scenario.classes.items()}
         ttft = {
-            n: physics.ttft_seconds(self.timing, prompts[n], step, effects.ttft_factor)
+            n: [
+                physics.ttft_seconds(self.timing, prompts[n], step, effects.ttft_factor, waiting)
+                for waiting in (physics.MEAN_WAITING_STEPS, physics.P95_WAITING_STEPS)
+            ]
             for n in prompts
         }
-        with_ttft = tuple(_with_ttft(c, ttft[c.name]) for c in classes)
+        with_ttft = tuple(_with_ttft(c, *ttft[c.name]) for c in classes)
         return Conditions(with_ttft, k, step, batch, drafting)
 
     def _class(
@@ -240,5 +244,5 @@ def _weighted_mean(values: list[float], weights: list[float]) -> float:
     return sum(v * w for v, w in zip(values, weights, strict=True)) / total if total else 0.0
 
 
-def _with_ttft(conditions: ClassConditions, ttft: float) -> ClassConditions:
-    return replace(conditions, p95_ttft_seconds=ttft)
+def _with_ttft(conditions: ClassConditions, mean: float, p95: float) -> ClassConditions:
+    return replace(conditions, mean_ttft_seconds=mean, p95_ttft_seconds=p95)

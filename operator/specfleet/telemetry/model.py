@@ -37,6 +37,11 @@ class ClassWindow:
     request_seconds: float | None = None
     """Seconds requests spent in flight; over the window, the mean requests in flight."""
     p95_ttft_seconds: float | None = None
+    mean_ttft_seconds: float | None = None
+    ttft_samples: float | None = None
+    """The requests behind the TTFTs (one that failed before its first token has none)."""
+    ttft_squares: float | None = None
+    """Σ TTFT² (seconds²) over those requests."""
     p95_tpot_seconds: float | None = None
     mean_tpot_seconds: float | None = None
     tpot_samples: float | None = None

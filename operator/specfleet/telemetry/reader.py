@@ -64,6 +64,7 @@ MOMENT_FIELDS = (
     "drafted_squares",
     "accepted_by_drafted",
     "tpot_squares",
+    "ttft_squares",
 )
 """The ClassWindow fields of series.MOMENTS, in their order."""
 
@@ -100,6 +101,8 @@ def queries(group: str, selector: str = "") -> dict[str, Query]:
         "output_tokens": (increase(series.OUTPUT_TOKENS), None, None),
         "request_seconds": (increase(series.REQUEST_SECONDS), None, None),
         "p95_ttft_seconds": (_quantile(series.TTFT, group, selector), None, None),
+        "mean_ttft_seconds": (_mean(series.TTFT, group, selector), None, None),
+        "ttft_samples": (_samples(series.TTFT, group, selector), None, None),
         "p95_tpot_seconds": (_quantile(series.TPOT, group, selector), None, None),
         "mean_tpot_seconds": (_mean(series.TPOT, group, selector), None, None),
         "tpot_samples": (_samples(series.TPOT, group, selector), None, None),
