@@ -21,32 +21,28 @@ import asyncio
 import contextlib
 import json
 import os
-import sys
 import tempfile
-from collections.abc import AsyncIterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway_overhead import (
-    ENTRY,
     GATEWAY_CONFIG,
     ROOT,
     Measured,
+    Mode,
     Run,
     Sample,
-    free_port,
+    gateway,
     measure_round,
-    process,
+    simulator,
 )
 
 MODES = {"off": None, "5%": 0.05, "100%": 1.0}
 ARMS = ("baseline", "quantized")
-OVERHEAD = Path(__file__).with_name("gateway_overhead.py")
 
 
 def fleet_config(share: float | None, arm_urls: dict[str, str]) -> dict[str, Any]:
@@ -61,30 +57,6 @@ def fleet_config(share: float | None, arm_urls: dict[str, str]) -> dict[str, Any
         "concurrency": 64,
     }
     return {**GATEWAY_CONFIG, "mirror": mirror}
-
-
-@contextlib.asynccontextmanager
-async def simulator(time_scale: float) -> AsyncIterator[str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, str(OVERHEAD), "--serve-sim", str(port)]
-    async with process([*argv, "--time-scale", str(time_scale)], url + "/health"):
-        yield url
-
-
-@contextlib.asynccontextmanager
-async def gateway(
-    upstream: str, config: dict[str, Any], tmp: Path
-) -> AsyncIterator[tuple[str, str, int]]:
-    """A gateway process: its URL, its metrics URL and its pid."""
-    port, metrics_port = free_port(), free_port()
-    path = tmp / f"gateway-{port}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    argv = [*ENTRY, "gateway", "--upstream", upstream, "--config", str(path)]
-    argv += ["--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}"]
-    metrics_url = f"http://127.0.0.1:{metrics_port}"
-    async with process([*argv, "--log-level", "WARNING"], metrics_url + "/healthz") as proc:
-        yield f"http://127.0.0.1:{port}", metrics_url, proc.pid
 
 
 async def mirror_counts(metrics_url: str) -> dict[str, float]:
@@ -103,10 +75,10 @@ async def mirror_counts(metrics_url: str) -> dict[str, float]:
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     async with contextlib.AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        fleet_sim = await stack.enter_async_context(simulator(args.time_scale))
+        fleet_sim, fleet_pid = await stack.enter_async_context(simulator(args.time_scale))
         arm_urls = {}
         for name in ARMS:
-            sim = await stack.enter_async_context(simulator(args.time_scale))
+            sim, _ = await stack.enter_async_context(simulator(args.time_scale))
             arm_urls[name], _, _ = await stack.enter_async_context(
                 gateway(sim, GATEWAY_CONFIG, tmp)
             )
@@ -120,9 +92,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         for _ in range(args.rounds):
             for mode, (url, _, pid) in fleets.items():
                 seconds = args.duration / args.rounds
-                # The simulator's pid stands in for the second one: only the gateway's CPU is read.
-                pids = (pid, pid)
-                await measure_round(url, fleet_sim, pids, args.concurrency, seconds, samples[mode])
+                fleet = Mode(mode, url, fleet_sim, fleet_pid, pid)
+                await measure_round(fleet, args.concurrency, seconds, samples[mode])
         await asyncio.sleep(1.0)  # the last mirrored requests land
         mirrored = {mode: await mirror_counts(metrics) for mode, (_, metrics, _) in fleets.items()}
     measured = {mode: Measured.of(sample) for mode, sample in samples.items()}

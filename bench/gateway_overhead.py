@@ -10,9 +10,14 @@ Reports, per concurrency:
 - throughput (output tokens/s from the simulator's own counter) and the ratio at the top
   concurrency.
 
+With `--routed`, the routed hop too: a second gateway routes every request's class to a plain
+pool (`plainPool`, a simulator without speculation on another loopback port), as it does for a
+class the guard switched off, and its added latency is measured against that plain simulator
+directly (`routed_added_*`).
+
 Processes: simulator and gateway are subprocesses, the load generator (aiohttp) runs here.
-Run: `.venv/bin/python bench/gateway_overhead.py` (about 1.5 minutes); writes
-bench/results/gateway_overhead.json.
+Run: `.venv/bin/python bench/gateway_overhead.py` (about 1.5 minutes; `--routed` doubles it);
+writes bench/results/gateway_overhead.json.
 """
 
 from __future__ import annotations
@@ -73,7 +78,11 @@ TICKS = os.sysconf("SC_CLK_TCK")
 # ------------------------------------------------------------------ simulator subprocess
 
 
-async def serve_sim(port: int, time_scale: float) -> None:
+PLAIN_ENGINE_ARGS = [*ENGINE_ARGS[:5]]
+"""The plain pool's engine: the same model, no speculative config."""
+
+
+async def serve_sim(port: int, time_scale: float, plain: bool = False) -> None:
     """The simulator, with every chunk stamped with its send time and its request's arrival at
     the engine (when its stream began)."""
     from specfleet_testbed.engine import server as sim_server
@@ -94,7 +103,8 @@ async def serve_sim(port: int, time_scale: float) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     options = sim_server.SimOptions(time_scale=time_scale, seed=1)
-    async with sim_server.serve(parse_vllm(ENGINE_ARGS, env={}), options, port=port):
+    engine = parse_vllm(PLAIN_ENGINE_ARGS if plain else ENGINE_ARGS, env={})
+    async with sim_server.serve(engine, options, port=port):
         await stop.wait()
 
 
@@ -285,26 +295,34 @@ class Measured:
         )
 
 
-async def measure_round(
-    url: str, sim_url: str, pids: tuple[int, int], concurrency: int, seconds: float, into: Sample
-) -> None:
+async def measure_round(mode: Mode, concurrency: int, seconds: float, into: Sample) -> None:
     """One timed run, added to `into` (warm the pool first: the first requests connect)."""
-    gateway_pid, sim_pid = pids
     max_tokens = into.run.max_tokens
-    await load(url, concurrency, min(0.5, seconds / 4), max_tokens)
-    tokens0, t0 = await generated_tokens(sim_url), time.time()
-    (user0, system0), sim0 = cpu_split(gateway_pid), cpu_seconds(sim_pid)
-    self0 = time.process_time()
-    run = await load(url, concurrency, seconds, max_tokens)
+    await load(mode.url, concurrency, min(0.5, seconds / 4), max_tokens)
+    tokens0, t0 = await generated_tokens(mode.sim_url), time.time()
+    gateway0 = cpu_split(mode.gateway_pid) if mode.gateway_pid else (0.0, 0.0)
+    sim0, self0 = cpu_seconds(mode.sim_pid), time.process_time()
+    run = await load(mode.url, concurrency, seconds, max_tokens)
     into.seconds += time.time() - t0
-    user1, system1 = cpu_split(gateway_pid)
-    into.gateway_cpu_s += user1 + system1 - user0 - system0
-    into.gateway_user_cpu_s += user1 - user0
-    into.simulator_cpu_s += cpu_seconds(sim_pid) - sim0
+    if mode.gateway_pid:
+        (user0, system0), (user1, system1) = gateway0, cpu_split(mode.gateway_pid)
+        into.gateway_cpu_s += user1 + system1 - user0 - system0
+        into.gateway_user_cpu_s += user1 - user0
+        into.gateway_rss_mib = rss_mib(mode.gateway_pid)
+    into.simulator_cpu_s += cpu_seconds(mode.sim_pid) - sim0
     into.client_cpu_s += time.process_time() - self0
-    into.tokens += await generated_tokens(sim_url) - tokens0
-    into.gateway_rss_mib = rss_mib(gateway_pid)
+    into.tokens += await generated_tokens(mode.sim_url) - tokens0
     into.run.merge(run)
+
+
+def line(m: Measured) -> str:
+    return (
+        f"{m.tokens_per_s:>9.0f} tok/s  "
+        f"TTFT p50 {m.ttft_p50_ms:7.2f} p99 {m.ttft_p99_ms:7.2f} ms  "
+        f"chunk p50 {m.chunk_p50_ms:6.3f} p99 {m.chunk_p99_ms:6.3f} ms  "
+        f"CPU s: gateway {m.gateway_cpu_s:5.2f} sim {m.simulator_cpu_s:5.2f} "
+        f"client {m.client_cpu_s:5.2f}  errors {m.errors}"
+    )
 
 
 # ---------------------------------------------------------------------- orchestration
@@ -346,80 +364,125 @@ async def process(
             await proc.wait()
 
 
-def pin(gateway: int, others: tuple[int, ...]) -> None:
-    """The gateway on the last CPU, simulator and load generator on the others: a sidecar has
+def pin(gateways: set[int], others: tuple[int, ...]) -> None:
+    """The gateways on the last CPU, simulators and load generator on the others: a sidecar has
     CPU of its own in a pod, and sharing one core three ways measures the scheduler, not the
-    gateway. Both modes run the simulator and the client on the same CPUs."""
+    gateway. Every mode runs the simulator and the client on the same CPUs."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return
-    os.sched_setaffinity(gateway, {cpus[-1]})
+    for gateway in gateways:
+        os.sched_setaffinity(gateway, {cpus[-1]})
     for pid in others:
         os.sched_setaffinity(pid, set(cpus[:-1]))
 
 
+def added(through: Measured, direct: Measured, prefix: str = "") -> dict[str, float]:
+    """What going through a gateway added to the TTFT and per-chunk latency percentiles."""
+    return {
+        f"{prefix}added_{name}_ms": round(
+            getattr(through, f"{name}_ms") - getattr(direct, f"{name}_ms"), 3
+        )
+        for name in ("ttft_p50", "ttft_p99", "chunk_p50", "chunk_p99")
+    }
+
+
 def summarize(levels: dict[int, dict[str, Measured]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for c, pair in levels.items():
-        direct, gateway = pair["direct"], pair["gateway"]
+    for c, modes in levels.items():
+        direct, gateway = modes["direct"], modes["gateway"]
         out[str(c)] = {
-            "added_ttft_p50_ms": round(gateway.ttft_p50_ms - direct.ttft_p50_ms, 3),
-            "added_ttft_p99_ms": round(gateway.ttft_p99_ms - direct.ttft_p99_ms, 3),
-            "added_chunk_p50_ms": round(gateway.chunk_p50_ms - direct.chunk_p50_ms, 3),
-            "added_chunk_p99_ms": round(gateway.chunk_p99_ms - direct.chunk_p99_ms, 3),
+            **added(gateway, direct),
             "gateway_cpu_s_per_1000_tokens": round(
                 gateway.gateway_cpu_s / max(gateway.tokens, 1) * 1000, 4
             ),
             "throughput_ratio": round(gateway.tokens_per_s / max(direct.tokens_per_s, 1e-9), 4),
-            "direct": asdict(direct),
-            "gateway": asdict(gateway),
+            **{mode: asdict(m) for mode, m in modes.items()},
         }
+        if "routed" in modes:
+            out[str(c)] |= added(modes["routed"], modes["plain"], "routed_")
     return out
 
 
+@dataclass(frozen=True)
+class Mode:
+    """Where the load goes (`url`), whose gateway process it runs through (None: no gateway)
+    and which simulator serves it."""
+
+    name: str
+    url: str
+    sim_url: str
+    sim_pid: int
+    gateway_pid: int | None
+
+
+@contextlib.asynccontextmanager
+async def gateway(
+    upstream: str, config: dict[str, Any], tmp: Path
+) -> AsyncIterator[tuple[str, str, int]]:
+    """A gateway process: its URL, its metrics URL and its pid."""
+    port, metrics_port = free_port(), free_port()
+    path = tmp / f"gateway-{port}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    argv = [*ENTRY, "gateway", "--upstream", upstream, "--config", str(path)]
+    argv += ["--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}"]
+    metrics_url = f"http://127.0.0.1:{metrics_port}"
+    async with process([*argv, "--log-level", "WARNING"], metrics_url + "/healthz") as proc:
+        yield f"http://127.0.0.1:{port}", metrics_url, proc.pid
+
+
+@contextlib.asynccontextmanager
+async def simulator(time_scale: float, plain: bool = False) -> AsyncIterator[tuple[str, int]]:
+    """A simulator process (`plain`: a plain pool's engine, no speculation): URL and pid."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, __file__, "--serve-sim", str(port), "--time-scale", str(time_scale)]
+    async with process([*argv, *(["--plain"] if plain else [])], url + "/health") as proc:
+        yield url, proc.pid
+
+
+async def start_modes(args: argparse.Namespace, stack: contextlib.AsyncExitStack) -> list[Mode]:
+    """Direct and through a gateway; with --routed, the plain pool's simulator directly and
+    through a gateway that routes every class there."""
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+    sim_url, sim_pid = await stack.enter_async_context(simulator(args.time_scale))
+    gw_url, _, gw_pid = await stack.enter_async_context(gateway(sim_url, GATEWAY_CONFIG, tmp))
+    modes = [Mode("direct", sim_url, sim_url, sim_pid, None)]
+    modes.append(Mode("gateway", gw_url, sim_url, sim_pid, gw_pid))
+    if args.routed:
+        plain_url, plain_pid = await stack.enter_async_context(simulator(args.time_scale, True))
+        classes = [c["name"] for c in GATEWAY_CONFIG["classes"]]
+        routing = GATEWAY_CONFIG | {"plainPool": {"url": plain_url, "classes": classes}}
+        routed_url, _, routed_pid = await stack.enter_async_context(gateway(sim_url, routing, tmp))
+        modes.append(Mode("plain", plain_url, plain_url, plain_pid, None))
+        modes.append(Mode("routed", routed_url, plain_url, plain_pid, routed_pid))
+    if args.pin:
+        gateways = {m.gateway_pid for m in modes if m.gateway_pid is not None}
+        pin(gateways, others=(*{m.sim_pid for m in modes}, os.getpid()))
+    return modes
+
+
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
-    sim_port, gw_port, metrics_port = free_port(), free_port(), free_port()
-    sim_url, gw_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}"
-    with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "gateway.yaml"
-        config.write_text(yaml.safe_dump(GATEWAY_CONFIG))
-        sim_argv = [sys.executable, __file__, "--serve-sim", str(sim_port)]
-        sim_argv += ["--time-scale", str(args.time_scale)]
-        gw_argv = [*ENTRY, "gateway", "--upstream", sim_url, "--config", str(config)]
-        gw_argv += ["--listen", f"127.0.0.1:{gw_port}"]
-        gw_argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}", "--log-level", "WARNING"]
-        async with (
-            process(sim_argv, sim_url + "/health") as sim,
-            process(gw_argv, f"http://127.0.0.1:{metrics_port}/healthz") as gw,
-        ):
-            if args.pin:
-                pin(gateway=gw.pid, others=(sim.pid, os.getpid()))
-            levels: dict[int, dict[str, Measured]] = {}
-            modes = (("direct", sim_url), ("gateway", gw_url))
-            for c in args.concurrency:
-                samples = {mode: Sample(run=Run(max_tokens=args.max_tokens)) for mode, _ in modes}
-                # Alternate the modes so drift on a shared machine hits both alike.
-                for _ in range(args.rounds):
-                    for mode, url in modes:
-                        seconds = args.duration / args.rounds
-                        pids = (gw.pid, sim.pid)
-                        await measure_round(url, sim_url, pids, c, seconds, samples[mode])
-                levels[c] = {mode: Measured.of(sample) for mode, sample in samples.items()}
-                for mode, m in levels[c].items():
-                    print(
-                        f"c={c:<3} {mode:<8} {m.tokens_per_s:>9.0f} tok/s  "
-                        f"TTFT p50 {m.ttft_p50_ms:7.2f} p99 {m.ttft_p99_ms:7.2f} ms  "
-                        f"chunk p50 {m.chunk_p50_ms:6.3f} p99 {m.chunk_p99_ms:6.3f} ms  "
-                        f"CPU s: gateway {m.gateway_cpu_s:5.2f} sim {m.simulator_cpu_s:5.2f} "
-                        f"client {m.client_cpu_s:5.2f}  errors {m.errors}",
-                        flush=True,
-                    )
+    async with contextlib.AsyncExitStack() as stack:
+        modes = await start_modes(args, stack)
+        levels: dict[int, dict[str, Measured]] = {}
+        for c in args.concurrency:
+            samples = {m.name: Sample(run=Run(max_tokens=args.max_tokens)) for m in modes}
+            # Alternate the modes so drift on a shared machine hits them alike.
+            for _ in range(args.rounds):
+                for m in modes:
+                    seconds = args.duration / args.rounds
+                    await measure_round(m, c, seconds, samples[m.name])
+            levels[c] = {mode: Measured.of(sample) for mode, sample in samples.items()}
+            for mode, measured in levels[c].items():
+                print(f"c={c:<3} {mode:<8} {line(measured)}", flush=True)
     return {
         "settings": {
             "time_scale": args.time_scale,
             "duration_s": args.duration,
             "rounds": args.rounds,
             "gateway_pinned_to_own_cpu": args.pin,
+            "routed": args.routed,
             "load_average": os.getloadavg(),
             "max_tokens": args.max_tokens,
             "cpus": os.cpu_count(),
@@ -438,12 +501,14 @@ def main() -> None:
         "--no-pin", dest="pin", action="store_false", help="do not give the gateway its own CPU"
     )
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--routed", action="store_true", help="measure the routed hop too")
+    parser.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/gateway_overhead.json")
     parser.add_argument("--serve-sim", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_sim is not None:
-        asyncio.run(serve_sim(args.serve_sim, args.time_scale))
+        asyncio.run(serve_sim(args.serve_sim, args.time_scale, args.plain))
         return
     result = asyncio.run(bench(args))
     print()
@@ -455,6 +520,13 @@ def main() -> None:
             f"gateway CPU {level['gateway_cpu_s_per_1000_tokens']:.4f} s / 1000 tokens; "
             f"throughput ratio {level['throughput_ratio']:.4f}"
         )
+        if "routed_added_ttft_p50_ms" in level:
+            print(
+                f"c={c:<3} routed hop: added TTFT p50 {level['routed_added_ttft_p50_ms']:+.3f} "
+                f"ms, p99 {level['routed_added_ttft_p99_ms']:+.3f} ms; per chunk p50 "
+                f"{level['routed_added_chunk_p50_ms']:+.3f} ms, p99 "
+                f"{level['routed_added_chunk_p99_ms']:+.3f} ms"
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nwrote {args.out}")

@@ -43,6 +43,7 @@ from gateway_overhead import (
     GATEWAY_CONFIG,
     ROOT,
     Measured,
+    Mode,
     Run,
     Sample,
     free_port,
@@ -534,8 +535,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 for _ in range(args.rounds):
                     for name, (url, pid) in urls.items():
                         seconds = args.duration / args.rounds
-                        pids = (pid, sim.pid)
-                        await measure_round(url, sim_url, pids, c, seconds, samples[name])
+                        through = None if name == "direct" else pid
+                        mode = Mode(name, url, sim_url, sim.pid, through)
+                        await measure_round(mode, c, seconds, samples[name])
                 measured = {name: Measured.of(s) for name, s in samples.items()}
                 direct = measured.pop("direct")
                 rows = {name: added(m, direct) for name, m in measured.items()}
