@@ -31,6 +31,30 @@ def test_a_pod_starts_only_once_the_last_holder_of_its_ip_has_stopped(tmp_path: 
     assert not new.alive()
 
 
+TERM_LINGERER = [
+    sys.executable,
+    "-c",
+    "import signal, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: None)\n"  # drains, as a gateway with streams does
+    "time.sleep(60)\n",
+]
+
+
+def test_a_deleted_pod_drains_for_its_grace_less_its_prestop_then_is_killed(
+    tmp_path: Path,
+) -> None:
+    pod = PodProcesses("ns/draining", "127.0.0.9", pre_stop_seconds=0.5, grace_seconds=3.5)
+    assert pod.launch([(TERM_LINGERER, tmp_path / "gateway.log")])
+    time.sleep(0.5)  # its handler set
+    started = time.monotonic()
+
+    pod.stop()
+
+    took = time.monotonic() - started
+    assert not pod.alive()
+    assert 3.3 < took < 5.0, took  # a 3.5 s grace, the preStop's 0.5 s included
+
+
 def test_a_pod_stopped_before_it_launched_starts_nothing(tmp_path: Path) -> None:
     pod = PodProcesses("ns/gone", "127.0.0.9")
     pod.stop(1.0)

@@ -341,6 +341,16 @@ async def test_max_tokens_cuts_with_finish_reason_length() -> None:
     assert (full.choices[0].finish_reason, full.usage.completion_tokens) == ("stop", 50)
 
 
+async def test_ignore_eos_runs_an_answer_to_its_limit() -> None:
+    async with serve(
+        vllm(), SimOptions(time_scale=FAST, scenario=scenario(output_tokens=50))
+    ) as sim:
+        long = await client(sim.url).chat.completions.create(
+            model="llama", messages=MESSAGES, max_tokens=300, extra_body={"ignore_eos": True}
+        )
+    assert (long.choices[0].finish_reason, long.usage.completion_tokens) == ("length", 300)
+
+
 async def test_tool_calls_valid_stream_and_not() -> None:
     args = vllm("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
     opts = SimOptions(time_scale=FAST, scenario=scenario(tool_call_rate=1.0))

@@ -56,6 +56,8 @@ class SimSettings:
     epoch: float | None = None
     namespace: str | None = None
     drain_seconds: float = 10.0
+    """What the stand-in's own stop (`stop_all`) gives each pod's processes after SIGTERM; a
+    deleted pod gets its own grace."""
     engine_command: tuple[str, ...] = ()
     """Run instead of the simulator, as `ENGINE_COMMAND --listen IP:PORT -- ENGINE_ARGS`, the
     simulator's own interface (empty: the simulator)."""
@@ -70,6 +72,11 @@ class SimSettings:
     """The guidellm command load tests run (None: `guidellm` on PATH)."""
 
 
+DEFAULT_GRACE_SECONDS = 30.0
+"""A pod's terminationGracePeriodSeconds where it says none (the API server's default)."""
+MIN_DRAIN_SECONDS = 2.0
+"""What a kubelet gives the containers after SIGTERM when the preStop used up the grace."""
+
 Command = tuple[list[str], Path]
 """A process to start: its argv and its log file."""
 
@@ -80,6 +87,8 @@ class PodProcesses:
     ip: str
     pre_stop_seconds: float = 0.0
     """The pod's own preStop pause (its `sleep N` hooks), while endpoints drop the pod."""
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+    """Its terminationGracePeriodSeconds: from deletion to SIGKILL, the preStop included."""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     volumes: list[ConfigMapVolume] = field(default_factory=list)
     probe_port: int = GATEWAY_PORT
@@ -103,8 +112,9 @@ class PodProcesses:
     def alive(self) -> bool:
         return bool(self.processes) and all(p.poll() is None for p in self.processes)
 
-    def stop(self, drain_seconds: float, pre_stop: bool = True) -> None:
-        """Like a kubelet: the preStop pause, SIGTERM, then SIGKILL after the drain, each to the
+    def stop(self, drain_seconds: float | None = None, pre_stop: bool = True) -> None:
+        """Like a kubelet: the preStop pause, SIGTERM, then SIGKILL after the drain (None: what
+        the pod's grace leaves after its preStop, at least the kubelet's 2 s), each to the
         process's whole group (a real engine runs its engine core as a child process)."""
         with self._lock:
             self._stopped = True
@@ -112,6 +122,8 @@ class PodProcesses:
             self._cut.wait(self.pre_stop_seconds)
         else:
             self._cut.set()
+        if drain_seconds is None:
+            drain_seconds = max(self.grace_seconds - self.pre_stop_seconds, MIN_DRAIN_SECONDS)
         for process in self.processes:
             signal_group(process, signal.SIGTERM)
         for process in self.processes:
@@ -184,9 +196,7 @@ class PodRuntime:
                 return
             stopping = None if alive else self.running.pop(uid, None)
             if stopping is not None:
-                stopper = threading.Thread(
-                    target=stopping.stop, args=(self.settings.drain_seconds,)
-                )
+                stopper = threading.Thread(target=stopping.stop)
                 self._releasing[stopping.ip] = stopper
                 self._draining = [p for p in self._draining if p.alive()] + [stopping]
                 stopper.start()
@@ -248,6 +258,7 @@ class PodRuntime:
             f"{namespace}/{name}",
             ip,
             _pre_stop_seconds(pod["spec"]["containers"]),
+            float(pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)),
             volumes=list(volumes.values()),
         )
         commands = [(self._engine_argv(pod, ip, mounts), logs / "engine.log")]

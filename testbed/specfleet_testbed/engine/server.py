@@ -437,6 +437,9 @@ class EngineSimulator:
             rate, validity = profile.tool_call_rate, profile.tool_call_validity
         else:
             natural, rate, validity = DEFAULT_OUTPUT_TOKENS, 0.0, 1.0
+        if self.vllm and req.body.get("ignore_eos") is True:
+            # vLLM's sampling parameter: no end token, so the answer runs to its limit (`length`)
+            natural = req.max_tokens + 1
         override = self.effects().tool_call_validity
         if override is not None:
             validity = override
