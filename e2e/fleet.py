@@ -14,15 +14,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import yaml
 from kubernetes import config
 
 from e2e.cluster.harness import LocalCluster
-from e2e.traffic import Traffic, TrafficReport
+from e2e.traffic import LongStream, LongStreams, Traffic, TrafficReport
 from specfleet.scenario import Scenario, parse_scenario
 
+Report = TypeVar("Report")
 GUIDELLM_BUILD = Path(__file__).resolve().parent.parent / "hack" / "guidellm.sh"
 
 
@@ -65,23 +66,46 @@ class Fleet:
 
     def traffic_in_background(
         self, specmodel: str, model: str, seconds: float, plan: dict[str, Any] | None = None
-    ) -> Background:
+    ) -> Background[TrafficReport]:
         stop = threading.Event()
         return Background(
             lambda: self.traffic(specmodel, model, seconds, stop=stop, plan=plan), stop
         )
 
+    def long_streams_in_background(
+        self, specmodel: str, model: str, seconds: float = 600
+    ) -> tuple[list[LongStream], Background[list[LongStream]]]:
+        """Streams of a minute or more (`LongStreams`), until halted: the streams so far (a
+        list that grows), and the background whose `result` returns them all once those in
+        flight have finished."""
+        stop = threading.Event()
+        api = config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
+        streams = LongStreams(
+            api, self.namespace, specmodel, model, self.scenario, self.epoch, stop=stop
+        )
+
+        def run() -> list[LongStream]:
+            try:
+                asyncio.run(streams.run(seconds))
+            finally:
+                api.close()
+            for stream in streams.streams:
+                stream.pod_gone = streams.gone.get(stream.pod)
+            return streams.streams
+
+        return streams.streams, Background(run, stop)
+
     def scenario_time(self) -> float:
         return time.time() - self.epoch
 
 
-class Background(threading.Thread):
+class Background(threading.Thread, Generic[Report]):
     """Traffic in a thread; `result()` returns its report or raises what went wrong."""
 
-    def __init__(self, work: Callable[[], TrafficReport], stop: threading.Event) -> None:
+    def __init__(self, work: Callable[[], Report], stop: threading.Event) -> None:
         super().__init__(daemon=True)
         self._work, self._stop_traffic = work, stop
-        self._report: TrafficReport | None = None
+        self._report: Report | None = None
         self._error: BaseException | None = None
         self.start()
 
@@ -91,7 +115,11 @@ class Background(threading.Thread):
         except BaseException as exc:  # handed to the test thread by result()
             self._error = exc
 
-    def result(self, timeout: float | None = None, stop: bool = False) -> TrafficReport:
+    def halt(self) -> None:
+        """No more requests; those in flight finish (`result` waits for them)."""
+        self._stop_traffic.set()
+
+    def result(self, timeout: float | None = None, stop: bool = False) -> Report:
         """The report, once the traffic ends (at once, if `stop`)."""
         if stop:
             self._stop_traffic.set()

@@ -61,6 +61,10 @@ class Traffic:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once a pod is ready to take traffic."""
     _next: int = 0
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The serving pods by target URL, as last listed."""
+    gone: dict[str, float] = field(default_factory=dict)
+    """When each pod that served was first seen terminating or gone (Unix time), by name."""
 
     async def run(self, seconds: float) -> TrafficReport:
         stop_at = time.time() + seconds
@@ -109,7 +113,12 @@ class Traffic:
                 core.list_namespaced_pod, self.namespace, label_selector=selector
             )
             pods = self.api.sanitize_for_serialization(listed)["items"]
-            self._targets = [f"http://{p['status']['podIP']}:8080/v1" for p in pods if serving(p)]
+            served = {f"http://{p['status']['podIP']}:8080/v1": p for p in pods if serving(p)}
+            names = {p["metadata"]["name"] for p in served.values()}
+            for pod in self.pods.values():
+                if pod["metadata"]["name"] not in names:
+                    self.gone.setdefault(pod["metadata"]["name"], time.time())
+            self.pods, self._targets = served, list(served)
             if self._targets:
                 self.ready.set()
             await asyncio.sleep(0.3)
@@ -142,6 +151,85 @@ class Traffic:
             cause = f" ({exc.__cause__!r})" if exc.__cause__ else ""
             at = time.strftime("%H:%M:%S")
             self.report.errors.append(f"{at} {klass} via {openai.base_url}: {exc}{cause}"[:300])
+
+
+@dataclass
+class LongStream:
+    """One stream of a minute or more, and what became of it."""
+
+    pod: str
+    started: float
+    tokens_asked: int
+    ended: float = 0.0
+    tokens: int = 0
+    finish: str | None = None
+    error: str | None = None
+    pod_gone: float | None = None
+    """When its pod was first seen terminating or gone."""
+
+    def whole(self) -> bool:
+        """Run to its limit: not cut by a pod's termination or anything else."""
+        return self.error is None and self.finish == "length" and self.tokens == self.tokens_asked
+
+    def crossed(self, moment: float | None) -> bool:
+        return moment is not None and self.started < moment < self.ended
+
+
+LONG_STREAM_TOKENS = {"on": 9500, "off": 4800}
+"""Tokens for about 65 s on the simulator, by the pod's speculation (a step of 15 ms makes
+one token without it, two and more with it)."""
+
+
+@dataclass
+class LongStreams(Traffic):
+    """A stream of a minute or more started every `every` seconds on a Ready pod in turn
+    (`ignore_eos`: the answer runs to max_tokens), until stopped: what a flip's or a rollout
+    step's pod terminations must let finish. Its report is `streams`."""
+
+    every: float = 5.0
+    klass: str = "chat"
+    streams: list[LongStream] = field(default_factory=list)
+
+    async def run(self, seconds: float) -> TrafficReport:
+        stop_at = time.time() + seconds
+        tasks: set[asyncio.Task[None]] = set()
+        refresh = asyncio.create_task(self._refresh_targets(stop_at + 120))
+        await asyncio.wait_for(self.ready.wait(), 30)
+        while time.time() < stop_at and not self.stop.is_set():
+            target = self._pick()
+            if target is not None:
+                task = asyncio.create_task(self._long(target))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            await asyncio.sleep(self.every)
+        await asyncio.gather(*tasks)
+        refresh.cancel()
+        return self.report
+
+    async def _long(self, target: str) -> None:
+        pod = self.pods[target]
+        labels = pod["metadata"].get("labels") or {}
+        tokens = LONG_STREAM_TOKENS[labels.get("specfleet.dev/speculation", "on")]
+        stream = LongStream(pod["metadata"]["name"], time.time(), tokens)
+        self.streams.append(stream)
+        kwargs = self.request(self.klass) | {"max_tokens": tokens}
+        kwargs.pop("tools", None)  # an answer, not a tool call
+        openai = AsyncOpenAI(base_url=target, api_key="unused", max_retries=0, timeout=300)
+        try:
+            chunks = await openai.chat.completions.create(
+                stream=True, stream_options={"include_usage": True},
+                extra_body={"ignore_eos": True}, **kwargs,
+            )  # fmt: skip
+            async for chunk in chunks:
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    stream.finish = chunk.choices[0].finish_reason
+                if chunk.usage:
+                    stream.tokens = chunk.usage.completion_tokens
+        except (APIError, httpx.HTTPError) as exc:
+            stream.error = f"{exc}{f' ({exc.__cause__!r})' if exc.__cause__ else ''}"[:300]
+        finally:
+            stream.ended = time.time()
+            await openai.close()
 
 
 def serving(pod: dict[str, Any]) -> bool:
