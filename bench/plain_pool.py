@@ -13,6 +13,11 @@ the plain pool's pods, from their start), valid output tokens per GPU-second, an
 mean TPOT from `--after` seconds on (whichever pods served it); writes
 bench/results/plain_pool.json.
 
+Then the guard as it ships (the fleet-wide kill switch, a class named) against the same guard
+routing classes (`guard.routeClasses: true`) on the example scenarios where one class stops
+paying (`EXAMPLES_ONE_CLASS`), with their own SpecModels: goodput, GPU-hours, requests on the
+pool and seed 0's actions.
+
 Run: `.venv/bin/python bench/plain_pool.py [--seeds 5] [--after 900]` (a few seconds a seed).
 """
 
@@ -27,7 +32,7 @@ from typing import Any
 import yaml
 
 from specfleet.documents import merge
-from specfleet.scenario import parse_scenario
+from specfleet.scenario import load_scenario, parse_scenario
 from specfleet.simulate import report
 from specfleet.simulate.inputs import build_world, load_specmodel_document
 from specfleet.simulate.simulation import Result, SimulationSettings, simulate
@@ -48,6 +53,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "all speculating": {"change": {"guard": {"mode": "on"}}},
 }
 """Per variant, the spec from the start (merged into the SpecModel's) and the change at t=600."""
+LLAMA = ROOT / "examples/llama-3.1-8b-eagle3-fp8.yaml"
+EXAMPLES_ONE_CLASS = {
+    "minor-class-collapse": SCENARIOS / "minor-class-collapse.specmodel.yaml",
+    "acceptance-collapse": LLAMA,
+    "low-acceptance": LLAMA,
+}
+"""The examples where one class's speculation stops paying (or never does), and their
+SpecModels (as `bench/simulate_goodput.py` replays them); plain-pool's is the table above."""
 
 
 def replay(variant: dict[str, Any], seed: int) -> Result:
@@ -57,6 +70,29 @@ def replay(variant: dict[str, Any], seed: int) -> Result:
     specmodel = merge(specmodel, {"spec": variant.get("start", {})})
     world = build_world(specmodel, parse_scenario(document))
     return simulate(world, SimulationSettings(seed=seed))
+
+
+def replay_example(name: str, route: bool, seed: int) -> Result:
+    specmodel = load_specmodel_document(EXAMPLES_ONE_CLASS[name])
+    specmodel = merge(specmodel, {"spec": {"guard": {"routeClasses": route}}})
+    world = build_world(specmodel, load_scenario(SCENARIOS / f"{name}.yaml"))
+    return simulate(world, SimulationSettings(seed=seed))
+
+
+def example(name: str, seeds: int) -> dict[str, Any]:
+    """The example replayed with the guard as it ships and routing classes, same seeds."""
+    found: dict[str, Any] = {"scenario": name}
+    for label, route in (("fleetWide", False), ("routed", True)):
+        runs = [replay_example(name, route, seed) for seed in range(seeds)]
+        found[label] = {
+            "goodput": round(statistics.fmean(r.run.goodput.rate for r in runs), 2),
+            "gpuHours": round(statistics.fmean(r.run.goodput.gpu_seconds for r in runs) / 3600, 3),
+            "plainPoolRequests": round(
+                statistics.fmean(sum(report.plain_pool_requests(r).values()) for r in runs)
+            ),
+            "actionsSeed0": [f"{d['t']:.0f}s {d['action']}" for d in runs[0].run.decisions],
+        }
+    return found
 
 
 def measured(result: Result, after: float) -> dict[str, Any]:
@@ -119,7 +155,16 @@ def main() -> None:
         tpot = r["meanTpotMs"]
         numbers = (r["goodput"], r["gpuHours"], r["validTokensPerGpuSecond"], *tpot.values())
         print(row(r["variant"], *(f"{n:.2f}" for n in numbers), r["plainPoolRequests"]))
-    text = json.dumps(rows, indent=2) + "\n"
+    examples = [example(name, args.seeds) for name in EXAMPLES_ONE_CLASS]
+    print(f"\nthe guard as it ships against routeClasses, {args.seeds} seeds")
+    line = "{:<22}{:>18}{:>18}{:>10}".format
+    print(line("example", "goodput ship/route", "GPU-h ship/route", "on pool"))
+    for e in examples:
+        ship, routed = e["fleetWide"], e["routed"]
+        goodput = f"{ship['goodput']:.2f} / {routed['goodput']:.2f}"
+        hours = f"{ship['gpuHours']:.2f} / {routed['gpuHours']:.2f}"
+        print(line(e["scenario"], goodput, hours, routed["plainPoolRequests"]))
+    text = json.dumps({"variants": rows, "examples": examples}, indent=2) + "\n"
     print(text, end="")
     out = ROOT / "bench/results/plain_pool.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -100,6 +100,19 @@ def test_the_last_speculating_class_is_the_fleet_switchs_to_answer() -> None:
     assert current.kill_switch.state == KillSwitchState.ENGAGED
 
 
+def test_a_class_without_traffic_keeps_no_speculation_paying() -> None:
+    """Prose declared but silent: with chat routed, routing code too would leave the fleet
+    speculating for nobody (the replay's low-acceptance example ran both its classes on a pool
+    as large as the fleet). The fleet's switch answers, as for the last class."""
+    chat = {"name": "chat", "slo": {"minAcceptanceRate": 0.3}}
+    current, decisions = run(start([CLASSES[0], chat, CLASSES[-1]]), observe(chat=COLLAPSED))
+    assert ("class_speculation_off", "ClassNotPaying") in actions(decisions)
+    current, decisions = run(current, observe(code=window(0.05), chat=None))
+    assert ("class_speculation_off", "ClassNotPaying") not in actions(decisions)
+    assert [s.name for s in current.guard.class_switches] == ["chat"]
+    assert current.kill_switch.state == KillSwitchState.ENGAGED
+
+
 def test_a_trial_after_the_cooldown_brings_a_class_back_on_its_samples_evidence() -> None:
     current = routed_off()
     current, decisions = run(current, *[observe()] * 3)  # routed: no prose on the fleet

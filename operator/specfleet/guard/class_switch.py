@@ -3,9 +3,9 @@ routed to the plain pool while the other classes keep it, and comes back by a tr
 
 - Off: a class `guard.classes` has named breaching on its acceptance floor or its speedup (with
   its evidence rules: N windows in a row or one decisive) is switched off, unless no other class
-  would speculate (the fleet's kill switch answers then, as without routing). From then on the
-  fleet's kill switch judges the other classes alone (`excluding`), as it judges without the
-  classes a human's override sets off.
+  with traffic would speculate (the fleet's kill switch answers then, as without routing). From
+  then on the fleet's kill switch judges the other classes alone (`excluding`), as it judges
+  without the classes a human's override sets off.
 - Trial: after the cooldown (doubled per failed trial, at most maxCooldownSeconds),
   classTrialShare of the class is served by the speculative fleet again. Those requests are the
   class's fleet windows (the plain pool's are labelled apart), summed since the trial began
@@ -39,11 +39,12 @@ from specfleet.guard.actions import ActionKind
 from specfleet.guard.situation import Tick
 from specfleet.guard.verdict import ClassVerdict, Evaluation, excluding
 from specfleet.signals import ACCEPTANCE_RATE, SPEEDUP
-from specfleet.telemetry.model import Observation
+from specfleet.telemetry.model import ClassWindow, Observation
 
 SPECULATION_SIGNALS = frozenset({ACCEPTANCE_RATE, SPEEDUP})
 """What a class's own speculation breaches: the signals routing it off answers."""
 OFF, TRIAL = ClassSwitchState.OFF, ClassSwitchState.TRIAL
+_NONE = ClassWindow()
 Evaluate = Callable[[Observation], Evaluation]
 
 
@@ -58,7 +59,7 @@ def switch(tick: Tick, window: Evaluation, evaluate: Evaluate) -> Evaluation:
         return _without(window, excluded(tick), tick)
     switches = {s.name: s for s in tick.guard.class_switches}
     for state in tick.guard.classes:
-        if state.name not in switches and _not_paying(tick, state, len(switches)):
+        if state.name not in switches and _not_paying(tick, state, set(switches)):
             off = _off(tick, window, state)
             if off is not None:
                 switches[state.name] = off
@@ -90,15 +91,27 @@ def _without(window: Evaluation, names: frozenset[str], tick: Tick) -> Evaluatio
     return excluding(window, names, tick.situation.policy, tick.situation.speculation)
 
 
-def _not_paying(tick: Tick, state: ClassGuardStatus, switched: int) -> bool:
+def _not_paying(tick: Tick, state: ClassGuardStatus, switched: set[str]) -> bool:
     """Breaching its speculation, with another class left speculating; in a dry run, named so
     this tick (it switches nothing, so it says so once)."""
     if state.state != ClassState.BREACHING or SPECULATION_SIGNALS.isdisjoint(state.signals):
         return False
     if tick.situation.policy.guard.dry_run and state.since != tick.stamp:
         return False
-    left = len(tick.situation.policy.classes) - switched - 1
-    return left >= 1
+    return bool(_speculating(tick) - switched - {state.name})
+
+
+def _speculating(tick: Tick) -> set[str]:
+    """The classes the fleet serves with speculation: not set off by a human, and with requests
+    in the window (a declared class without traffic keeps no engine's drafts paying)."""
+    observation = tick.situation.observation
+    served = observation.classes if observation is not None else {}
+    policy = tick.situation.policy
+    return {
+        c.name
+        for c in policy.classes
+        if c.name not in policy.classes_off and (served.get(c.name, _NONE).requests or 0.0) > 0
+    }
 
 
 def _off(tick: Tick, window: Evaluation, state: ClassGuardStatus) -> ClassSwitch | None:
