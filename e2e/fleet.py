@@ -40,6 +40,17 @@ class Fleet:
     namespace: str
     scenario: Scenario
     epoch: float
+    scenario_path: Path | None = None
+    """The file `specfleet-testbed pods` gives every engine it starts."""
+
+    def change_scenario(self, plan: dict[str, Any]) -> None:
+        """The engines started from now on read `plan` (same clock); the running ones keep the
+        scenario they started with, and the traffic generators theirs."""
+        if self.scenario_path is None:
+            raise RuntimeError("this fleet's pods do not read a scenario file")
+        staged = self.scenario_path.with_suffix(".new")
+        staged.write_text(yaml.safe_dump(plan))
+        staged.replace(self.scenario_path)  # an engine starting now reads one or the other
 
     def traffic(
         self,
@@ -161,7 +172,7 @@ def simulated_pods(
     with (workdir / "sim-pods.log").open("w") as log:
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        yield Fleet(cluster, namespace, parse_scenario(scenario), epoch)
+        yield Fleet(cluster, namespace, parse_scenario(scenario), epoch, path)
     finally:
         process.terminate()
         try:
