@@ -9,8 +9,8 @@ almost none: the acceptance collapse below is the clients' own doing, not a scri
 `guard.routeClasses` the class whose clients sample is routed to a plain pool running the real
 vLLM without speculation, while the other class keeps speculating on the fleet's engine, which
 never restarts; a trial on the fleet itself brings the class back once its clients are greedy
-again. One SpecModel with one replica for the module; its plain pool's pod starts a second real
-engine (about two minutes, 4.2-4.4 GiB). The fleet-wide kill switch's flip and trial are the
+again. One SpecModel with one replica for the module; its plain pool, kept warm, starts a second
+real engine beside the fleet's (4.2-4.4 GiB). The fleet-wide kill switch's flip and trial are the
 simulated fleet's to prove (`test_guard`): on the real engine they cost two more engine starts.
 """
 
@@ -47,11 +47,12 @@ GUARD = {
     # among two once read a greedy trial at 0.87x)
     "minRequests": 5,
     "minDraftTokens": 30,
-    # longer than the plain pool's engine start (the pair's engine: 74-136 s alone at load 2-5),
-    # so the class's trial starts once its clients are greedy again
-    "cooldownSeconds": 180,
+    # the pool is warm (its engine starts with the fleet's), so the class moves at its decision:
+    # longer than the test's checks on the two engines before its clients turn greedy again,
+    # so the class's trial starts once they are
+    "cooldownSeconds": 90,
     # a failed trial is tried again after the same cooldown, not twice it (see the test)
-    "maxCooldownSeconds": 180,
+    "maxCooldownSeconds": 90,
     # speculation must beat plain decoding, and a trial by releaseMargin more: the pair's greedy
     # speculation (k=3, Intel OpenMP preloaded as real_engine.engine_env does) measured 2.4-3.5x
     # plain decoding on this CPU (bench/real_engine.py --pair), so a greedy trial clears 1.1
@@ -69,6 +70,8 @@ SPECMODEL = real_clients.specmodel(
     # the last node: a second local cluster (a demo beside the tests) fills the first nodes'
     # loopback pod IPs, which are the same in every local cluster
     pod={"replicas": 1, "nodeSelector": {"kubernetes.io/hostname": "kwok-gpu-3"}},
+    # a warm pool: its real engine starts beside the fleet's, not after the decision
+    plainPool={"minReplicas": 1},
 )
 RPS = 1.0
 MAX_TOKENS = 16
