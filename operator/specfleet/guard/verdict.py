@@ -46,6 +46,9 @@ from specfleet.signals import (
 )
 from specfleet.telemetry.model import ClassWindow, Observation
 
+MULTIPLE = Rule.MULTIPLE
+"""Read once (as `killswitch.TRIAL`)."""
+
 
 class Judged(NamedTuple):
     """What one family of signals showed for a class: breaches and the raw readings."""
@@ -124,16 +127,22 @@ class ClassVerdict(NamedTuple):
         bad = self.speculation_breaches or self.quality_breaches or self.latency().breaches
         return "bad" if bad else "good"
 
-    @property
-    def quality_breaches(self) -> list[str]:
-        return self.quality().breaches
-
     # Quality, latency and evidence are judged when asked, not stored: only a revision on
     # probation needs quality on every tick, the rest is read for status and actions.
+    @property
+    def quality_breaches(self) -> list[str]:
+        """`quality().breaches`, without reading the signals nothing limits."""
+        if self.window is None:
+            return []
+        return _judge_quality(self.name, self.slo, self.window, self.baseline, self.policy, None)
+
     def quality(self) -> Judged:
         if self.window is None:
             return Judged([], {})
-        return _judge_quality(self.name, self.slo, self.window, self.baseline, self.policy)
+        readings: dict[str, Any] = {}
+        window, baseline = self.window, self.baseline
+        breaches = _judge_quality(self.name, self.slo, window, baseline, self.policy, readings)
+        return Judged(breaches, readings)
 
     def unproven(self) -> list[str]:
         """Quality signals neither past their limits nor shown within them (the limit less the
@@ -594,37 +603,41 @@ def _judge_quality(
     window: ClassWindow,
     baseline: QualityBaseline | None,
     policy: Policy,
-) -> Judged:
+    readings: dict[str, Any] | None,
+) -> list[str]:
     """Each quality signal (`signals.QUALITY`) against the stricter of the class's SLO and the
-    last good revision's value."""
-    judged = Judged([], {})
+    last good revision's value: the breaches, and each value judged into `readings` (None:
+    breaches alone)."""
+    breaches = []
     error_rate = policy.guard.error_rate
     for signal in QUALITY:
         good = signal.last_good(baseline, klass) if baseline else None
-        if signal.rule is Rule.MULTIPLE:
-            breach = _judge_multiple(signal, window, good, judged.readings, error_rate)
+        if signal.rule is MULTIPLE:
+            breach = _judge_multiple(signal, window, good, readings, error_rate)
         else:
-            breach = _judge_share(signal, slo, window, good, policy, judged.readings)
+            limit = _limit(signal.floor(slo), None if good is None else signal.good(good))
+            if readings is None and not limit > 0.0:
+                continue  # a limit of 0 is none: no share is shown under 0
+            breach = _judge_share(signal, limit, window, policy, readings)
         if breach is not None:
-            judged.breaches.append(breach)
-    return judged
+            breaches.append(breach)
+    return breaches
 
 
 def _judge_share(
     signal: Signal,
-    slo: ClassSlo,
+    limit: float,
     window: ClassWindow,
-    good: float | None,
     policy: Policy,
-    readings: dict[str, Any],
+    readings: dict[str, Any] | None,
 ) -> str | None:
-    """Judged as the share that is good (`Signal.good`) against a floor: the SLO's, or the last
-    good revision's share less the margin."""
+    """Judged as the share that is good (`Signal.good`) against a floor (`limit`): the SLO's, or
+    the last good revision's share less the margin."""
     value, samples = signal.value(window), signal.samples(window)
     if value is None or samples < policy.guard.min_requests:
         return None
-    readings[signal.name] = value
-    limit = _limit(signal.floor(slo), None if good is None else signal.good(good))
+    if readings is not None:
+        readings[signal.name] = value
     share = signal.good(value)
     if not (share < limit and excludes(limit, share * samples, samples, policy.guard.error_rate)):
         return None
@@ -645,7 +658,7 @@ def _unproven_quality(
     unproven = []
     for signal in QUALITY:
         value, samples = signal.value(window), signal.samples(window)
-        if signal.rule is Rule.MULTIPLE or value is None or samples < policy.guard.min_requests:
+        if signal.rule is MULTIPLE or value is None or samples < policy.guard.min_requests:
             continue
         good = signal.last_good(baseline, klass) if baseline else None
         limit = _limit(signal.floor(slo), None if good is None else signal.good(good))
@@ -672,14 +685,15 @@ def _judge_multiple(
     signal: Signal,
     window: ClassWindow,
     good: float | None,
-    readings: dict[str, Any],
+    readings: dict[str, Any] | None,
     error_rate: float,
 ) -> str | None:
     """The rate's lower bound over twice the last good revision's (at least 1%)."""
     value = signal.value(window)
     if value is None:
         return None
-    readings[signal.name] = value
+    if readings is not None:
+        readings[signal.name] = value
     count = signal.count(window) or 0.0
     if count < MIN_ERRORS:
         return None
