@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from specfleet.api.status import (
@@ -43,6 +44,13 @@ SUMMED = tuple(
     if f.name not in (*LATEST, *MEANS) and f.type in ("float | None", float | None)
 )
 """The counts that add up across windows."""
+
+
+@lru_cache(maxsize=4)
+def stamp(now: datetime) -> str:
+    """`now` as status fields record it: one tick's decisions share their clock, and isoformat
+    would cost as much as a class's judgement."""
+    return now.isoformat()
 
 
 def begin(now: datetime, deadline_seconds: float, serving: str = "") -> Evidence:
@@ -112,7 +120,7 @@ def added(
     if fresh <= 0.0:
         return None
     update: dict[str, object] = {
-        "through": now.isoformat(),
+        "through": stamp(now),
         "seconds": evidence.seconds + fresh * window.window_seconds,
         "judged": _summed(evidence.judged, window, fresh),
     }
@@ -170,8 +178,9 @@ def _summed(
 
 
 def _window(counts: dict[str, float], latency: bool) -> ClassWindow:
-    left_out = TOTALS if latency else (*TOTALS, *LATEST)
-    known: dict[str, Any] = {attr: value for attr, value in counts.items() if attr not in left_out}
+    known: dict[str, Any] = dict(counts)
+    for attr in TOTALS if latency else (*TOTALS, *LATEST):
+        known.pop(attr, None)
     for mean, (samples, key) in MEANS.items():
         count = counts.get(samples)
         if key in counts and count:

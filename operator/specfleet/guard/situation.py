@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
 from typing import Any, NamedTuple
 
 from specfleet.api.status import (
@@ -63,13 +62,6 @@ class QuietJudgement(NamedTuple):
     classes: dict[str, ClassVerdict]
 
 
-@lru_cache(maxsize=4)
-def _stamp(now: datetime) -> str:
-    """`now` as status fields record it: one tick's decisions share their clock, and isoformat
-    would cost as much as a class's judgement."""
-    return now.isoformat()
-
-
 @dataclass
 class Tick:
     """The evaluation in progress: the state it may change, and what it did. Status objects
@@ -101,7 +93,7 @@ class Tick:
 
     @classmethod
     def start(cls, situation: Situation) -> Tick:
-        stamp = _stamp(situation.now)
+        stamp = accumulated.stamp(situation.now)
         guard = situation.guard.model_copy(update={"last_evaluation": stamp})
         if guard.last_data is None:
             guard.last_data = stamp  # the blind clock starts at first sight
