@@ -86,8 +86,11 @@ def readings(verdict: ClassVerdict) -> list[Reading]:
         found.append(Reading(P95_TPOT, value, limit, requests, value > limit, False))
     least = verdict.policy.guard.min_requests
     for signal in QUALITY:
-        bound, samples = signal.slo(slo), signal.samples(window)
-        if bound is not None and samples >= least:
+        bound = signal.slo(slo)
+        if bound is None:
+            continue
+        samples = signal.samples(window)
+        if samples >= least:
             found.append(_quality(verdict, signal, bound, window, samples))
     return found
 

@@ -25,7 +25,8 @@ def judged(
     on none, speculation itself) judged on the fleet's evidence instead."""
     observation = tick.situation.observation
     if observation is None or all(v.conclusive for v in window.classes):
-        tick.guard.fleet_evidence = None
+        if tick.guard.fleet_evidence is not None:
+            tick.guard.fleet_evidence = None
         return window
     evidence = _grown(tick, observation)
     if evidence is None:
