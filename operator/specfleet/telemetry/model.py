@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ClassWindow:
     """One prompt class over one window, from counter increases (not averages of ratios).
-    Slotted: the guard builds one per class of every window it sums (`guard.evidence`), and a
-    frozen dataclass's __init__ without slots costs twice as much."""
+    Not frozen (though never changed) and slotted: the guard builds one per class of every
+    window it sums (`guard.evidence`), and a frozen one's __init__ costs four times as much."""
 
     requests: float | None = None
     errors: float | None = None
@@ -60,10 +60,10 @@ class ClassWindow:
     """Choices cut at their token limit (finish reason `length`)."""
     empty_answers: float | None = None
     """Choices that finished with no content and no tool call (None: the gateway counts none)."""
-    tool_calls_unjudged: Mapping[str, float] = field(default_factory=dict, hash=False)
+    tool_calls_unjudged: Mapping[str, float] = field(default_factory=dict)
     """Tool calls not judged, by reason (the request's schema was not one a sane validator can
     check, or checking cost too much): outside the validity above, whatever they were."""
-    structured_unjudged: Mapping[str, float] = field(default_factory=dict, hash=False)
+    structured_unjudged: Mapping[str, float] = field(default_factory=dict)
     """Structured outputs not judged, by reason."""
 
     def measured_tpot(self, min_samples: int) -> float | None:
