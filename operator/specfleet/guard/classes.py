@@ -72,10 +72,13 @@ def readings(verdict: ClassVerdict) -> list[Reading]:
         return []
     found: list[Reading] = []
     requests, slo, bounds = window.requests or 0.0, verdict.slo, verdict.acceptance_bounds
-    floor, alpha = slo.min_acceptance_rate, window.acceptance_rate
-    if floor is not None and bounds is not None and alpha is not None:
-        breached, decisive = bounds[1] < floor, bounds[1] < floor * (1.0 - verdict.policy.band)
-        found.append(Reading(ACCEPTANCE_RATE, alpha, floor, requests, breached, decisive))
+    floor = slo.min_acceptance_rate
+    if floor is not None and bounds is not None:
+        alpha = window.acceptance_rate
+        if alpha is not None:
+            breached = bounds[1] < floor
+            decisive = bounds[1] < floor * (1.0 - verdict.policy.band)
+            found.append(Reading(ACCEPTANCE_RATE, alpha, floor, requests, breached, decisive))
     if verdict.speedup is not None and verdict.speedup_bounds is not None:
         found.append(_speedup(verdict, verdict.speedup, verdict.speedup_bounds[1], requests))
     limit, value = slo.max_p95_ttft_seconds, window.p95_ttft_seconds
