@@ -72,12 +72,12 @@ clean: ## delete .venv and the tool caches in the checkout (not ~/.cache/specfle
 
 -include e2e/cluster/cluster.mk
 
-demo: setup helm-bin ## the guard at work on a local cluster (a real vLLM's collapse, kill switch, trial, rollback)
+demo: setup helm-bin ## the guard at work on a local cluster (a real vLLM's collapse, kill switch, trial, a class routed alone, rollback)
 	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m e2e.demo
 
 .PHONY: demo-picture
 demo-picture: demo ## run the demo (with the real engine where memory allows) and make its picture the README's
 	cp out/demo/timeline.png docs/demo-timeline.png
 
-demo-short: setup helm-bin ## the demo without the real engine and the trial re-enable (what CI runs)
+demo-short: setup helm-bin ## the demo without the real engine, the trial re-enable and the class routing (what CI runs)
 	HELM="$$(hack/tools.sh helm)/helm" $(PY) -m e2e.demo --short

@@ -10,9 +10,13 @@ gateway for every pod, sends traffic, and plays a story:
    recovers;
 3. (full mode) acceptance recovers: after the cooldown a trial runs speculation on one canary pod
    beside the fleet; once the canary shows it pays, the fleet turns it back on;
-4. a quantization change (AWQ weights) breaks tool calls: rolled back to the last good revision.
+4. (full mode) Git turns on per-class routing; the `tools` class's acceptance collapses: tools
+   alone goes to the plain pool (a pod without speculation, started for it), the other classes
+   keep speculating and no engine restarts; once it recovers, a class trial brings it back;
+5. a quantization change (AWQ weights) breaks tool calls: rolled back to the last good revision.
 
-It ends by writing out/demo/timeline.png and out/demo/alerts.json. `--short` (CI) skips step 3.
+It ends by writing out/demo/timeline.png and out/demo/alerts.json. `--short` (CI) skips steps 3
+and 4.
 """
 
 from __future__ import annotations
@@ -37,17 +41,23 @@ from e2e import demo_picture, demo_real, demo_waits, real_engine
 from e2e.cluster import harness
 from e2e.cluster.harness import LocalCluster
 from e2e.cluster.pod_ranges import PodRangeTaken
+from e2e.demo_picture import GitChange
 from e2e.demo_waits import Budgets
-from e2e.fleet import Fleet, simulated_pods
+from e2e.fleet import Fleet, engine_pods, simulated_pods
 from e2e.operator_runner import as_process, service_account_kubeconfig
+from e2e.traffic import serving
 from specfleet.api.spec import GuardSpec
 from specfleet.api.status import MAX_DECISIONS
+from specfleet.render.workload import POOL_LABEL
+from specfleet.series import PLAIN_POOL
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "out/demo"
 NAMESPACE = "demo"
 NAME = "llama31-8b"
 AWQ = "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4"
+INSTANCE = f"app.kubernetes.io/instance={NAME}"
+"""The label selector of the fleet's pods: its engines, canaries and plain pool."""
 SIM_READY_TIMEOUT_S = 60.0
 """How long the stand-in kubelet gives a simulated engine to answer /health."""
 GUARD = {
@@ -65,19 +75,28 @@ def say(message: str) -> None:
     print(f"\n\033[1m[{time.strftime('%H:%M:%S')}] {message}\033[0m", flush=True)
 
 
-def specmodel() -> dict[str, Any]:
-    """The example, made to fit a laptop: no model cache PVC or token Secret, a brisk guard."""
+def specmodel(routing: bool = False) -> dict[str, Any]:
+    """The example, made to fit a laptop: no model cache PVC or token Secret, a brisk guard;
+    `routing`: a class whose speculation does not pay goes alone to a plain pool of one pod."""
     example = yaml.safe_load((ROOT / "examples/llama-3.1-8b-eagle3-fp8.yaml").read_text())
     spec = example["spec"]
     spec["model"].pop("cache")
     spec["model"].pop("hfTokenSecret")
-    spec["guard"] = GUARD
+    spec["guard"] = GUARD | ({"routeClasses": True} if routing else {})
+    if routing:
+        spec["plainPool"] = {"maxReplicas": 1}
     spec["pod"].pop("resources")
     return example
 
 
-def scenario(collapse: float, recover: float | None) -> dict[str, Any]:
-    code = [[0, 0.85], [collapse, 0.1]] + ([[recover, 0.85]] if recover is not None else [])
+def scenario(times: demo_waits.StoryTimes, short: bool) -> dict[str, Any]:
+    """Code's acceptance collapses; in full mode it recovers, then tools' collapses and
+    recovers."""
+    code = [[0, 0.85], [times.collapse, 0.1]]
+    tools = [[0, 0.7]]
+    if not short:
+        code.append([times.recover, 0.85])
+        tools += [[times.tools_collapse, 0.1], [times.tools_recover, 0.7]]
     return {
         "duration_s": 3600,
         "traffic_rps": [[0, 10]],
@@ -90,7 +109,7 @@ def scenario(collapse: float, recover: float | None) -> dict[str, Any]:
             "chat": {"share": 0.4, "acceptance": [[0, 0.65]], "output_tokens": 48},
             "tools": {
                 "share": 0.2,
-                "acceptance": [[0, 0.7]],
+                "acceptance": tools,
                 "output_tokens": 32,
                 "tool_call_rate": 0.8,
             },
@@ -168,18 +187,26 @@ def status(cluster: LocalCluster, ref: Ref = FLEET) -> dict[str, Any]:
     return result
 
 
+def pool_of(pod: dict[str, Any]) -> str:
+    plain = pod["metadata"].get("labels", {}).get(POOL_LABEL) == PLAIN_POOL
+    return "plain pool" if plain else "fleet"
+
+
 def decisions(cluster: LocalCluster, ref: Ref = FLEET) -> list[dict[str, Any]]:
     return list(status(cluster, ref).get("decisions", []))
 
 
 class Watcher(threading.Thread):
-    """Prints `kubectl get sm` whenever it changes, and each new guard decision."""
+    """Prints `kubectl get sm` whenever it changes, and each new guard decision; counts the
+    simulated fleet's Ready engine pods, and its plain pool's."""
 
     def __init__(self, cluster: LocalCluster, refs: list[Ref]) -> None:
         super().__init__(daemon=True)
         self.cluster, self.refs, self.stop = cluster, refs, threading.Event()
         self.seen: set[tuple[Ref, str, str]] = set()
         self.warned = False
+        self.pods: dict[str, demo_picture.Points] = {pool: [] for pool in demo_picture.POOLS}
+        """Per pool, (Unix time, Ready engine pods)."""
 
     def run(self) -> None:
         last: list[list[str]] = []
@@ -191,6 +218,16 @@ class Watcher(threading.Thread):
                 last = rows
             for ref in self.refs:
                 self.print_decisions(ref)
+            self.count_pods()
+
+    def count_pods(self) -> None:
+        now = time.time()
+        found = self.cluster.run_kubectl("get", "pods", "-n", NAMESPACE, "-l", INSTANCE, "-o=json")
+        if found.returncode != 0:  # the next round counts
+            return
+        ready = [p for p in json.loads(found.stdout)["items"] if serving(p)]
+        for pool, points in self.pods.items():
+            points.append((now, sum(1 for p in ready if pool_of(p) == pool)))
 
     def table(self) -> str:
         """`kubectl get sm -A`, the demo's rows only (the cluster may hold others')."""
@@ -221,14 +258,25 @@ class Watcher(threading.Thread):
 
 
 def wait_for(
-    cluster: LocalCluster, action: str, budget_s: float, ref: Ref = FLEET
+    cluster: LocalCluster,
+    action: str,
+    budget_s: float,
+    ref: Ref = FLEET,
+    klass: str | None = None,
 ) -> dict[str, Any]:
+    """The last decision `action` (about `klass`, if given)."""
+
+    def about(decision: dict[str, Any]) -> bool:
+        return klass is None or (decision.get("evidence") or {}).get("class") == klass
+
     def check() -> tuple[dict[str, Any] | None, dict[str, Any]]:
         current = status(cluster, ref)
-        found = [d for d in current.get("decisions", []) if d["action"] == action]
+        listed = current.get("decisions", [])
+        found = [d for d in listed if d["action"] == action and about(d)]
         return (found[-1] if found else None), current
 
-    return demo_waits.wait(f"{action} on {ref}", budget_s, check)
+    what = f"{action}{f' ({klass})' if klass else ''} on {ref}"
+    return demo_waits.wait(what, budget_s, check)
 
 
 def wait_for_pods(cluster: LocalCluster, ref: Ref, ready_timeout_s: float, since: float) -> float:
@@ -284,12 +332,13 @@ def story(
     cluster: LocalCluster,
     fleet: Fleet,
     guard: GuardSpec,
-    times: tuple[float, float],
+    times: demo_waits.StoryTimes,
     short: bool,
     real: demo_real.Clients | None,
-) -> float:
-    """Tells the story; returns when the AWQ revision was applied."""
-    collapse, recover = times
+) -> list[GitChange]:
+    """Tells the story; returns what Git changed, when (Unix time)."""
+    changes: list[GitChange] = []
+    collapse, recover = times.collapse, times.recover
     say("Step 1: revision 1 serves; the guard holds it on probation")
     budgets = Budgets(guard, wait_for_pods(cluster, FLEET, SIM_READY_TIMEOUT_S, fleet.epoch))
     print(f"  the waits below are derived from the guard's settings: {budgets.describe()}")
@@ -300,7 +349,7 @@ def story(
     happens = "collapsed" if fleet.scenario_time() > collapse else "collapses"  # the real one ran
     say(f"Step 2{where}: at t={collapse:.0f}s code acceptance {happens} from 0.85 to 0.10")
     until_collapse = max(0.0, collapse - fleet.scenario_time())
-    engaged = wait_for(cluster, "kill_switch_engaged", until_collapse + budgets.kill_switch())
+    engaged = wait_for(cluster, "kill_switch_engaged", until_collapse + budgets.not_paying())
     code = engaged["evidence"]["classes"].get("code", {})
     say(
         f"Kill switch engaged {since_collapse(fleet, engaged, collapse):.0f}s after the collapse: "
@@ -315,18 +364,78 @@ def story(
         engaged_to_recovery = fleet.epoch + recover - at(engaged)
         released = wait_for(cluster, "kill_switch_released", budgets.release(engaged_to_recovery))
         say(f"Speculation back on: {released['message']}")
+        changes.append(route_alone(cluster, fleet, budgets, times.tools_collapse))
     say(
-        f"Step 4: Git changes the weights to AWQ ({AWQ}); tool calls break. The new revision "
+        f"Step 5: Git changes the weights to AWQ ({AWQ}); tool calls break. The new revision "
         "runs as a canary on one pod beside the fleet on the old one"
     )
-    bad = specmodel()
+    bad = specmodel(routing=not short)
     bad["spec"]["model"]["source"] = AWQ
     bad["spec"]["quantization"] = {"weights": "awq", "preQuantized": True}
     apply(cluster, bad)
-    applied = time.time()
+    changes.append(GitChange(time.time(), "new revision (AWQ)", rollout=True))
     aborted = wait_for(cluster, "rollout_aborted", budgets.abort())
     say(f"Aborted on its canary: {aborted['message']}")
-    return applied
+    return changes
+
+
+def route_alone(
+    cluster: LocalCluster, fleet: Fleet, budgets: Budgets, collapse: float
+) -> GitChange:
+    """Step 4: tools stops paying and goes alone to the plain pool; a class trial brings it
+    back. Returns when Git turned routing on."""
+    # The guard would route a class still named breaching from before the kill switch at once.
+    wait_for_every_class_ok(cluster, budgets.not_paying())
+    say(
+        "Step 4: Git turns on per-class routing (spec.guard.routeClasses, spec.plainPool): a "
+        "class whose speculation stops paying goes alone to a pool of engines without it"
+    )
+    apply(cluster, specmodel(routing=True))
+    routing = GitChange(time.time(), "per-class routing on", rollout=False)
+    say(f"At t={collapse:.0f}s tools acceptance collapses from 0.70 to 0.10")
+    until_collapse = max(0.0, collapse - fleet.scenario_time())
+    off = wait_for(cluster, "class_speculation_off", until_collapse + budgets.not_paying())
+    engines = engine_pods(cluster, NAMESPACE, NAME)  # judged: the release's roll is over
+    say(f"{since_collapse(fleet, off, collapse):.0f}s after the collapse: {off['message']}")
+    moved = wait_for_class(cluster, "tools", "plain", budgets.pool_start())
+    say(
+        f"tools alone is served by {NAME}-plain: SPECULATING {moved['classesSpeculating']}, "
+        f"kill switch {moved['killSwitch']['state']}; {restarts(cluster, engines)}"
+    )
+    back = wait_for(cluster, "class_speculation_on", budgets.class_back(), klass="tools")
+    say(f"tools back on the speculative fleet ({restarts(cluster, engines)}): {back['message']}")
+    return routing
+
+
+def wait_for_every_class_ok(cluster: LocalCluster, budget_s: float) -> None:
+    """Until the guard names no class breaching (status.guard.classes)."""
+
+    def check() -> tuple[bool | None, dict[str, Any]]:
+        current = status(cluster)
+        classes = (current.get("guard") or {}).get("classes", [])
+        return (True if all(c["state"] == "ok" for c in classes) else None), current
+
+    demo_waits.wait(f"every class ok on {FLEET}", budget_s, check)
+
+
+def restarts(cluster: LocalCluster, engines: set[str]) -> str:
+    """Whether the fleet's engine pods are still `engines`."""
+    if engine_pods(cluster, NAMESPACE, NAME) == engines:
+        return f"the fleet's {len(engines)} engine pods kept running"
+    return "the fleet's engine pods were replaced"
+
+
+def wait_for_class(
+    cluster: LocalCluster, klass: str, state: str, budget_s: float
+) -> dict[str, Any]:
+    """Until `klass` is in `state` (status.classSpeculation); returns the status."""
+
+    def check() -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        current = status(cluster)
+        states = {c["name"]: c["state"] for c in current.get("classSpeculation", [])}
+        return (current if states.get(klass) == state else None), current
+
+    return demo_waits.wait(f"{klass} {state} on {FLEET}", budget_s, check)
 
 
 def real_collapse(cluster: LocalCluster, guard: GuardSpec, clients: demo_real.Clients) -> None:
@@ -344,7 +453,7 @@ def real_collapse(cluster: LocalCluster, guard: GuardSpec, clients: demo_real.Cl
     )
     clients.temperature["code"] = demo_real.SAMPLED
     switched = time.time()
-    engaged = wait_for(cluster, "kill_switch_engaged", budgets.kill_switch(), REAL)
+    engaged = wait_for(cluster, "kill_switch_engaged", budgets.not_paying(), REAL)
     code = engaged["evidence"]["classes"].get("code", {})
     say(
         f"Kill switch engaged on the real engine {at(engaged) - switched:.0f}s after the "
@@ -360,20 +469,31 @@ def explain_stuck(workdir: Path) -> None:
         print(f"    {line}")
 
 
-def write_outputs(cluster: LocalCluster, origin: float, rollouts: list[float], real: bool) -> None:
+def write_outputs(
+    cluster: LocalCluster,
+    origin: float,
+    changes: list[GitChange],
+    pods: dict[str, demo_picture.Points],
+    real: bool,
+) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     alerts = httpx.get(f"{cluster.alertmanager_url}/api/v2/alerts", timeout=10).json()
     mine = [a for a in alerts if a["labels"].get("namespace") in (FLEET.namespace, REAL.namespace)]
     (OUT / "alerts.json").write_text(json.dumps(mine, indent=2))
     end = time.time()
     stories = [read_story(cluster, REAL, origin, end)] if real else []
-    stories.append(read_story(cluster, FLEET, origin, end, [t - origin for t in rollouts]))
+    fleet = read_story(cluster, FLEET, origin, end)
+    stories.append(
+        replace(
+            fleet,
+            changes=[change._replace(t=change.t - origin) for change in changes],
+            pods={pool: [(t - origin, n) for t, n in p] for pool, p in pods.items()},
+        )
+    )
     demo_picture.draw(stories, end - origin, OUT / "timeline.png")
 
 
-def read_story(
-    cluster: LocalCluster, ref: Ref, origin: float, end: float, rollouts: list[float] | None = None
-) -> demo_picture.Story:
+def read_story(cluster: LocalCluster, ref: Ref, origin: float, end: float) -> demo_picture.Story:
     """One SpecModel's part of the picture, from Prometheus and its status."""
     selector = f'namespace="{ref.namespace}", specmodel="{ref.name}"'
 
@@ -403,7 +523,6 @@ def read_story(
     floors = [s["minToolCallValidity"] for s in slos.values() if "minToolCallValidity" in s]
     return replace(
         story,
-        rollouts=rollouts or [],
         tpot=series(tpot, "class"),
         tpot_slos={n: s["maxP95TpotSeconds"] for n, s in slos.items() if "maxP95TpotSeconds" in s},
         validity=series(f"{valid} / {calls}", "revision"),
@@ -450,7 +569,7 @@ def main() -> int:
     parser.add_argument(
         "--short",
         action="store_true",
-        help="CI mode: skip the trial re-enable, and the real engine",
+        help="CI mode: skip the trial re-enable, the per-class routing and the real engine",
     )
     parser.add_argument(
         "--simulated", action="store_true", help="simulated engines only, no real vLLM"
@@ -458,7 +577,7 @@ def main() -> int:
     args = parser.parse_args()
     real = not (args.short or args.simulated) and with_real_engine()
     guard = GuardSpec.model_validate(specmodel()["spec"]["guard"])
-    collapse, recover = demo_waits.story_times(guard)
+    times = demo_waits.story_times(guard)
     started = time.time()
     say("Starting the local cluster (first run builds Kubernetes from the Go module proxy)")
     try:
@@ -491,7 +610,7 @@ def main() -> int:
             simulated_pods(
                 cluster,
                 NAMESPACE,
-                scenario(collapse, None if args.short else recover),
+                scenario(times, args.short),
                 workdir,
                 ("--ready-timeout", str(SIM_READY_TIMEOUT_S)),
             )
@@ -503,13 +622,13 @@ def main() -> int:
             clients = stack.enter_context(demo_real.real_pod(cluster, workdir / "real"))
         watcher.start()
         try:
-            rollout = story(cluster, fleet, guard, (collapse, recover), args.short, clients)
+            changes = story(cluster, fleet, guard, times, args.short, clients)
         except demo_waits.StepTimeout as stuck:
             say(f"Stuck: {stuck}")
             explain_stuck(workdir)
             return 1
         watcher.stop.set()
-        write_outputs(cluster, fleet.epoch, [rollout], real)
+        write_outputs(cluster, fleet.epoch, changes, watcher.pods, real)
     say("Done.")
     print(f"  timeline:           {OUT / 'timeline.png'}")
     print(

@@ -4,9 +4,11 @@ and the SpecModels' status.
 Per SpecModel, the real engine's first: its decisions as labelled markers (staggered so none
 overlaps), then its per-class acceptance against each class's floor. For the simulated fleet
 also p95 TPOT per class against its SLO and tool-call validity per revision, where the AWQ
-canary's broken tool calls show. A line never crosses a stretch without samples; shaded bands:
-the kill switch engaged (red), a trial's canary (orange), a rollout's canary (blue). The x axis
-is the story's own time: seconds since its SpecModels were applied.
+canary's broken tool calls show, and its engine pods: the fleet's and the plain pool's. A line
+never crosses a stretch without samples; shaded bands: the kill switch engaged (red), a trial's
+canary (orange), a class routed to the plain pool (purple) and its class trial (pink), a
+rollout's canary (blue). The x axis is the story's own time: seconds since its SpecModels were
+applied.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from specfleet.guard.actions import ActionKind
 from specfleet.simulate import plot
@@ -24,21 +26,47 @@ STEP_S = 5.0
 """The query_range step: two steps without a sample is a gap."""
 WIDTH_INCHES = 12.0
 LEFT, RIGHT = 0.07, 0.86
-BAND_ENDS = {
-    ActionKind.KILL_SWITCH_ENGAGED: ("tab:red", 0.1, {ActionKind.KILL_SWITCH_RELEASED}),
-    ActionKind.TRIAL_STARTED: (
+
+
+@dataclass(frozen=True)
+class Band:
+    """What a decision starts: shaded until one of `ends` (of the same class, if it names one)."""
+
+    color: str
+    alpha: float
+    ends: frozenset[str]
+    name: str
+    """The legend's words; `{klass}`: the decision's class."""
+
+
+BANDS = {
+    ActionKind.KILL_SWITCH_ENGAGED: Band(
+        "tab:red", 0.1, frozenset({ActionKind.KILL_SWITCH_RELEASED}), "kill switch engaged"
+    ),
+    ActionKind.TRIAL_STARTED: Band(
         "tab:orange",
         0.2,
-        {ActionKind.TRIAL_FAILED, ActionKind.KILL_SWITCH_RELEASED},
+        frozenset({ActionKind.TRIAL_FAILED, ActionKind.KILL_SWITCH_RELEASED}),
+        "trial canary",
+    ),
+    ActionKind.CLASS_SPECULATION_OFF: Band(
+        "tab:purple", 0.12, frozenset({ActionKind.CLASS_SPECULATION_ON}), "{klass} on plain pool"
+    ),
+    ActionKind.CLASS_TRIAL_STARTED: Band(
+        "tab:pink",
+        0.3,
+        frozenset({ActionKind.CLASS_SPECULATION_ON, ActionKind.CLASS_TRIAL_FAILED}),
+        "{klass} class trial",
     ),
 }
-BAND_NAMES = {
-    "kill switch engaged": "tab:red",
-    "trial canary": "tab:orange",
-    "rollout canary": "tab:blue",
-}
-ROLLOUT_ENDS = {ActionKind.ROLLOUT_ABORTED, ActionKind.ROLLOUT_PROMOTED}
+ROLLOUT = Band(
+    "tab:blue",
+    0.12,
+    frozenset({ActionKind.ROLLOUT_ABORTED, ActionKind.ROLLOUT_PROMOTED}),
+    "rollout canary",
+)
 COLORS = {"code": "tab:blue", "tools": "tab:orange", "json": "tab:purple", "chat": "tab:green"}
+POOLS = {"fleet": "dimgray", "plain pool": "tab:purple"}
 
 Points = list[tuple[float, float]]
 """(seconds since the story began, value)."""
@@ -53,13 +81,29 @@ class Story:
     """Its status decisions, each with `t`: seconds since the story began."""
     acceptance: dict[str, Points]
     floors: dict[str, float]
-    rollouts: list[float] = field(default_factory=list)
-    """When a new revision was applied (its canary starts)."""
+    changes: list[GitChange] = field(default_factory=list)
     tpot: dict[str, Points] = field(default_factory=dict)
     tpot_slos: dict[str, float] = field(default_factory=dict)
     validity: dict[str, Points] = field(default_factory=dict)
     """Tool-call validity per revision."""
     validity_floor: float | None = None
+    pods: dict[str, Points] = field(default_factory=dict)
+    """Engine pods up, the fleet's (with its canaries) and the plain pool's."""
+
+
+class GitChange(NamedTuple):
+    t: float
+    text: str
+    rollout: bool
+    """A new revision: its canary starts (shaded until it ends)."""
+
+
+class Span(NamedTuple):
+    start: float
+    stop: float
+    color: str
+    alpha: float
+    name: str
 
 
 def draw(stories: list[Story], end: float, path: Path) -> None:
@@ -117,17 +161,17 @@ def _panels(stories: list[Story], xlim: tuple[float, float]) -> Iterator[Panel]:
             yield Panel(1.5, story, lambda axis, story=story: _tpot(axis, story))
         if story.validity:
             yield Panel(1.4, story, lambda axis, story=story: _validity(axis, story))
+        if story.pods:
+            yield Panel(1.1, story, lambda axis, story=story: _pods(axis, story))
 
 
 def _labels(story: Story, xlim: tuple[float, float]) -> list[plot.Label]:
     span = xlim[1] - xlim[0]
     axis_inches = WIDTH_INCHES * (RIGHT - LEFT)
     found = []
-    for t in story.rollouts:
-        text = "Git: new revision (AWQ)"
-        found.append(
-            plot.Label(t, text, "dimgray", "--", plot.label_width(text, span, axis_inches))
-        )
+    for t, text, _ in story.changes:
+        width = plot.label_width(f"Git: {text}", span, axis_inches)
+        found.append(plot.Label(t, f"Git: {text}", "dimgray", "--", width))
     for decision in story.decisions:
         color, style = plot.ACTION_STYLES.get(decision["action"], ("gray", "-"))
         text = plot.describe(decision)
@@ -143,9 +187,8 @@ def _acceptance(axis: Any, story: Story) -> None:
             axis.axhline(story.floors[name], color=COLORS.get(name), ls=":", lw=1.2)
     if story.floors:
         axis.plot([], [], color="gray", ls=":", label="floor (SLO)")
-    named = {color: name for name, color in BAND_NAMES.items()}
-    for color in dict.fromkeys(color for _, _, color, _ in spans(story, math.inf)):
-        axis.fill_between([], [], color=color, alpha=0.3, lw=0, label=named[color])
+    for name, color in dict.fromkeys((span.name, span.color) for span in spans(story, math.inf)):
+        axis.fill_between([], [], color=color, alpha=0.3, lw=0, label=name)
     axis.set_ylim(0, 1.05)
     axis.set_ylabel("acceptance rate\n(accepted / drafted)", fontsize=8)
     _legend(axis, "no drafted tokens yet")
@@ -173,6 +216,15 @@ def _validity(axis: Any, story: Story) -> None:
     axis.set_ylim(min(lowest, story.validity_floor or 1) - 0.03, 1.02)
     axis.set_ylabel("valid share of\ntool calls", fontsize=8)
     _legend(axis, "no tool calls")
+
+
+def _pods(axis: Any, story: Story) -> None:
+    for pool, points in story.pods.items():
+        _line(axis, points, color=POOLS[pool], label=pool, lw=1.6, drawstyle="steps-post")
+    axis.set_ylim(0, max((v for p in story.pods.values() for _, v in p), default=1) + 1)
+    axis.yaxis.get_major_locator().set_params(integer=True)
+    axis.set_ylabel("engine pods\nup", fontsize=8)
+    _legend(axis, "no engine pods")
 
 
 def _line(axis: Any, points: Points, **style: Any) -> None:
@@ -204,28 +256,38 @@ def _legend(axis: Any, empty: str) -> None:
 
 
 def _bands(axis: Any, story: Story, end: float) -> None:
-    for start, stop, color, alpha in spans(story, end):
-        axis.axvspan(start, stop, color=color, alpha=alpha, lw=0)
+    for span in spans(story, end):
+        axis.axvspan(span.start, span.stop, color=span.color, alpha=span.alpha, lw=0)
 
 
-def spans(story: Story, end: float) -> list[tuple[float, float, str, float]]:
-    """(start, end, colour, alpha) of each kill switch, trial canary and rollout canary."""
+def spans(story: Story, end: float) -> list[Span]:
+    """Each kill switch, trial canary, class on the plain pool, class trial and rollout canary,
+    until the decision that ended it (or `end`)."""
     found = []
     ordered = sorted(story.decisions, key=lambda d: d["t"])
     for index, decision in enumerate(ordered):
-        if decision["action"] in BAND_ENDS:
-            color, alpha, ends = BAND_ENDS[decision["action"]]
-            stop = next((d["t"] for d in ordered[index + 1 :] if d["action"] in ends), end)
-            found.append((decision["t"], stop, color, alpha))
-    for start in story.rollouts:
-        later = (d["t"] for d in ordered if d["t"] >= start and d["action"] in ROLLOUT_ENDS)
-        found.append((start, next(later, end), "tab:blue", 0.12))
+        band = BANDS.get(decision["action"])
+        if band is not None:
+            klass = _klass(decision)
+            later = ordered[index + 1 :]
+            ending = (d["t"] for d in later if d["action"] in band.ends and _klass(d) == klass)
+            name = band.name.format(klass=klass)
+            found.append(Span(decision["t"], next(ending, end), band.color, band.alpha, name))
+    for start in (change.t for change in story.changes if change.rollout):
+        later = (d["t"] for d in ordered if d["t"] >= start and d["action"] in ROLLOUT.ends)
+        found.append(Span(start, next(later, end), ROLLOUT.color, ROLLOUT.alpha, ROLLOUT.name))
     return found
+
+
+def _klass(decision: dict[str, Any]) -> str | None:
+    """The class a class switch's decision is about (None for the fleet's)."""
+    klass: str | None = (decision.get("evidence") or {}).get("class")
+    return klass
 
 
 def _decision_lines(axis: Any, story: Story) -> None:
     for decision in story.decisions:
         color, style = plot.ACTION_STYLES.get(decision["action"], ("gray", "-"))
         axis.axvline(decision["t"], color=color, ls=style, lw=0.8, alpha=0.7)
-    for t in story.rollouts:
-        axis.axvline(t, color="dimgray", ls="--", lw=0.8, alpha=0.7)
+    for change in story.changes:
+        axis.axvline(change.t, color="dimgray", ls="--", lw=0.8, alpha=0.7)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from specfleet.api.spec import GuardSpec
 
@@ -42,12 +42,31 @@ def probation(g: GuardSpec) -> float:
     return max(g.probation_seconds, g.consecutive_breaches * g.interval_seconds)
 
 
-def story_times(g: GuardSpec) -> tuple[float, float]:
-    """When (scenario time, from the pods' start) the code class's acceptance collapses and
-    recovers: the collapse a window after the ideal promotion; the recovery once the kill switch
-    has engaged and the first trial has been judged on the low acceptance."""
+class StoryTimes(NamedTuple):
+    """When (scenario time, from the pods' start) the story's acceptance changes."""
+
+    collapse: float
+    """Code's collapse: a window after the ideal promotion."""
+    recover: float
+    """Code's recovery: once the kill switch has engaged and the first trial has been judged
+    on the low acceptance."""
+    tools_collapse: float
+    """Tools' collapse (full mode): once the kill switch is typically released (a failed
+    trial, the doubled cooldown, a trial) and the fleet, rolled back to speculation, has shown
+    code recovered (settling, N windows): routing turns on then."""
+    tools_recover: float
+    """Tools' recovery: a cooldown after it is routed off, before its first class trial can
+    start."""
+
+
+def story_times(g: GuardSpec) -> StoryTimes:
     collapse = settling(g) + probation(g) + g.window_seconds
-    return collapse, collapse + 2 * convincing(g) + g.cooldown_seconds
+    recover = collapse + 2 * convincing(g) + g.cooldown_seconds
+    released = recover + 2 * g.cooldown_seconds + 2 * convincing(g)
+    tools_collapse = released + settling(g) + convincing(g)
+    return StoryTimes(
+        collapse, recover, tools_collapse, tools_collapse + convincing(g) + g.cooldown_seconds
+    )
 
 
 @dataclass(frozen=True)
@@ -67,8 +86,9 @@ class Budgets:
         g = self.guard
         return self._stretched(2 * settling(g) + probation(g) + g.interval_seconds)
 
-    def kill_switch(self) -> float:
-        """From the collapse to kill_switch_engaged."""
+    def not_paying(self) -> float:
+        """From a collapse to the guard's answer: kill_switch_engaged, or class_speculation_off
+        (a class routed off alone: the same evidence rules)."""
         return self._stretched(convincing(self.guard))
 
     def abort(self) -> float:
@@ -77,6 +97,16 @@ class Budgets:
         decisive)."""
         g = self.guard
         return self._stretched(g.interval_seconds + convincing(g))
+
+    def pool_start(self) -> float:
+        """From class_speculation_off to the class on the plain pool: its first pod starts."""
+        return self._stretched(self.guard.interval_seconds)
+
+    def class_back(self) -> float:
+        """From class_speculation_off to class_speculation_on: the cooldown, then a trial judged
+        on the class's share on the fleet; room for one failed trial (the cooldown doubled)."""
+        g = self.guard
+        return 3 * g.cooldown_seconds + self._stretched(2 * convincing(g))
 
     def release(self, engaged_to_recovery: float) -> float:
         """From kill_switch_engaged to kill_switch_released, when acceptance recovers
@@ -126,6 +156,11 @@ def summary(status: dict[str, Any], now: datetime | None = None) -> str:
     parts.append(f"kill switch {state}")
     if status.get("canary"):
         parts.append(f"canary {status['canary'].get('state')}")
+    classes = status.get("classSpeculation", [])
+    off = [c for c in classes if c["state"] != "speculating"]
+    if 0 < len(off) < len(classes):  # all off: the kill switch's
+        states = ", ".join(f"{c['name']} {c['state']}" for c in off)
+        parts.append(f"classes speculating {status.get('classesSpeculating')} ({states})")
     parts.append(
         f"speculation windows bad {guard.get('consecutiveBad', 0)}, "
         f"good {guard.get('consecutiveGood', 0)}"

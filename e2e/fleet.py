@@ -142,6 +142,14 @@ class Background(threading.Thread, Generic[Report]):
         return self._report
 
 
+def engine_pods(cluster: LocalCluster, namespace: str, name: str) -> set[str]:
+    """The uids of a SpecModel's fleet's engine pods (not the plain pool's, nor a canary's): an
+    engine restart replaces them."""
+    selector = f"app.kubernetes.io/instance={name},app.kubernetes.io/name=specfleet-engine"
+    items = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"]
+    return {p["metadata"]["uid"] for p in items if "deletionTimestamp" not in p["metadata"]}
+
+
 @contextmanager
 def simulated_pods(
     cluster: LocalCluster,

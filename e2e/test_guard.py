@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.argocd_lua import health as argocd_health
 
 from e2e.cluster.harness import LocalCluster, eventually
-from e2e.fleet import simulated_pods
+from e2e.fleet import engine_pods, simulated_pods
 from e2e.operator_runner import RunningOperator, in_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -611,7 +611,7 @@ def test_a_collapsed_class_is_routed_to_the_plain_pool_alone_and_a_trial_brings_
     apply(local_cluster, namespace, specmodel(name, guard=guard, plainPool={"maxReplicas": 1}))
     with simulated_pods(local_cluster, namespace, plan, tmp_path) as fleet:
         eventually(lambda: ready_replicas(local_cluster, namespace, name) == 2, "fleet Ready", 60)
-        fleet_pods = pod_uids(local_cluster, namespace, name)
+        fleet_pods = engine_pods(local_cluster, namespace, name)
         traffic = fleet.traffic_in_background(name, name, 600)
         wait_action(local_cluster, namespace, name, "class_speculation_off", collapse + 60)
         off = decision(local_cluster, namespace, name, "class_speculation_off")
@@ -634,7 +634,9 @@ def test_a_collapsed_class_is_routed_to_the_plain_pool_alone_and_a_trial_brings_
             next(c for c in plain["spec"]["template"]["spec"]["containers"])["args"]
         )
         assert "speculative" not in plain_args
-        assert pod_uids(local_cluster, namespace, name) == fleet_pods  # a class flip restarts none
+        assert (
+            engine_pods(local_cluster, namespace, name) == fleet_pods
+        )  # a class flip restarts none
         eventually(
             lambda: "SpecfleetClassNotPaying" in webhook_alertnames(local_cluster, namespace, name),
             "the ClassNotPaying alert",
@@ -650,14 +652,7 @@ def test_a_collapsed_class_is_routed_to_the_plain_pool_alone_and_a_trial_brings_
             "code speculating again",
             30,
         )
-        assert pod_uids(local_cluster, namespace, name) == fleet_pods
+        assert engine_pods(local_cluster, namespace, name) == fleet_pods
         report = traffic.result(stop=True)
     assert sum(report.failed.values()) == 0, report.errors[:5]
     print(f"decision to the first code request on the plain pool: {moved:.1f}s")
-
-
-def pod_uids(cluster: LocalCluster, namespace: str, name: str) -> set[str]:
-    """The fleet's engine pods (not the plain pool's, nor a canary's)."""
-    selector = f"app.kubernetes.io/instance={name},app.kubernetes.io/name=specfleet-engine"
-    items = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"]
-    return {p["metadata"]["uid"] for p in items if "deletionTimestamp" not in p["metadata"]}

@@ -406,3 +406,23 @@ def test_no_judgement_stays_pending_past_its_deadline(result: Any, deadline: str
     assert [(t.t, t.past_deadline) for t in run.ticks if t.past_deadline] == []
     reasons = {d["reason"] for d in run.decisions}
     assert deadline is None or deadline in reasons  # the deadlines did come into play
+
+
+def test_a_class_switchs_decisions_name_their_class() -> None:
+    from specfleet.simulate import plot
+
+    def switched(action: str, **evidence: Any) -> dict[str, Any]:
+        return {"action": action, "evidence": {"class": "tools", **evidence}}
+
+    texts = [
+        plot.describe(switched("class_speculation_off", signals=["speedup"])),
+        plot.describe(switched("class_trial_started")),
+        plot.describe(switched("class_trial_failed")),
+        plot.describe(switched("class_speculation_on")),
+    ]
+    assert texts == [
+        "tools routed to the plain pool: speedup",
+        "tools class trial",
+        "tools class trial failed",
+        "tools back on speculation",
+    ]

@@ -41,8 +41,18 @@ ACTION_STYLES: dict[str, tuple[str, str]] = {
     ActionKind.ROLLOUT_STEP_PASSED: ("steelblue", "--"),
     ActionKind.ROLLOUT_PROMOTED: ("navy", "-"),
     ActionKind.QUALITY_BREACH: ("tab:purple", "--"),
+    ActionKind.CLASS_SPECULATION_OFF: ("darkviolet", "-"),
+    ActionKind.CLASS_TRIAL_STARTED: ("tab:pink", ":"),
+    ActionKind.CLASS_TRIAL_FAILED: ("darkmagenta", "--"),
+    ActionKind.CLASS_SPECULATION_ON: ("tab:green", "--"),
 }
 """Colour and line style of each decision's marker and line."""
+CLASS_SWITCH_WORDS = {
+    ActionKind.CLASS_TRIAL_STARTED: "class trial",
+    ActionKind.CLASS_TRIAL_FAILED: "class trial failed",
+    ActionKind.CLASS_SPECULATION_ON: "back on speculation",
+}
+"""A class switch's decisions that need no more words than its class."""
 BANDS: dict[str, tuple[str, float, str]] = {
     KillSwitchState.ENGAGED: ("tab:red", 0.08, "kill switch engaged"),
     KillSwitchState.TRIAL: ("tab:orange", 0.18, "trial canary"),
@@ -233,10 +243,16 @@ def describe(decision: dict[str, Any]) -> str:
         return f"{rev}canary step {evidence.get('step')}/{evidence.get('steps')} passed"
     if action == ActionKind.ROLLOUT_PROMOTED:
         return f"{rev}canary promoted"
+    klass = evidence.get("class")
+    if action == ActionKind.CLASS_SPECULATION_OFF:
+        signals = ", ".join(SIGNALS.get(s, s) for s in evidence.get("signals") or [])
+        return f"{klass} routed to the plain pool" + (f": {signals}" if signals else "")
+    if action in CLASS_SWITCH_WORDS:
+        return f"{klass} {CLASS_SWITCH_WORDS[action]}"
     if action in (ActionKind.CLASS_BREACH, ActionKind.CLASS_RECOVERED):
         signal = SIGNALS.get(evidence.get("signal", ""), evidence.get("signal", ""))
         state = "breach" if action == ActionKind.CLASS_BREACH else "recovered"
-        return f"{evidence.get('class')} {state} ({signal})"
+        return f"{klass} {state} ({signal})"
     return f"{action.replace('_', ' ')}{because}"
 
 
