@@ -307,6 +307,11 @@ def wait_for_acceptance(cluster: LocalCluster, ref: Ref, klass: str, budget_s: f
     return demo_waits.wait(f"the guard to judge {klass} on {ref}", budget_s, check)
 
 
+def collapses(fleet: Fleet, collapse: float) -> str:
+    """Its tense: while the real engine's pod started, the simulated fleet's story ran on."""
+    return "collapsed" if fleet.scenario_time() > collapse else "collapses"
+
+
 def since_collapse(fleet: Fleet, decision: dict[str, Any], collapse: float) -> float:
     return at(decision) - fleet.epoch - collapse
 
@@ -346,7 +351,7 @@ def story(
     if real is not None:
         real_collapse(cluster, guard, real)
     where = "b, on the simulated fleet" if real else ""
-    happens = "collapsed" if fleet.scenario_time() > collapse else "collapses"  # the real one ran
+    happens = collapses(fleet, collapse)
     say(f"Step 2{where}: at t={collapse:.0f}s code acceptance {happens} from 0.85 to 0.10")
     until_collapse = max(0.0, collapse - fleet.scenario_time())
     engaged = wait_for(cluster, "kill_switch_engaged", until_collapse + budgets.not_paying())
@@ -392,7 +397,7 @@ def route_alone(
     )
     apply(cluster, specmodel(routing=True))
     routing = GitChange(time.time(), "per-class routing on", rollout=False)
-    say(f"At t={collapse:.0f}s tools acceptance collapses from 0.70 to 0.10")
+    say(f"At t={collapse:.0f}s tools acceptance {collapses(fleet, collapse)} from 0.70 to 0.10")
     until_collapse = max(0.0, collapse - fleet.scenario_time())
     off = wait_for(cluster, "class_speculation_off", until_collapse + budgets.not_paying())
     engines = engine_pods(cluster, NAMESPACE, NAME)  # judged: the release's roll is over
