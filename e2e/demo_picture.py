@@ -220,7 +220,8 @@ def _validity(axis: Any, story: Story) -> None:
 
 def _pods(axis: Any, story: Story) -> None:
     for pool, points in story.pods.items():
-        _line(axis, points, color=POOLS[pool], label=pool, lw=1.6, drawstyle="steps-post")
+        if any(count for _, count in points):  # a plain pool that never ran is left out
+            _line(axis, points, color=POOLS[pool], label=pool, lw=1.6, drawstyle="steps-post")
     axis.set_ylim(0, max((v for p in story.pods.values() for _, v in p), default=1) + 1)
     axis.yaxis.get_major_locator().set_params(integer=True)
     axis.set_ylabel("engine pods\nup", fontsize=8)
