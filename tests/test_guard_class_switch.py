@@ -220,6 +220,18 @@ def test_route_classes_turned_on_later_routes_a_class_that_already_breaches() ->
     assert switch_of(current) is not None
 
 
+def test_route_classes_turned_on_later_leaves_a_class_named_before_that_pays_now() -> None:
+    """Named breaching earlier (its recovery not yet judged), paying in this window: routing it
+    off would act on stale evidence (the demo's code, routed at acceptance 0.66 over its 0.5
+    floor when Git turned routing on after the kill switch's story)."""
+    current, decisions = run(start(routeClasses=False), observe(prose=COLLAPSED))
+    assert actions(decisions) == [("class_breach", "ClassBreach")]
+    routing = replace(current, policy=start().policy)
+    current, decisions = run(routing, observe(prose=HEALTHY))
+    assert ("class_speculation_off", "ClassNotPaying") not in actions(decisions)
+    assert switch_of(current) is None
+
+
 def test_a_class_a_human_set_off_is_not_the_fleets_switchs_to_judge() -> None:
     """While code waits for the plain pool it is still served, with speculation, by the fleet:
     its collapse there engages no kill switch, set off as it is already."""

@@ -36,6 +36,7 @@ from specfleet.api.status import (
 )
 from specfleet.guard import evidence as accumulated
 from specfleet.guard.actions import ActionKind
+from specfleet.guard.classes import readings
 from specfleet.guard.situation import Tick
 from specfleet.guard.verdict import ClassVerdict, Evaluation, excluding
 from specfleet.signals import ACCEPTANCE_RATE, SPEEDUP
@@ -59,7 +60,7 @@ def switch(tick: Tick, window: Evaluation, evaluate: Evaluate) -> Evaluation:
         return _without(window, excluded(tick), tick)
     switches = {s.name: s for s in tick.guard.class_switches}
     for state in tick.guard.classes:
-        if state.name not in switches and _not_paying(tick, state, set(switches)):
+        if state.name not in switches and _not_paying(tick, window, state, set(switches)):
             off = _off(tick, window, state)
             if off is not None:
                 switches[state.name] = off
@@ -91,14 +92,24 @@ def _without(window: Evaluation, names: frozenset[str], tick: Tick) -> Evaluatio
     return excluding(window, names, tick.situation.policy, tick.situation.speculation)
 
 
-def _not_paying(tick: Tick, state: ClassGuardStatus, switched: set[str]) -> bool:
-    """Breaching its speculation, with another class left speculating; in a dry run, named so
-    this tick (it switches nothing, so it says so once)."""
+def _not_paying(
+    tick: Tick, window: Evaluation, state: ClassGuardStatus, switched: set[str]
+) -> bool:
+    """Breaching its speculation, in this window too (a breach named before, its recovery not
+    yet judged, is stale evidence), with another class left speculating; in a dry run, named
+    so this tick (it switches nothing, so it says so once)."""
     if state.state != ClassState.BREACHING or SPECULATION_SIGNALS.isdisjoint(state.signals):
         return False
     if tick.situation.policy.guard.dry_run and state.since != tick.stamp:
         return False
-    return bool(_speculating(tick) - switched - {state.name})
+    return _breaching_now(window, state.name) and bool(_speculating(tick) - switched - {state.name})
+
+
+def _breaching_now(window: Evaluation, name: str) -> bool:
+    verdict = next((v for v in window.classes if v.name == name), None)
+    if verdict is None or verdict.window is None:
+        return False
+    return any(r.breached and r.signal in SPECULATION_SIGNALS for r in readings(verdict))
 
 
 def _speculating(tick: Tick) -> set[str]:
