@@ -34,6 +34,12 @@ TOOLS = [
 ]
 
 
+MAX_TOKENS = 64
+"""A client's limit: over the e2e scenarios' answers (48 tokens), and what an experiment's load
+test then asks of each sampled request, as long as it allowed (guidellm sends `ignore_eos`, and
+the simulator, as vLLM, answers to the limit: 4096 made every load-test answer a minute long)."""
+
+
 @dataclass
 class TrafficReport:
     sent: Counter[str] = field(default_factory=Counter)
@@ -125,11 +131,11 @@ class Traffic:
 
     def request(self, klass: str) -> dict[str, Any]:
         """The chat completion request a client of `klass` sends (the simulator decides the
-        answer's length)."""
+        answer's length, under MAX_TOKENS)."""
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": [{"role": "user", "content": f"a {klass} request " * 20}],
-            "max_tokens": 4096,
+            "max_tokens": MAX_TOKENS,
             "extra_headers": {"x-specfleet-class": klass},
         }
         if self.scenario.classes[klass].tool_call_rate > 0:
