@@ -40,12 +40,11 @@ from specfleet.guard.classes import readings
 from specfleet.guard.situation import Tick
 from specfleet.guard.verdict import ClassVerdict, Evaluation, excluding
 from specfleet.signals import ACCEPTANCE_RATE, SPEEDUP
-from specfleet.telemetry.model import ClassWindow, Observation
+from specfleet.telemetry.model import Observation
 
 SPECULATION_SIGNALS = frozenset({ACCEPTANCE_RATE, SPEEDUP})
 """What a class's own speculation breaches: the signals routing it off answers."""
 OFF, TRIAL = ClassSwitchState.OFF, ClassSwitchState.TRIAL
-_NONE = ClassWindow()
 Evaluate = Callable[[Observation], Evaluation]
 
 
@@ -116,13 +115,12 @@ def _speculating(tick: Tick) -> set[str]:
     """The classes the fleet serves with speculation: not set off by a human, and with requests
     in the window (a declared class without traffic keeps no engine's drafts paying)."""
     observation = tick.situation.observation
-    served = observation.classes if observation is not None else {}
-    policy = tick.situation.policy
-    return {
-        c.name
-        for c in policy.classes
-        if c.name not in policy.classes_off and (served.get(c.name, _NONE).requests or 0.0) > 0
-    }
+    if observation is None:
+        return set()
+    served = {name for name, w in observation.classes.items() if (w.requests or 0.0) > 0}
+    return {c.name for c in tick.situation.policy.classes if c.name in served} - set(
+        tick.situation.policy.classes_off
+    )
 
 
 def _off(tick: Tick, window: Evaluation, state: ClassGuardStatus) -> ClassSwitch | None:
