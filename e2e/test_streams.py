@@ -4,7 +4,9 @@ promoted, then the fleet rolled), on simulated engines behind real gateways. Eac
 drains for its grace: the stand-in kubelet gives it terminationGracePeriodSeconds, as a kubelet
 does, and the rendered gateway and engine drain for what is left after the preStop.
 
-The flips are asked for by hand (the annotations), so nothing waits on the guard's evidence."""
+Each pod stays (with its IP) until its processes have stopped, as on a node, so the new pods
+start at once on other IPs. The flips are asked for by hand (the annotations), so nothing waits
+on the guard's evidence."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from e2e.test_guard import (  # noqa: F401
     status,
 )
 from e2e.traffic import LongStream
+from specfleet_testbed.kubelet import FINALIZER
 
 NAME = "streams"
 MINUTE = 60.0
@@ -84,6 +87,9 @@ def test_streams_of_a_minute_cross_a_class_flip_a_fleet_wide_flip_and_a_rollout_
             180,
         )
         streams = long.result(timeout=4 * MINUTE)
+    pods = local_cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+    held = [p["metadata"]["name"] for p in pods if FINALIZER in p["metadata"].get("finalizers", [])]
+    assert not held, f"the stand-in kubelet stopped but left {held} undeletable"
 
     cut = [s for s in streams if not s.whole()]
     assert not cut, cut[:3]

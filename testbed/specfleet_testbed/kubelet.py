@@ -6,7 +6,9 @@ command line and the gateway with the pod's own arguments (a plain pool's pod ru
 its engine alone), both bound to the pod's IP (kwok gives pods loopback addresses), with the
 pod's ConfigMap volumes written to a local directory. Prometheus then scrapes real gateways found
 through the real API server, and a kill-switch flip (new pods, new args) really changes what is
-measured. When a pod terminates, its processes get SIGTERM and drain, like a kubelet would do.
+measured. When a pod terminates, its processes get SIGTERM and drain, like a kubelet would do,
+and the pod object stays (a finalizer) until they have stopped, so kwok hands its IP to no other
+pod meanwhile.
 An experiment's load tests (its capacity Jobs' pods) run to their end here too (`load_tests`).
 """
 
@@ -27,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client, watch
 
 from specfleet_testbed.load_tests import (
@@ -45,6 +48,10 @@ PLAIN = "specfleet.dev/pool=plain"
 ENGINE_PORT = 8000
 GATEWAY_PORT = 8080
 RELEASE_TIMEOUT_SECONDS = 60.0
+FINALIZER = "specfleet.dev/testbed-processes"
+"""Held by a pod whose processes run here. A kubelet removes a deleted pod only once its
+containers have stopped, and a CNI frees its IP only then; kwok deletes at once and recycles the
+IP first, so a new pod would wait out the old one's drain (a stream of minutes) on that IP."""
 Pod = dict[str, Any]
 
 
@@ -196,7 +203,7 @@ class PodRuntime:
                 return
             stopping = None if alive else self.running.pop(uid, None)
             if stopping is not None:
-                stopper = threading.Thread(target=stopping.stop)
+                stopper = threading.Thread(target=self._stop, args=(stopping,))
                 self._releasing[stopping.ip] = stopper
                 self._draining = [p for p in self._draining if p.alive()] + [stopping]
                 stopper.start()
@@ -236,7 +243,7 @@ class PodRuntime:
         # All at once: one at a time, pods whose engines linger (a plain pool's, holding the
         # gateways' idle connections) add up past whatever stops this stand-in, and outlive it.
         stoppers = [
-            threading.Thread(target=pod.stop, args=(self.settings.drain_seconds, False))
+            threading.Thread(target=self._stop, args=(pod, self.settings.drain_seconds, False))
             for pod in pods
         ]
         for stopper in stoppers:
@@ -261,6 +268,8 @@ class PodRuntime:
             float(pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)),
             volumes=list(volumes.values()),
         )
+        # Under the lock that registers the pod, so that no stop can release it first.
+        self._patch_finalizers(processes, {"finalizers": [FINALIZER]})
         commands = [(self._engine_argv(pod, ip, mounts), logs / "engine.log")]
         if "gateway" in containers:
             gateway = _gateway_argv(containers["gateway"], ip, mounts)
@@ -281,6 +290,22 @@ class PodRuntime:
         if pod.launch(commands, after=previous):
             log.info("started engine and gateway for pod %s at %s", pod.name, pod.ip)
             self._mark_ready(pod)
+
+    def _stop(
+        self, pod: PodProcesses, drain_seconds: float | None = None, pre_stop: bool = True
+    ) -> None:
+        """Stops the pod's processes, then lets its object go (and kwok free its IP)."""
+        pod.stop(drain_seconds, pre_stop)
+        self._patch_finalizers(pod, {"$deleteFromPrimitiveList/finalizers": [FINALIZER]})
+
+    def _patch_finalizers(self, pod: PodProcesses, metadata: dict[str, Any]) -> None:
+        namespace, name = pod.name.split("/", 1)
+        try:
+            self._core.patch_namespaced_pod(name, namespace, {"metadata": metadata})
+        except client.ApiException as exc:  # gone, or being deleted (no finalizer may be added)
+            log.info("pod %s/%s finalizers not patched: %s", namespace, name, exc.reason)
+        except urllib3.exceptions.HTTPError as exc:
+            log.warning("pod %s/%s finalizers not patched: %s", namespace, name, exc)
 
     def _mark_ready(self, pod: PodProcesses) -> None:
         """The readiness probe: once the engine answers /health through the pod's own gateway
