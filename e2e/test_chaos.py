@@ -6,10 +6,14 @@ decision, named by its idempotency key), no lost action, and a complete audit tr
 
 - The leader killed (SIGKILL) in the middle of a canary step of a broken revision: the follower
   takes the Lease and aborts the rollout exactly once.
+- The leader deciding that abort while every status write is refused (its Role without the
+  verb): it acts on nothing unrecorded; killed, the follower decides the abort once.
 - The leader killed while a kill-switch trial is pending (its canary serving, not yet judged):
   the follower goes on with the same trial from status and releases the switch once.
 - The leader killed while a broken revision is on probation (its first window judged): the
   follower rolls it back once.
+- The API server and etcd restarted, etcd's history compacted meanwhile (every watch expires:
+  410 Gone, relist): a kill switch asked for right after is engaged once.
 - Alertmanager down while the rollout is aborted (SpecfleetRolledBack fires), then back: the
   alert reaches Alertmanager, once, soon after it is back.
 
@@ -21,6 +25,7 @@ Prometheus down through a collapse passed here too but is left out of the suite 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import signal
 import time
@@ -33,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from e2e.cluster.harness import LocalCluster, eventually
-from e2e.fleet import Background, Fleet, simulated_pods
+from e2e.fleet import Background, Fleet, engine_pods, simulated_pods
 from e2e.operator_runner import OperatorProcess, as_process
-from e2e.test_guard import apply, deployments, scenario, specmodel, status
+from e2e.test_guard import apply, deployments, ready_replicas, scenario, specmodel, status
 from e2e.test_leader import holder, replica_command, start_replicas
 from e2e.traffic import TrafficReport
 from specfleet.api.status import Decision
@@ -52,6 +57,7 @@ GUARD = {
     "blindAfterSeconds": 60,
 }
 FP8 = "--kv-cache-dtype"
+STATUS = "specmodels/status"
 DELIVERIES = "specfleet_alert_deliveries_total"
 
 
@@ -262,6 +268,27 @@ def measured(
     assert failed == 0, report.errors[:5]
 
 
+def abort_follows(
+    cluster: LocalCluster, namespace: str, kill: Kill, traffic: Background[TrafficReport]
+) -> tuple[dict[str, Any], float, dict[str, Any], TrafficReport]:
+    """The follower's abort of agent's rollout after `kill`: the decision, the seconds to it,
+    the status once another evaluation has passed, and the traffic's report (stopped)."""
+    abort, aborted = decided_after(cluster, namespace, "agent", "rollout_aborted", kill, 60)
+    eventually(lambda: "agent-rollout" not in deployments(cluster, namespace), "canary gone")
+    st = after_another_evaluation(cluster, namespace, "agent")
+    return abort, aborted, st, traffic.result(stop=True)
+
+
+def aborted_once(cluster: LocalCluster, namespace: str) -> tuple[Counter[str], Counter[str]]:
+    """The audit trail whole and the abort decided and told once; the decisions' actions and
+    the Events' reasons, counted."""
+    decided = audit(cluster, namespace, "agent")
+    events = told(cluster, namespace)
+    assert decided["rollout_aborted"] == 1, decided  # no duplicate
+    assert events["RolloutAborted"] == 1 and events["RolledBack"] == 1, events
+    return decided, events
+
+
 def test_leader_killed_mid_canary_step_the_follower_aborts_the_rollout_once(
     local_cluster: LocalCluster, namespace: str, release: str, tmp_path: Path
 ) -> None:
@@ -273,15 +300,9 @@ def test_leader_killed_mid_canary_step_the_follower_aborts_the_rollout_once(
         eventually(lambda: canary_step(cluster, namespace, "agent"), "the canary step", 30)
         assert "rollout_aborted" not in actions(cluster, namespace, "agent")
         kill = kill_the_leader(cluster, release, replicas)
-        abort, aborted = decided_after(cluster, namespace, "agent", "rollout_aborted", kill, 60)
-        eventually(lambda: "agent-rollout" not in deployments(cluster, namespace), "canary gone")
-        st = after_another_evaluation(cluster, namespace, "agent")
-        report = traffic.result(stop=True)
+        abort, aborted, st, report = abort_follows(cluster, namespace, kill, traffic)
 
-    decided = audit(cluster, namespace, "agent")
-    events = told(cluster, namespace)
-    assert decided["rollout_aborted"] == 1, decided  # no duplicate
-    assert events["RolloutAborted"] == 1 and events["RolledBack"] == 1, events
+    decided, events = aborted_once(cluster, namespace)
     assert "rolled_back" not in decided
     # nothing lost: the rollout ended aborted, the fleet stays on revision 1
     assert st["rollout"]["phase"] == "Aborted" and st["activeRevision"] == 1
@@ -299,6 +320,79 @@ def test_leader_killed_mid_canary_step_the_follower_aborts_the_rollout_once(
         f"{events['RolloutAborted']}, RolledBack {events['RolledBack']}",
     )
     assert aborted < 4 + 1 + 3 + 2 * GUARD["windowSeconds"] + 10
+
+
+@contextmanager
+def status_writes_refused(cluster: LocalCluster, namespace: str) -> Iterator[None]:
+    """The operator's Role in `namespace` without the verb that writes SpecModels' status (as if
+    every status write failed), restored on the way out."""
+    roles = cluster.kubectl_json("get", "roles", "-n", namespace)["items"]
+    [role] = [r for r in roles if any(STATUS in rule.get("resources", []) for rule in r["rules"])]
+    refused = copy.deepcopy(role)
+    for rule in refused["rules"]:
+        if STATUS in rule.get("resources", []):
+            rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
+    cluster.kubectl("replace", "-f", "-", stdin=json.dumps(refused))
+    try:
+        yield
+    finally:
+        restored = cluster.kubectl_json("get", "role", role["metadata"]["name"], "-n", namespace)
+        restored["rules"] = role["rules"]
+        cluster.kubectl("replace", "-f", "-", stdin=json.dumps(restored))
+
+
+def canary_uid(cluster: LocalCluster, namespace: str) -> str | None:
+    found = cluster.run_kubectl("get", "deployment", "agent-rollout", "-n", namespace, "-o=json")
+    return json.loads(found.stdout)["metadata"]["uid"] if found.returncode == 0 else None
+
+
+def step_serving(cluster: LocalCluster, namespace: str) -> bool:
+    rollout = status(cluster, namespace, "agent").get("rollout") or {}
+    return bool(rollout.get("stepSince"))
+
+
+def test_leader_killed_after_a_decision_whose_status_write_failed_the_follower_decides_once(
+    local_cluster: LocalCluster, namespace: str, release: str, tmp_path: Path
+) -> None:
+    """The leader decides to abort a broken revision's canary step (on its first window: half
+    the tool calls broken is decisive) while every status write is refused: it acts on nothing
+    it has not recorded (the canary stays), and is killed. The follower, status writes allowed
+    again, decides the abort itself: once, told once."""
+    cluster = local_cluster
+    good, bad, plan = broken_revision()
+    started = time.monotonic()
+    with fleet_and_replicas(cluster, namespace, release, plan, tmp_path) as (fleet, replicas):
+        traffic = good_then_broken(cluster, namespace, fleet, good, bad)
+        eventually(lambda: canary_step(cluster, namespace, "agent"), "the canary step", 30)
+        # Its windows count from when its pods serve, as status says; the next is decisive.
+        eventually(lambda: step_serving(cluster, namespace), "the canary step serving", 30)
+        assert "rollout_aborted" not in actions(cluster, namespace, "agent")
+        leader_log = tmp_path / f"{replicas.leader}.log"
+        decided_unwritten = "recording agent's decisions before acting: rollout_aborted"
+        canary = canary_uid(cluster, namespace)
+        with status_writes_refused(cluster, namespace):
+            eventually(lambda: decided_unwritten in leader_log.read_text(), "the abort", 60)
+            time.sleep(GUARD["intervalSeconds"])  # it tried again, and acted on nothing
+            # the same canary: not deleted on the decision, nor made again on the old status
+            assert canary_uid(cluster, namespace) == canary
+            assert "rollout_aborted" not in actions(cluster, namespace, "agent")
+            os.kill(replicas.operators[replicas.leader].pid, signal.SIGKILL)
+            at, wall_at = time.monotonic(), time.time()
+        eventually(lambda: holder(cluster, release) == replicas.follower, "the follower leads", 30)
+        kill = Kill(at, wall_at, time.monotonic() - at)
+        _, aborted, st, report = abort_follows(cluster, namespace, kill, traffic)
+
+    decided, events = aborted_once(cluster, namespace)
+    assert st["rollout"]["phase"] == "Aborted" and st["activeRevision"] == 1
+    measured(
+        "after deciding an abort it could not write",
+        kill,
+        f"rollout_aborted {aborted:.1f} s",
+        report,
+        started,
+        f"decisions {dict(decided)}; Events RolloutAborted {events['RolloutAborted']}, "
+        f"RolledBack {events['RolledBack']}",
+    )
 
 
 def trial_serving(cluster: LocalCluster, namespace: str, name: str) -> bool:
@@ -506,3 +600,49 @@ def test_alertmanager_down_while_a_rollout_aborts_gets_the_alert_once_when_back(
     # the failed delivery went again at the next evaluations, not at the next resend (60 s)
     assert delivered < 30
     assert sum(report.failed.values()) == 0, report.errors[:5]
+
+
+def test_api_server_and_etcd_restarted_history_compacted_the_operator_relists_and_acts_once(
+    local_cluster: LocalCluster, namespace: str, release: str, tmp_path: Path
+) -> None:
+    """The API server and etcd stopped and started under two replicas, etcd's history compacted
+    in between: every watch resumes from a compacted resourceVersion (410 Gone), so the
+    replicas must relist to see a kill switch asked for right after; it is engaged once."""
+    cluster = local_cluster
+    good = specmodel("agent", guard=GUARD)
+    plan = scenario([[0, 0.85]], rps=2)
+    with fleet_and_replicas(cluster, namespace, release, plan, tmp_path) as (_, replicas):
+        apply(cluster, namespace, good)
+        eventually(lambda: ready_replicas(cluster, namespace, "agent") == 2, "fleet Ready", 60)
+        speculating = engine_pods(cluster, namespace, "agent")
+        stopped = time.monotonic()
+        compacted = cluster.restart_control_plane()
+        back = time.monotonic()
+        annotation = "specfleet.dev/kill-switch=engage"
+        cluster.kubectl("annotate", "--overwrite", "sm", "agent", "-n", namespace, annotation)
+        off = lambda: "--speculative-config" not in engine_args(cluster, namespace, "agent")  # noqa: E731
+        eventually(off, "speculation off after the restart", 60)
+        acted = time.monotonic() - back
+        eventually(
+            lambda: (
+                not engine_pods(cluster, namespace, "agent") & speculating
+                and ready_replicas(cluster, namespace, "agent") == 2
+            ),
+            "the fleet restarted without speculation",
+            90,
+        )
+        st = after_another_evaluation(cluster, namespace, "agent")
+        leader = holder(cluster, release)
+        answering = [name for name, op in replicas.operators.items() if op.health()]
+
+    events = told(cluster, namespace)
+    print(
+        f"\nchaos: API server and etcd restarted in {back - stopped:.1f} s, etcd compacted at "
+        f"revision {compacted}; kill switch asked right after -> speculation off in the "
+        f"Deployment {acted:.1f} s later; leading: {leader}; Events SpeculationDisabled "
+        f"{events['SpeculationDisabled']}"
+    )
+    assert st["killSwitch"]["state"] == "engaged", st.get("killSwitch")
+    assert events["SpeculationDisabled"] == 1, events
+    assert sorted(answering) == sorted(replicas.operators), "a replica died with the API server"
+    assert leader in replicas.operators

@@ -1,11 +1,15 @@
 """One reconcile with a trial: the canary's children are applied beside the fleet's, judged on
-the canary's telemetry, and pruned when the trial ends; the fleet's Deployment is untouched."""
+the canary's telemetry, and pruned when the trial ends; the fleet's Deployment is untouched. A
+decision is in status before it is acted on."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
+
+import pytest
+from kubernetes.client.exceptions import ApiException
 
 from conftest import specmodel_doc
 from specfleet.api import SpecModelStatus, parse_specmodel
@@ -36,15 +40,23 @@ class FakeKube:
     events: list[str] = field(default_factory=list)
     named: dict[str, str] = field(default_factory=dict)
     """Events posted by name (a decision's idempotency key): name -> reason."""
+    writes: list[str] = field(default_factory=list)
+    """Every write in order: "status: <its decisions' actions>", "apply ..." or "delete ..."."""
+    refuse_status: bool = False
 
     def apply(self, manifest: dict[str, Any]) -> None:
         self.applied.append(manifest)
+        self.writes.append(f"apply {manifest['kind']}/{manifest['metadata']['name']}")
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         self.deleted.append((kind, name))
+        self.writes.append(f"delete {kind}/{name}")
 
     def apply_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        pass
+        if self.refuse_status:
+            raise ApiException(status=403, reason="Forbidden")
+        actions = ", ".join(d["action"] for d in status.get("decisions", []))
+        self.writes.append(f"status: {actions}")
 
     def event(
         self,
@@ -132,7 +144,8 @@ def test_a_trial_applies_the_canary_and_leaves_the_fleet_alone() -> None:
     assert kube.events == ["CanaryCreated", "TrialStarted", "ChildrenApplied"]
 
 
-def test_a_failing_canary_is_judged_on_its_own_window_and_removed() -> None:
+def failing_trial_judged(kube: FakeKube) -> Outcome:
+    """One reconcile of a trial whose canary's acceptance collapsed."""
     specmodel = parse_specmodel(specmodel_doc(**SPEC))
     children = live(specmodel, ServingPlan(speculation=False, canary=True))
     since = (NOW - timedelta(minutes=1)).isoformat()
@@ -143,8 +156,7 @@ def test_a_failing_canary_is_judged_on_its_own_window_and_removed() -> None:
         requests=100, draft_tokens=drafted, accepted_tokens=drafted * 0.1, steps=drafted / 4
     )
     window = Observation(NOW, 60, 1, True, {"code": collapsed})
-    kube = FakeKube()
-    outcome = reconcile(
+    return reconcile(
         body(trial),
         specmodel,
         children,
@@ -153,9 +165,33 @@ def test_a_failing_canary_is_judged_on_its_own_window_and_removed() -> None:
         NOW,
         GuardTick(fleet_without(window)),
     )
+
+
+def test_a_failing_canary_is_judged_on_its_own_window_and_removed() -> None:
+    kube = FakeKube()
+    outcome = failing_trial_judged(kube)
     assert [a.action for a in outcome.actions] == ["trial_failed"]
     assert sorted(kube.deleted) == [("ConfigMap", "m-canary-gateway"), ("Deployment", "m-canary")]
     assert kube.applied == []  # the fleet keeps running without speculation, as it did
     assert outcome.status.canary is None and outcome.status.kill_switch
     assert outcome.status.kill_switch.state == "engaged"
     assert kube.events == ["CanaryRemoved", "TrialFailed", "ChildrenApplied"]
+
+
+def test_a_decision_is_written_to_status_before_it_is_acted_on() -> None:
+    kube = FakeKube()
+    failing_trial_judged(kube)
+    assert kube.writes[0] == "status: trial_failed"
+    assert sorted(kube.writes[1:]) == [
+        "delete ConfigMap/m-canary-gateway",
+        "delete Deployment/m-canary",
+    ]
+
+
+def test_a_decision_whose_status_write_is_refused_is_not_acted_on() -> None:
+    """The next reconcile (this leader's or the next's) decides again; acted on unrecorded, the
+    canary would be gone while status still runs the trial, and the next leader re-create it."""
+    kube = FakeKube(refuse_status=True)
+    with pytest.raises(ApiException):
+        failing_trial_judged(kube)
+    assert kube.writes == [] and kube.events == []

@@ -297,10 +297,10 @@ ROWS = [
         breaking,
         tick=GuardTick(broken()),
         requests=(
-            "apply ConfigMap/m-gateway",
-            "apply Deployment/m",
             "status SpecModel/m: Ready, revision 1 of 2, speculation on, "
             "RolledBack RolledBackToLastGood",
+            "apply ConfigMap/m-gateway",
+            "apply Deployment/m",
         ),
         events=(
             ROLLED_BACK,
@@ -328,11 +328,11 @@ ROWS = [
         canary_starting,
         tick=GuardTick(beside_rollout({"p95_tpot_seconds": 0.05}, tpot=0.05)),
         requests=(
+            "status SpecModel/m: Ready, revision 1 of 2, speculation on, "
+            "rollout Aborted step 1/1, RolledBack CanaryAborted",
             "apply Deployment/m",
             "delete ConfigMap/m-rollout-gateway",
             "delete Deployment/m-rollout",
-            "status SpecModel/m: Ready, revision 1 of 2, speculation on, "
-            "rollout Aborted step 1/1, RolledBack CanaryAborted",
         ),
         events=(
             # the RolledBack condition's Event (every rollback has one), then the decision's
@@ -348,9 +348,9 @@ ROWS = [
         serving,
         tick=GuardTick(collapsed()),
         requests=(
+            "status SpecModel/m: Ready, revision 1, speculation off, kill switch engaged",
             "apply ConfigMap/m-gateway",
             "apply Deployment/m",
-            "status SpecModel/m: Ready, revision 1, speculation off, kill switch engaged",
         ),
         events=(
             "Warning SpeculationDisabled: speculation off (by guard)",
@@ -372,10 +372,10 @@ ROWS = [
         cooling_down,
         tick=GuardTick(observe(0.8, 0.8, speculation=False, **VALID)),
         requests=(
-            "apply ConfigMap/m-canary-gateway",
-            "apply Deployment/m-canary",
             "status SpecModel/m: Ready, revision 1, speculation off, kill switch trial, "
             "canary Starting",
+            "apply ConfigMap/m-canary-gateway",
+            "apply Deployment/m-canary",
         ),
         events=(
             "Normal CanaryCreated: canary m-canary runs revision 1 with speculation",
@@ -389,11 +389,11 @@ ROWS = [
         on_trial,
         tick=GuardTick(beside_trial()),
         requests=(
+            "status SpecModel/m: Ready, revision 1, speculation on",
             "apply ConfigMap/m-gateway",
             "apply Deployment/m",
             "delete ConfigMap/m-canary-gateway",
             "delete Deployment/m-canary",
-            "status SpecModel/m: Ready, revision 1, speculation on",
         ),
         events=(
             "Normal SpeculationEnabled: speculation on (by guard)",
@@ -523,10 +523,10 @@ ROWS = [
         tick=GuardTick(broken()),
         fail=(Failure("event", "Event/RolledBack", 500, times=RETRIES),),
         requests=(
-            "apply ConfigMap/m-gateway",
-            "apply Deployment/m",
             "status SpecModel/m: Ready, revision 1 of 2, speculation on, "
             "RolledBack RolledBackToLastGood",
+            "apply ConfigMap/m-gateway",
+            "apply Deployment/m",
             *["event Event/RolledBack -> 500"] * RETRIES,
         ),
         events=("Normal ChildrenApplied: applied 2 and pruned 0 children for revision 1",),

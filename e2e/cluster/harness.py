@@ -125,6 +125,19 @@ class LocalCluster(Cluster):
         _start(self.layout, "alertmanager")
         _wait_ready(self.layout, ("alertmanager",))
 
+    def restart_control_plane(self) -> int:
+        """Stops the API server and etcd, starts etcd and compacts its whole history, then the
+        API server: every watch it served before resumes from a compacted resourceVersion (410
+        Gone) and must relist. Returns once the API server is ready; the revision compacted."""
+        for name in ("kube-apiserver", "etcd"):
+            procs.stop(self.layout.state, name)
+        _start(self.layout, "etcd")
+        _wait_ready(self.layout, ("etcd",))
+        revision = compact_etcd(f"http://127.0.0.1:{self.layout.ports.etcd}")
+        _start(self.layout, "kube-apiserver")
+        _wait_ready(self.layout, ("kube-apiserver",))
+        return revision
+
     def alertmanager_alerts(self, namespace: str) -> list[dict[str, Any]]:
         """The alerts Alertmanager holds (GET /api/v2/alerts) with label `namespace`."""
         query = urllib.parse.urlencode({"filter": f'namespace="{namespace}"'})
@@ -147,6 +160,19 @@ def eventually(condition: Callable[[], object], what: str, timeout_s: float = 60
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
         time.sleep(0.2)
+
+
+def compact_etcd(url: str) -> int:
+    """Compacts etcd (its JSON gateway at `url`) up to its current revision; returns it."""
+
+    def post(path: str, body: dict[str, Any]) -> Any:
+        request = urllib.request.Request(f"{url}{path}", json.dumps(body).encode(), method="POST")
+        with health.opener().open(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    revision = int(post("/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+    post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+    return revision
 
 
 def state_dir() -> Path:

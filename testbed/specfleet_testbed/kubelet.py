@@ -48,6 +48,8 @@ PLAIN = "specfleet.dev/pool=plain"
 ENGINE_PORT = 8000
 GATEWAY_PORT = 8080
 RELEASE_TIMEOUT_SECONDS = 60.0
+RETRY_SECONDS = 1.0
+RELEASE_ATTEMPTS = 120
 FINALIZER = "specfleet.dev/testbed-processes"
 """Held by a pod whose processes run here. A kubelet removes a deleted pod only once its
 containers have stopped, and a CNI frees its IP only then; kwok deletes at once and recycles the
@@ -169,8 +171,15 @@ class PodRuntime:
             self.stop_all()
 
     def _follow(self, stop: threading.Event, selector: str) -> None:
+        """Watches again after the API server went away (restarted), as a kubelet does."""
         while not stop.is_set():
-            self._watch_once(stop, selector)
+            try:
+                self._watch_once(stop, selector)
+            except (client.ApiException, urllib3.exceptions.HTTPError) as exc:
+                log.warning(
+                    "watching pods (%s) failed, again in %.0f s: %s", selector, RETRY_SECONDS, exc
+                )
+                stop.wait(RETRY_SECONDS)
 
     def _watch_once(self, stop: threading.Event, selector: str) -> None:
         stream = watch.Watch()
@@ -243,7 +252,7 @@ class PodRuntime:
         # All at once: one at a time, pods whose engines linger (a plain pool's, holding the
         # gateways' idle connections) add up past whatever stops this stand-in, and outlive it.
         stoppers = [
-            threading.Thread(target=self._stop, args=(pod, self.settings.drain_seconds, False))
+            threading.Thread(target=self._stop, args=(pod, self.settings.drain_seconds, False, 1))
             for pod in pods
         ]
         for stopper in stoppers:
@@ -292,20 +301,35 @@ class PodRuntime:
             self._mark_ready(pod)
 
     def _stop(
-        self, pod: PodProcesses, drain_seconds: float | None = None, pre_stop: bool = True
+        self,
+        pod: PodProcesses,
+        drain_seconds: float | None = None,
+        pre_stop: bool = True,
+        attempts: int = RELEASE_ATTEMPTS,
     ) -> None:
-        """Stops the pod's processes, then lets its object go (and kwok free its IP)."""
+        """Stops the pod's processes, then lets its object go (and kwok free its IP), trying
+        `attempts` times while the API server does not answer."""
         pod.stop(drain_seconds, pre_stop)
-        self._patch_finalizers(pod, {"$deleteFromPrimitiveList/finalizers": [FINALIZER]})
+        release = {"$deleteFromPrimitiveList/finalizers": [FINALIZER]}
+        self._patch_finalizers(pod, release, attempts)
 
-    def _patch_finalizers(self, pod: PodProcesses, metadata: dict[str, Any]) -> None:
+    def _patch_finalizers(
+        self, pod: PodProcesses, metadata: dict[str, Any], attempts: int = 1
+    ) -> None:
+        """`attempts`: how often to try while the API server does not answer (one second
+        apart); a pod whose finalizer is never released is never deleted."""
         namespace, name = pod.name.split("/", 1)
-        try:
-            self._core.patch_namespaced_pod(name, namespace, {"metadata": metadata})
-        except client.ApiException as exc:  # gone, or being deleted (no finalizer may be added)
-            log.info("pod %s/%s finalizers not patched: %s", namespace, name, exc.reason)
-        except urllib3.exceptions.HTTPError as exc:
-            log.warning("pod %s/%s finalizers not patched: %s", namespace, name, exc)
+        for attempt in range(attempts):
+            try:
+                self._core.patch_namespaced_pod(name, namespace, {"metadata": metadata})
+                return
+            except client.ApiException as exc:  # gone, or being deleted (no finalizer added)
+                log.info("pod %s/%s finalizers not patched: %s", namespace, name, exc.reason)
+                return
+            except urllib3.exceptions.HTTPError as exc:
+                log.warning("pod %s/%s finalizers not patched: %s", namespace, name, exc)
+                if attempt + 1 < attempts:
+                    time.sleep(RETRY_SECONDS)
 
     def _mark_ready(self, pod: PodProcesses) -> None:
         """The readiness probe: once the engine answers /health through the pod's own gateway

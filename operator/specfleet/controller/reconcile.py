@@ -1,5 +1,5 @@
-"""One SpecModel, level-based: read, step (`tick.step`), apply what differs, prune, write
-status.
+"""One SpecModel, level-based: read, step (`tick.step`), write its decisions to status, apply
+what differs, prune, write status.
 
 Sync; runs in a worker thread. Children come from the operator's watches (no reads); writes go
 through `Kube`. An unchanged SpecModel in an unchanged cluster makes no request.
@@ -67,14 +67,14 @@ def reconcile(
     guard_on: bool = True,
     first: bool = False,
 ) -> Outcome:
-    """Read, step, apply, write. `specmodel` is `body` parsed, or why it is invalid. `written` is
-    the status this process last wrote: the watch may not have delivered it yet, and the
-    operator is the only writer of status, so it is the fresher of the two. `configs` keeps the
-    revisions' engine configs read so far. `guard_on`: a guard judges (the operator reads
-    Prometheus); without one a new revision rolls out directly, as nothing would judge a
-    canary. `first`: this replica's first reconcile of the SpecModel since it started acting;
-    the recent decisions in status whose Events are missing are told now (the last leader may
-    have died between writing a decision and telling of it)."""
+    """Read, step, record its decisions, apply, write. `specmodel` is `body` parsed, or why it is
+    invalid. `written` is the status this process last wrote: the watch may not have delivered
+    it yet, and the operator is the only writer of status, so it is the fresher of the two.
+    `configs` keeps the revisions' engine configs read so far. `guard_on`: a guard judges (the
+    operator reads Prometheus); without one a new revision rolls out directly, as nothing would
+    judge a canary. `first`: this replica's first reconcile of the SpecModel since it started
+    acting; the recent decisions in status whose Events are missing are told now (the last
+    leader may have died between writing a decision and telling of it)."""
     if body["metadata"].get("deletionTimestamp"):
         return Outcome(_previous_status(body), 0, 0, None)
     previous = written or _previous_status(body)
@@ -91,6 +91,7 @@ def reconcile(
         specmodel, previous.revisions, previous.active_revision
     )
     the_step = step(specmodel, previous, observed, tick, known, now, guard_on)
+    recorded = _record_decisions(kube, body, previous, the_step)
     done = _apply(kube, the_step, live, settings)
     if done.terminating:  # everything in the namespace is going; nothing to report
         return Outcome(the_step.guarded, 0, 0, None)
@@ -102,7 +103,7 @@ def reconcile(
             tell_untold(kube, body, previous, now)
         except ApiException as exc:  # Events are best effort
             log.warning("telling %s's recent decisions failed: %s", name, describe(exc))
-    _write_status(kube, body, previous, status)
+    _write_status(kube, body, recorded, status)
     told = events.of_reconcile(previous, status, the_step.actions)
     _post(kube, body, told, _decision_names(body, now, the_step.actions))
     if done.applied or done.pruned:
@@ -114,6 +115,21 @@ def reconcile(
     return Outcome(
         status, done.applied, done.pruned, done.error, the_step.actions, done.applied_hashes
     )
+
+
+def _record_decisions(
+    kube: Kube, body: Body, previous: SpecModelStatus, the_step: Step
+) -> SpecModelStatus:
+    """A step's decisions are written to status before they are acted on: a leader that dies
+    between the two leaves them for the next, which renders its children from status. Acted on
+    first, they would be lost with the status write, and the next leader would decide again
+    (re-creating a canary just aborted, say). The status now written."""
+    if not the_step.actions:
+        return previous
+    decided = ", ".join(a.action for a in the_step.actions)
+    log.info("recording %s's decisions before acting: %s", body["metadata"]["name"], decided)
+    _write_status(kube, body, previous, the_step.status)
+    return the_step.status
 
 
 @dataclass
