@@ -8,6 +8,8 @@ decision, named by its idempotency key), no lost action, and a complete audit tr
   takes the Lease and aborts the rollout exactly once.
 - The leader deciding that abort while every status write is refused (its Role without the
   verb): it acts on nothing unrecorded; killed, the follower decides the abort once.
+- The chart upgraded (a new image) in that canary step, its rolling update played (a new
+  replica up, an old one stopped, twice): the rollout is aborted once, a new replica leads.
 - The leader killed while a kill-switch trial is pending (its canary serving, not yet judged):
   the follower goes on with the same trial from status and releases the switch once.
 - The leader killed while a broken revision is on probation (its first window judged): the
@@ -28,6 +30,7 @@ import copy
 import json
 import os
 import signal
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -393,6 +396,66 @@ def test_leader_killed_after_a_decision_whose_status_write_failed_the_follower_d
         f"decisions {dict(decided)}; Events RolloutAborted {events['RolloutAborted']}, "
         f"RolledBack {events['RolledBack']}",
     )
+
+
+def test_chart_upgraded_mid_canary_step_the_new_replicas_abort_the_rollout_once(
+    local_cluster: LocalCluster, namespace: str, release: str, tmp_path: Path
+) -> None:
+    """`helm upgrade` to a new operator image in a canary step of a broken revision, its
+    rolling update played as the chart's Deployment does it (maxSurge 1, maxUnavailable 0): a
+    new replica up, then an old one stopped (SIGTERM, the follower first), twice. Whoever leads
+    through it, the rollout is aborted once and a new replica leads."""
+    cluster = local_cluster
+    good, bad, plan = broken_revision()
+    kubeconfig, args = replica_command(cluster, namespace, release, tmp_path)
+    started = time.monotonic()
+    with fleet_and_replicas(cluster, namespace, release, plan, tmp_path) as (fleet, replicas):
+        traffic = good_then_broken(cluster, namespace, fleet, good, bad)
+        eventually(lambda: canary_step(cluster, namespace, "agent"), "the canary step", 30)
+        upgrade_at = time.monotonic()
+        helm_upgrade(cluster, release, "image.tag=next")
+        with ExitStack() as upgraded:
+            for old, new in ((replicas.follower, "operator-c"), (replicas.leader, "operator-d")):
+                log = tmp_path / f"{new}.log"
+                upgraded.enter_context(as_process(kubeconfig, log, *args, env={"POD_NAME": new}))
+                os.kill(replicas.operators[old].pid, signal.SIGTERM)
+            rolled = time.monotonic() - upgrade_at
+            new_leader = lambda: holder(cluster, release) in {"operator-c", "operator-d"}  # noqa: E731
+            eventually(new_leader, "a replica of the new version leads", 30)
+            wait_action(cluster, namespace, "agent", "rollout_aborted", 60)
+            aborted = time.monotonic() - upgrade_at
+            eventually(lambda: "agent-rollout" not in deployments(cluster, namespace), "no canary")
+            st = after_another_evaluation(cluster, namespace, "agent")
+            report = traffic.result(stop=True)
+            leader = holder(cluster, release)
+
+    decided, events = aborted_once(cluster, namespace)
+    assert st["rollout"]["phase"] == "Aborted" and st["activeRevision"] == 1
+    failed = sum(report.failed.values())
+    print(
+        f"\nchaos: chart upgraded in a canary step, both replicas replaced in {rolled:.1f} s; "
+        f"rollout_aborted {aborted:.1f} s after the upgrade; leading: {leader}; decisions "
+        f"{dict(decided)}; Events RolloutAborted {events['RolloutAborted']}; requests failed "
+        f"{failed}; scenario {time.monotonic() - started:.0f} s"
+    )
+    assert failed == 0, report.errors[:5]
+
+
+def helm_upgrade(cluster: LocalCluster, release: str, value: str) -> None:
+    """`helm upgrade` of the release the `release` fixture installed, its values kept but one."""
+    helm = [os.environ["HELM"], "--kubeconfig", str(cluster.kubeconfig), "-n", release]
+    chart = str(Path(__file__).parents[1] / "charts/specfleet")
+    upgrade = [*helm, "upgrade", "e2e", chart, "--skip-crds", "--reuse-values", "--set", value]
+    subprocess.run(upgrade, check=True, capture_output=True, text=True)
+    [last] = json.loads(
+        subprocess.run(
+            [*helm, "history", "e2e", "-o", "json", "--max", "1"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    assert last["revision"] == 2 and last["status"] == "deployed", last
 
 
 def trial_serving(cluster: LocalCluster, namespace: str, name: str) -> bool:
