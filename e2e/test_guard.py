@@ -563,6 +563,7 @@ def test_prometheus_down_is_blind_alerts_and_holds(
             )
         finally:
             local_cluster.start_prometheus()
+        back = time.time()
         eventually(
             lambda: (
                 condition(status(local_cluster, namespace, "blind"), "MetricsBlind").get("status")
@@ -571,7 +572,21 @@ def test_prometheus_down_is_blind_alerts_and_holds(
             "metrics back",
             60,
         )
+        # the judgement resumes: a window judged on what was scraped after the outage
+        eventually(
+            lambda: last_data(local_cluster, namespace, "blind") > back,
+            "data judged after the outage",
+            60,
+        )
+        decided = [d["action"] for d in status(local_cluster, namespace, "blind")["decisions"]]
+        assert decided.count("metrics_blind") == decided.count("metrics_restored") == 1, decided
         traffic.result(stop=True)
+
+
+def last_data(cluster: LocalCluster, namespace: str, name: str) -> float:
+    """When the guard last saw data (Unix time; 0 before it has)."""
+    seen = (status(cluster, namespace, name).get("guard") or {}).get("lastData")
+    return datetime.fromisoformat(seen).timestamp() if seen else 0.0
 
 
 def routed_to_plain(cluster: LocalCluster, namespace: str, name: str, klass: str) -> float:
