@@ -271,6 +271,20 @@ def measured(
     assert failed == 0, report.errors[:5]
 
 
+@contextmanager
+def in_broken_canary_step(
+    cluster: LocalCluster, namespace: str, release: str, tmp_path: Path
+) -> Iterator[tuple[Replicas, Background[TrafficReport]]]:
+    """Two replicas and agent's fleet under traffic, a broken revision in its canary step, not
+    yet aborted: the replicas and the traffic, still running."""
+    good, bad, plan = broken_revision()
+    with fleet_and_replicas(cluster, namespace, release, plan, tmp_path) as (fleet, replicas):
+        traffic = good_then_broken(cluster, namespace, fleet, good, bad)
+        eventually(lambda: canary_step(cluster, namespace, "agent"), "the canary step", 30)
+        assert "rollout_aborted" not in actions(cluster, namespace, "agent")
+        yield replicas, traffic
+
+
 def abort_follows(
     cluster: LocalCluster, namespace: str, kill: Kill, traffic: Background[TrafficReport]
 ) -> tuple[dict[str, Any], float, dict[str, Any], TrafficReport]:
@@ -296,12 +310,8 @@ def test_leader_killed_mid_canary_step_the_follower_aborts_the_rollout_once(
     local_cluster: LocalCluster, namespace: str, release: str, tmp_path: Path
 ) -> None:
     cluster = local_cluster
-    good, bad, plan = broken_revision()
     started = time.monotonic()
-    with fleet_and_replicas(cluster, namespace, release, plan, tmp_path) as (fleet, replicas):
-        traffic = good_then_broken(cluster, namespace, fleet, good, bad)
-        eventually(lambda: canary_step(cluster, namespace, "agent"), "the canary step", 30)
-        assert "rollout_aborted" not in actions(cluster, namespace, "agent")
+    with in_broken_canary_step(cluster, namespace, release, tmp_path) as (replicas, traffic):
         kill = kill_the_leader(cluster, release, replicas)
         abort, aborted, st, report = abort_follows(cluster, namespace, kill, traffic)
 
@@ -357,17 +367,15 @@ def step_serving(cluster: LocalCluster, namespace: str) -> bool:
 def test_leader_killed_after_a_decision_whose_status_write_failed_the_follower_decides_once(
     local_cluster: LocalCluster, namespace: str, release: str, tmp_path: Path
 ) -> None:
-    """The leader decides to abort a broken revision's canary step (on its first window: half
-    the tool calls broken is decisive) while every status write is refused: it acts on nothing
+    """The leader decides to abort a broken revision's canary step (on the first window it
+    judges, half the tool calls broken) while every status write is refused: it acts on nothing
     it has not recorded (the canary stays), and is killed. The follower, status writes allowed
-    again, decides the abort itself: once, told once."""
+    again (the follower may take the Lease before), decides the abort itself: once, told
+    once."""
     cluster = local_cluster
-    good, bad, plan = broken_revision()
     started = time.monotonic()
-    with fleet_and_replicas(cluster, namespace, release, plan, tmp_path) as (fleet, replicas):
-        traffic = good_then_broken(cluster, namespace, fleet, good, bad)
-        eventually(lambda: canary_step(cluster, namespace, "agent"), "the canary step", 30)
-        # Its windows count from when its pods serve, as status says; the next is decisive.
+    with in_broken_canary_step(cluster, namespace, release, tmp_path) as (replicas, traffic):
+        # Its windows count from when its pods serve, as status says; the next one decides.
         eventually(lambda: step_serving(cluster, namespace), "the canary step serving", 30)
         assert "rollout_aborted" not in actions(cluster, namespace, "agent")
         leader_log = tmp_path / f"{replicas.leader}.log"
@@ -379,10 +387,7 @@ def test_leader_killed_after_a_decision_whose_status_write_failed_the_follower_d
             # the same canary: not deleted on the decision, nor made again on the old status
             assert canary_uid(cluster, namespace) == canary
             assert "rollout_aborted" not in actions(cluster, namespace, "agent")
-            os.kill(replicas.operators[replicas.leader].pid, signal.SIGKILL)
-            at, wall_at = time.monotonic(), time.time()
-        eventually(lambda: holder(cluster, release) == replicas.follower, "the follower leads", 30)
-        kill = Kill(at, wall_at, time.monotonic() - at)
+            kill = kill_the_leader(cluster, release, replicas)
         _, aborted, st, report = abort_follows(cluster, namespace, kill, traffic)
 
     decided, events = aborted_once(cluster, namespace)
@@ -406,12 +411,9 @@ def test_chart_upgraded_mid_canary_step_the_new_replicas_abort_the_rollout_once(
     new replica up, then an old one stopped (SIGTERM, the follower first), twice. Whoever leads
     through it, the rollout is aborted once and a new replica leads."""
     cluster = local_cluster
-    good, bad, plan = broken_revision()
     kubeconfig, args = replica_command(cluster, namespace, release, tmp_path)
     started = time.monotonic()
-    with fleet_and_replicas(cluster, namespace, release, plan, tmp_path) as (fleet, replicas):
-        traffic = good_then_broken(cluster, namespace, fleet, good, bad)
-        eventually(lambda: canary_step(cluster, namespace, "agent"), "the canary step", 30)
+    with in_broken_canary_step(cluster, namespace, release, tmp_path) as (replicas, traffic):
         upgrade_at = time.monotonic()
         helm_upgrade(cluster, release, "image.tag=next")
         with ExitStack() as upgraded:
